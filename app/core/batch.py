@@ -1,0 +1,345 @@
+"""Solve global = micro x accumulation x data-parallel size, DeepSpeed's way.
+
+Two kinds of split:
+- even: every replica takes the same micro-batch (a homogeneous cluster, or any cluster
+  when the request fixes micro_batch_size);
+- proportional: each micro-step's samples are shared out by throughput (a mixed cluster,
+  or divisibility "balance"), every replica with the same accumulation count.
+
+Infeasible requests raise InfeasiblePlan with suggestions; each suggested value is
+checked by solving the request again with that one value substituted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.core.errors import InfeasiblePlan, InvalidValue
+from app.core.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
+from app.core.models import MAX_SAFE_INTEGER, Divisibility
+from app.core.split import Share, proportional_shares
+from app.core.topology import Layout, Segment
+
+_SEARCH_STEPS = 512  # bounded scans keep every answer within milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProblem:
+    layout: Layout
+    global_batch_size: int | None
+    micro_batch_size: int | None
+    gradient_accumulation_steps: int | None
+    divisibility: Divisibility
+    proportional: bool
+
+    @property
+    def strict(self) -> bool:
+        return self.divisibility in (Divisibility.EXACT, Divisibility.BALANCE)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSolution:
+    global_batch_size: int
+    gradient_accumulation_steps: int
+    shares: tuple[Share, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def even(self) -> bool:
+        return len({s.samples for s in self.shares}) == 1
+
+
+class _NoFit(Exception):
+    """Internal: the problem has no solution; the caller builds the user-facing error."""
+
+    def __init__(self, detail: str, pointer: str) -> None:
+        super().__init__(detail)
+        self.detail, self.pointer = detail, pointer
+
+
+def choose_split(layout: Layout, micro_batch_size: int | None, divisibility: Divisibility) -> bool:
+    """True for a proportional split."""
+    if divisibility is Divisibility.BALANCE:
+        return True
+    return layout.heterogeneous and micro_batch_size is None
+
+
+def solve(problem: BatchProblem) -> BatchSolution:
+    try:
+        return _solve(problem)
+    except _NoFit as err:
+        raise InfeasiblePlan(err.detail, pointer=err.pointer,
+                             suggestions=suggest(problem)) from None
+
+
+def feasible_as_given(problem: BatchProblem) -> bool:
+    try:
+        _solve(replace(problem, divisibility=_strict_policy(problem)))
+    except (_NoFit, InvalidValue):
+        return False
+    return True
+
+
+def _strict_policy(problem: BatchProblem) -> Divisibility:
+    return Divisibility.BALANCE if problem.divisibility is Divisibility.BALANCE else Divisibility.EXACT
+
+
+def _solve(p: BatchProblem) -> BatchSolution:
+    if p.global_batch_size is None and p.micro_batch_size is None:
+        raise InvalidValue("give global_batch_size or micro_batch_size (or both)",
+                           pointer="/global_batch_size")
+    return _solve_proportional(p) if p.proportional else _solve_even(p)
+
+
+# ---------------------------------------------------------------- even split
+
+
+def _moved(old: int, new: int, policy: Divisibility, why: str) -> tuple[str, ...]:
+    if old == new:
+        return ()
+    return (f"global batch moved from {old} to {new} ({policy.value}): {why}",)
+
+
+def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tuple[int, tuple[str, ...]]:
+    """The global batch, or the nearest multiple of `unit` in [unit, most] under the policy."""
+    G = p.global_batch_size
+    assert G is not None
+    fits = G % unit == 0 and (most is None or G <= most)
+    if fits:
+        return G, ()
+    if p.strict:
+        raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
+    if p.divisibility is Divisibility.ROUND_DOWN:
+        value = min(G // unit * unit, most if most is not None else G)
+        if value < unit:
+            raise _NoFit(f"no global batch at or below {G} is {why}; the smallest is {unit}",
+                         "/global_batch_size")
+    else:
+        value = ceil_div(G, unit) * unit
+        if (most is not None and value > most) or value > MAX_SAFE_INTEGER:
+            raise _NoFit(f"no global batch at or above {G} is {why}", "/global_batch_size")
+    return value, _moved(G, value, p.divisibility, why)
+
+
+def _even_shares(layout: Layout, micro: int) -> tuple[Share, ...]:
+    return tuple(Share(i, s.start, s.stop, micro) for i, s in enumerate(layout.segments))
+
+
+def _solve_even(p: BatchProblem) -> BatchSolution:
+    D = p.layout.data_parallel_size
+    cap = p.layout.uniform_cap
+    G, m, g = p.global_batch_size, p.micro_batch_size, p.gradient_accumulation_steps
+    if m is not None and cap is not None and m > cap:
+        raise _NoFit(f"micro_batch_size {m} is above the cap of {cap} samples per replica "
+                     f"(max_micro_batch_size)", "/micro_batch_size")
+    warnings: tuple[str, ...] = ()
+    if G is None:
+        assert m is not None
+        g = g or 1
+        G = m * g * D
+        if G > MAX_SAFE_INTEGER:
+            raise _NoFit(f"micro {m} x accumulation {g} x {D} replicas = {G} is above the "
+                         f"limit of {MAX_SAFE_INTEGER}", "/micro_batch_size")
+    elif m is not None and g is not None:
+        if G != m * g * D:
+            raise _NoFit(
+                f"global_batch_size {G} != micro_batch_size {m} x gradient_accumulation_steps "
+                f"{g} x data_parallel_size {D} = {m * g * D}", "/global_batch_size")
+    elif m is not None:
+        G, warnings = _round_to_unit(p, m * D, None,
+                                     f"a multiple of micro {m} x {D} replicas = {m * D}")
+        g = G // (m * D)
+    elif g is not None:
+        most = cap * g * D if cap is not None else None
+        why = f"a multiple of accumulation {g} x {D} replicas = {g * D}"
+        if most is not None:
+            why += f" within the micro-batch cap of {cap} (at most {most})"
+        G, warnings = _round_to_unit(p, g * D, most, why)
+        m = G // (g * D)
+    else:
+        G, warnings = _round_to_unit(p, D, None, f"a multiple of the {D} data-parallel replicas")
+        per_replica = G // D
+        g = smallest_divisor_at_least(per_replica, ceil_div(per_replica, cap) if cap else 1)
+        assert g is not None  # per_replica itself always qualifies
+        m = per_replica // g
+    return BatchSolution(G, g, _even_shares(p.layout, m), warnings)
+
+
+# ---------------------------------------------------------- proportional split
+
+
+def _capped_layout(p: BatchProblem) -> Layout:
+    """Balance with a fixed micro_batch_size: that size is every replica's ceiling."""
+    m = p.micro_batch_size
+    if m is None:
+        return p.layout
+    segments = tuple(Segment(s.start, s.stop, s.node_group, s.throughput,
+                             m if s.cap is None else min(m, s.cap)) for s in p.layout.segments)
+    return replace(p.layout, segments=segments)
+
+
+def _fits_total(total: int, D: int, capacity: int | None) -> int | None:
+    """Smallest accumulation g with g | total and D <= total/g <= capacity."""
+    low = ceil_div(total, capacity) if capacity else 1
+    return smallest_divisor_at_least(total, low, total // D)
+
+
+def _scan(start: int, step: int, ok: Callable[[int], bool]) -> int | None:
+    value = start
+    for _ in range(_SEARCH_STEPS):
+        if value < 1 or value > MAX_SAFE_INTEGER:
+            return None
+        if ok(value):
+            return value
+        value += step
+    return None
+
+
+def _nearest_total(G: int, D: int, capacity: int | None, up: bool) -> int | None:
+    """Nearest global batch at or beyond G (in the policy's direction) that some
+    accumulation count splits into micro-steps of D..capacity samples."""
+    if up:
+        if G <= D:
+            return D
+        if capacity is None or G <= capacity:
+            return G
+        found = _scan(G, 1, lambda x: _fits_total(x, D, capacity) is not None)
+        fallback = capacity * ceil_div(G, capacity)  # g = ceil(G/C), full micro-steps
+        return found if found is not None else (fallback if fallback <= MAX_SAFE_INTEGER else None)
+    if G < D:
+        return None
+    if capacity is None or G <= capacity:
+        return G
+    found = _scan(G, -1, lambda x: _fits_total(x, D, capacity) is not None)
+    return found if found is not None else capacity * (G // capacity)
+
+
+def _solve_proportional(p: BatchProblem) -> BatchSolution:
+    layout = _capped_layout(p)
+    D, C = layout.data_parallel_size, layout.capacity
+    G, g = p.global_batch_size, p.gradient_accumulation_steps
+    if G is None:
+        raise InvalidValue(
+            "a proportional split (mixed node groups or divisibility 'balance') starts from "
+            "global_batch_size; give it, or fix micro_batch_size for an even split",
+            pointer="/global_batch_size")
+    warnings: tuple[str, ...] = ()
+    room = f"between {D} (one sample per replica)" + (f" and {C} (every cap full)" if C else "")
+    if g is not None:
+        most = g * C if C is not None else None
+        fits = G % g == 0 and G // g >= D and (most is None or G <= most)
+        if not fits:
+            why = f"a multiple of accumulation {g} whose micro-step total lies {room}"
+            if p.strict:
+                raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
+            if p.divisibility is Divisibility.ROUND_DOWN:
+                value = g * min(G // g, C if C is not None else G)
+                if value // g < D:
+                    raise _NoFit(f"no global batch at or below {G} is {why}", "/global_batch_size")
+            else:
+                value = g * max(ceil_div(G, g), D)
+                if (most is not None and value > most) or value > MAX_SAFE_INTEGER:
+                    raise _NoFit(f"no global batch at or above {G} is {why}", "/global_batch_size")
+            warnings = _moved(G, value, p.divisibility, why)
+            G = value
+    else:
+        found = _fits_total(G, D, C)
+        if found is None:
+            why = f"divisible by an accumulation count whose micro-step total lies {room}"
+            if p.strict:
+                raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
+            moved = _nearest_total(G, D, C, up=p.divisibility is Divisibility.ROUND_UP)
+            if moved is None:
+                raise _NoFit(f"no global batch at or below {G} is {why}", "/global_batch_size")
+            warnings = _moved(G, moved, p.divisibility, why)
+            G = moved
+            found = _fits_total(G, D, C)
+        assert found is not None
+        g = found
+    shares = proportional_shares(G // g, layout.segments)
+    return BatchSolution(G, g, tuple(shares), warnings)
+
+
+# ------------------------------------------------------------------ suggestions
+
+
+def _checked(p: BatchProblem, field: str, values: Iterable[int], target: int) -> list[int]:
+    def works(v: int) -> bool:
+        changes: dict[str, Any] = {field: v}
+        return feasible_as_given(replace(p, **changes))
+
+    ok = [v for v in set(values) if 1 <= v <= MAX_SAFE_INTEGER and works(v)]
+    return nearest(ok, target)
+
+
+def _divisors_near(n: int, target: int, keep: Callable[[int], bool]) -> list[int]:
+    if n < 1 or n > MAX_SAFE_INTEGER:
+        return []
+    return nearest([d for d in divisors(n) if keep(d)], target)
+
+
+def suggest(p: BatchProblem) -> dict[str, list[int]]:
+    """Nearest values that make the request feasible, one field changed at a time."""
+    G, m, g = p.global_batch_size, p.micro_batch_size, p.gradient_accumulation_steps
+    D = p.layout.data_parallel_size
+    out: dict[str, list[int]] = {}
+
+    if G is not None:
+        globals_: list[int] = []
+        if p.proportional:
+            C = _capped_layout(p).capacity
+            if g is not None:
+                k = G // g
+                globals_ = [g * j for j in (k - 1, k, k + 1, k + 2, D, C or D) if j >= 1]
+            else:
+                for up in (False, True):
+                    v = _nearest_total(G, D, C, up)
+                    if v is not None:
+                        globals_.append(v)
+                        nxt = _nearest_total(v - 1 if not up else v + 1, D, C, up)
+                        if nxt is not None:
+                            globals_.append(nxt)
+        elif m is not None and g is not None:
+            globals_ = [m * g * D]
+        else:
+            unit = D * (m or 1) * (g or 1)
+            k = G // unit
+            globals_ = [unit * j for j in (k - 1, k, k + 1, k + 2) if j >= 1]
+            cap = p.layout.uniform_cap
+            if g is not None and cap is not None:
+                globals_.append(cap * g * D)
+        out["global_batch_size"] = _checked(p, "global_batch_size", globals_, G)
+
+    if G is not None and not p.proportional:
+        cap = p.layout.uniform_cap
+        if g is not None:
+            micros = [G // (g * D)] if G % (g * D) == 0 else []
+        else:
+            micros = _divisors_near(G // D if G % D == 0 else 0, m or cap or G // D or 1,
+                                    lambda d: cap is None or d <= cap)
+        out["micro_batch_size"] = _checked(p, "micro_batch_size", micros, m or cap or 1)
+        if m is not None:
+            accums = [G // (m * D)] if G % (m * D) == 0 else []
+        else:
+            per = G // D if G % D == 0 else 0
+            accums = _divisors_near(per, g or 1, lambda d: cap is None or per // d <= cap)
+        out["gradient_accumulation_steps"] = _checked(
+            p, "gradient_accumulation_steps", accums, g or 1)
+        fixed = (m or 1) * (g or 1)
+        quotient = G // fixed if G % fixed == 0 else 0
+        out["data_parallel_size"] = _divisors_near(
+            quotient, D, lambda d: d != D and (m is not None or g is None or cap is None
+                                               or quotient // d <= cap))
+    elif G is not None:
+        C = _capped_layout(p).capacity
+        accums = _divisors_near(G, g or 1, lambda d: G // d >= D and (C is None or G // d <= C))
+        out["gradient_accumulation_steps"] = _checked(
+            p, "gradient_accumulation_steps", accums, g or 1)
+    elif m is not None:
+        cap = p.layout.uniform_cap
+        if cap is not None and m > cap:
+            out["micro_batch_size"] = [cap]
+
+    return {k: v for k, v in out.items() if v}

@@ -1,0 +1,100 @@
+"""Learning-rate scaling against the global batch, with warmup.
+
+A new rule is one function `(kappa) -> factor` and one line in `SCALING_RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+from app.core.errors import InvalidValue
+from app.core.models import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
+
+# kappa = global batch / base batch
+SCALING_RULES: dict[LRRule, Callable[[float], float]] = {
+    LRRule.LINEAR: lambda kappa: kappa,  # Goyal et al. 2017
+    LRRule.SQRT: math.sqrt,  # Krizhevsky 2014; Malladi et al. 2022 for Adam
+    LRRule.NONE: lambda kappa: 1.0,
+}
+
+AUTO_RULE: dict[Optimizer, LRRule] = {
+    Optimizer.SGD: LRRule.LINEAR,
+    Optimizer.LARS: LRRule.LINEAR,
+    Optimizer.ADAM: LRRule.SQRT,
+    Optimizer.ADAMW: LRRule.SQRT,
+    Optimizer.LAMB: LRRule.SQRT,
+}
+
+ADAM_LIKE = frozenset({Optimizer.ADAM, Optimizer.ADAMW, Optimizer.LAMB})
+
+
+def resolve_rule(spec: LearningRateSpec) -> LRRule:
+    return AUTO_RULE[spec.optimizer] if spec.rule is LRRule.AUTO else spec.rule
+
+
+def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) -> int:
+    if spec.warmup_epochs is not None and spec.warmup_steps is not None:
+        raise InvalidValue("give warmup_epochs or warmup_steps, not both",
+                           pointer="/learning_rate/warmup_steps")
+    if spec.warmup_epochs is not None:
+        if optimizer_steps_per_epoch is None:
+            raise InvalidValue(
+                "warmup_epochs needs a dataset to count optimizer steps per epoch; "
+                "add dataset.num_samples or give warmup_steps",
+                pointer="/learning_rate/warmup_epochs")
+        # The decimal the user wrote, not its binary float: 0.1 epochs x 30 steps is 3,
+        # where float arithmetic would give 3.0000000000000004 and round up to 4.
+        return math.ceil(Fraction(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch)
+    return spec.warmup_steps or 0
+
+
+def adam_adjustment(spec: LearningRateSpec, kappa: float) -> tuple[AdamAdjustment, list[str]]:
+    """Malladi et al. 2022's square-root scaling rule for Adam's other constants."""
+    beta1, beta2 = spec.betas
+    adjusted = AdamAdjustment(
+        beta1=1 - kappa * (1 - beta1),
+        beta2=1 - kappa * (1 - beta2),
+        eps=spec.eps / math.sqrt(kappa),
+        kappa=kappa,
+        valid=kappa * (1 - beta1) < 1 and kappa * (1 - beta2) < 1,
+    )
+    warnings = []
+    if not adjusted.valid:
+        warnings.append(
+            f"the square-root rule for Adam holds while kappa x (1 - beta) < 1; here kappa = "
+            f"{kappa:g} gives beta1 = {adjusted.beta1:g}, beta2 = {adjusted.beta2:g}, outside "
+            f"[0, 1): reduce the batch growth or tune the betas by hand")
+    return adjusted, warnings
+
+
+def plan_learning_rate(
+    spec: LearningRateSpec, global_batch_size: int, optimizer_steps_per_epoch: int | None
+) -> tuple[LearningRatePlan, list[str]]:
+    rule = resolve_rule(spec)
+    kappa = global_batch_size / spec.base_batch_size
+    factor = SCALING_RULES[rule](kappa)
+    warnings: list[str] = []
+    adam = None
+    if spec.optimizer in ADAM_LIKE and rule is LRRule.SQRT:
+        adam, warnings = adam_adjustment(spec, kappa)
+    if spec.optimizer in ADAM_LIKE and rule is LRRule.LINEAR and kappa > 1:
+        warnings.append(f"linear scaling with {spec.optimizer.value} tends to diverge at large "
+                        f"batches; the square-root rule (rule: sqrt or auto) is the usual choice")
+    plan = LearningRatePlan(
+        optimizer=spec.optimizer.value,
+        rule=rule.value,
+        requested_rule=spec.rule.value,
+        base_lr=spec.base_lr,
+        base_batch_size=spec.base_batch_size,
+        factor=factor,
+        lr=spec.base_lr * factor,
+        warmup_steps=warmup_steps(spec, optimizer_steps_per_epoch),
+        warmup_start_lr=spec.base_lr,
+        adam=adam,
+    )
+    if not math.isfinite(plan.lr) or plan.lr <= 0:
+        raise InvalidValue(f"the scaled learning rate {plan.lr!r} is not a finite positive number",
+                           pointer="/learning_rate/base_lr")
+    return plan, warnings

@@ -1,0 +1,190 @@
+"""Frozen inputs and outputs of the planner. Plain dataclasses: no web types here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+# Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
+MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
+MAX_WORLD_SIZE = 10_000_000
+
+
+class Divisibility(StrEnum):
+    EXACT = "exact"
+    ROUND_DOWN = "round_down"
+    ROUND_UP = "round_up"
+    BALANCE = "balance"
+
+
+class LossReduction(StrEnum):
+    MEAN = "mean"
+    SUM = "sum"
+
+
+class Optimizer(StrEnum):
+    SGD = "sgd"
+    LARS = "lars"
+    ADAM = "adam"
+    ADAMW = "adamw"
+    LAMB = "lamb"
+
+
+class LRRule(StrEnum):
+    LINEAR = "linear"
+    SQRT = "sqrt"
+    NONE = "none"
+    AUTO = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    num_nodes: int
+    gpus_per_node: int
+    relative_throughput: float = 1.0
+    max_micro_batch_size: int | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    node_groups: tuple[NodeGroup, ...]
+    # True when the request listed node_groups; pointers in errors follow the request's shape.
+    listed_groups: bool = False
+
+    @classmethod
+    def homogeneous(cls, num_nodes: int, gpus_per_node: int) -> Topology:
+        return cls((NodeGroup("default", num_nodes, gpus_per_node),), listed_groups=False)
+
+    @property
+    def world_size(self) -> int:
+        return sum(g.num_gpus for g in self.node_groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    tensor: int = 1
+    pipeline: int = 1
+    context: int = 1
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor * self.pipeline * self.context
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSpec:
+    num_samples: int
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+    epochs: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LearningRateSpec:
+    base_lr: float
+    base_batch_size: int = 256
+    rule: LRRule = LRRule.AUTO
+    optimizer: Optimizer = Optimizer.SGD
+    warmup_epochs: float | None = None
+    warmup_steps: int | None = None
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    topology: Topology
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    max_micro_batch_size: int | None = None
+    divisibility: Divisibility = Divisibility.EXACT
+    parallelism: Parallelism = Parallelism()
+    loss_reduction: LossReduction = LossReduction.MEAN
+    dataset: DatasetSpec | None = None
+    learning_rate: LearningRateSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaGroup:
+    """Consecutive data-parallel ranks [start, stop) that share every setting."""
+
+    start: int
+    stop: int
+    node_group: str
+    micro_batch_size: int
+    samples_per_step: int
+    loss_scale: float
+    relative_throughput: float
+    max_micro_batch_size: int | None
+    num_samples_per_replica: int | None = None
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerPlan:
+    kind: str  # "DistributedSampler" or "proportional"
+    num_replicas: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    num_samples_per_replica: int | None  # None when replicas take different shares
+    total_size: int
+    padded_samples: int
+    dropped_samples: int
+    micro_steps_per_epoch: int
+    optimizer_steps_per_epoch: int
+    samples_per_micro_step: int
+    epochs: int | None = None
+    total_optimizer_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdamAdjustment:
+    beta1: float
+    beta2: float
+    eps: float
+    kappa: float
+    valid: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LearningRatePlan:
+    optimizer: str
+    rule: str  # the rule applied ("auto" resolved)
+    requested_rule: str
+    base_lr: float
+    base_batch_size: int
+    factor: float
+    lr: float
+    warmup_steps: int
+    warmup_start_lr: float
+    adam: AdamAdjustment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    world_size: int
+    model_parallel_size: int
+    data_parallel_size: int
+    requested_global_batch_size: int | None
+    global_batch_size: int
+    micro_batch_size: int | None  # None when replica groups differ
+    gradient_accumulation_steps: int
+    replica_groups: tuple[ReplicaGroup, ...]
+    split: str  # "even" or "proportional"
+    divisibility: str
+    loss_reduction: str
+    sampler: SamplerPlan | None
+    learning_rate: LearningRatePlan | None
+    warnings: tuple[str, ...]
+    explanation: tuple[str, ...]

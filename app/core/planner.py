@@ -1,0 +1,175 @@
+"""The planner: a PlanRequest in, a Plan out. Everything here is pure and deterministic."""
+
+from __future__ import annotations
+
+import math
+
+from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
+from app.core.errors import InvalidValue, TopologyError
+from app.core.explain import explain
+from app.core.integers import nearest
+from app.core.learning_rate import plan_learning_rate
+from app.core.models import (
+    MAX_SAFE_INTEGER,
+    MAX_WORLD_SIZE,
+    LossReduction,
+    Plan,
+    PlanRequest,
+    ReplicaGroup,
+    SamplerPlan,
+)
+from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
+from app.core.topology import Layout, Segment, resolve_layout, validate_topology
+
+_WORLD_SEARCH = 256
+
+
+def _check_counts(request: PlanRequest) -> None:
+    """The ranges of CONTRACT.md "Limits"; the HTTP schema enforces them too, earlier."""
+    counts: list[tuple[str, int | None, int]] = [
+        ("/global_batch_size", request.global_batch_size, 1),
+        ("/micro_batch_size", request.micro_batch_size, 1),
+        ("/gradient_accumulation_steps", request.gradient_accumulation_steps, 1),
+        ("/max_micro_batch_size", request.max_micro_batch_size, 1),
+        ("/parallelism/tensor", request.parallelism.tensor, 1),
+        ("/parallelism/pipeline", request.parallelism.pipeline, 1),
+        ("/parallelism/context", request.parallelism.context, 1),
+    ]
+    if request.dataset is not None:
+        counts += [("/dataset/num_samples", request.dataset.num_samples, 1),
+                   ("/dataset/seed", request.dataset.seed, 0),
+                   ("/dataset/epochs", request.dataset.epochs, 1)]
+    lr = request.learning_rate
+    if lr is not None:
+        counts += [("/learning_rate/base_batch_size", lr.base_batch_size, 1),
+                   ("/learning_rate/warmup_steps", lr.warmup_steps, 0)]
+        for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
+            if not (math.isfinite(value) and value > 0):
+                raise InvalidValue(f"{pointer.rsplit('/', 1)[1]} must be finite and > 0", pointer=pointer)
+        epochs = lr.warmup_epochs
+        if epochs is not None and not (math.isfinite(epochs) and epochs >= 0):
+            raise InvalidValue("warmup_epochs must be finite and >= 0",
+                               pointer="/learning_rate/warmup_epochs")
+        if not all(0 <= b < 1 for b in lr.betas):
+            raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
+    for pointer, number, low in counts:
+        if number is None:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
+            name = pointer.rsplit("/", 1)[1]
+            nearest_ok = min(max(number, low), MAX_SAFE_INTEGER) if isinstance(number, int) else low
+            raise InvalidValue(f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
+                               pointer=pointer, suggestions={name: [nearest_ok]})
+
+
+def _working_world_sizes(request: PlanRequest, problem_of: Layout) -> list[int]:
+    """Nearby GPU counts that the parallel sizes divide and the batch fits."""
+    mp = request.parallelism.model_parallel_size
+    world = request.topology.world_size
+    cap = problem_of.uniform_cap
+    found: list[int] = []
+    for direction in (-1, 1):
+        hits = 0
+        candidate = world // mp * mp + (mp if direction > 0 else 0)
+        for _ in range(_WORLD_SEARCH):
+            if candidate < mp or candidate > MAX_WORLD_SIZE or hits == 2:
+                break
+            dp = candidate // mp
+            layout = Layout(candidate, mp, dp, (Segment(0, dp, "default", 1.0, cap),), ())
+            problem = BatchProblem(layout, request.global_batch_size, request.micro_batch_size,
+                                   request.gradient_accumulation_steps, request.divisibility, False)
+            if candidate != world and feasible_as_given(problem):
+                found.append(candidate)
+                hits += 1
+            candidate += direction * mp
+    return nearest(found, world)
+
+
+def _layout(request: PlanRequest) -> Layout:
+    try:
+        return resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
+    except TopologyError as err:
+        caps = [g.max_micro_batch_size for g in request.topology.node_groups] + [request.max_micro_batch_size]
+        known = [c for c in caps if c is not None]
+        probe = Layout(0, 1, 1, (Segment(0, 1, "default", 1.0, min(known) if known else None),), ())
+        err.suggestions = {"world_size": _working_world_sizes(request, probe)}
+        if not err.suggestions["world_size"]:
+            del err.suggestions["world_size"]
+        raise
+
+
+def _replica_groups(request: PlanRequest, layout: Layout, solution: BatchSolution,
+                    sampler: SamplerPlan | None) -> tuple[ReplicaGroup, ...]:
+    dp, G, g = layout.data_parallel_size, solution.global_batch_size, solution.gradient_accumulation_steps
+    groups = []
+    for share in solution.shares:
+        segment = layout.segments[share.segment]
+        # Float division of exact integers: one correctly rounded value, as a user's
+        # own `dp * micro / global` would give.
+        scale = dp * share.samples / G if request.loss_reduction is LossReduction.MEAN else dp / G
+        if sampler is None:
+            per_replica = None
+        elif sampler.num_samples_per_replica is not None:
+            per_replica = sampler.num_samples_per_replica
+        else:
+            per_replica = sampler.micro_steps_per_epoch * share.samples
+        groups.append(ReplicaGroup(
+            start=share.start, stop=share.stop, node_group=segment.node_group,
+            micro_batch_size=share.samples, samples_per_step=share.samples * g, loss_scale=scale,
+            relative_throughput=segment.throughput, max_micro_batch_size=segment.cap,
+            num_samples_per_replica=per_replica,
+        ))
+    return tuple(groups)
+
+
+def plan(request: PlanRequest) -> Plan:
+    validate_topology(request.topology)
+    _check_counts(request)
+    layout = _layout(request)
+    proportional = choose_split(layout, request.micro_batch_size, request.divisibility)
+    solution = solve(BatchProblem(
+        layout, request.global_batch_size, request.micro_batch_size,
+        request.gradient_accumulation_steps, request.divisibility, proportional))
+    G, g, dp = solution.global_batch_size, solution.gradient_accumulation_steps, layout.data_parallel_size
+    common = solution.shares[0].samples if solution.even else None
+
+    warnings = list(layout.warnings) + list(solution.warnings)
+    sampler = None
+    if request.dataset is not None:
+        if common is not None:
+            sampler = even_sampler(request.dataset, dp, common, g)
+        else:
+            sampler = proportional_sampler(request.dataset, dp, G // g, g)
+        warnings += sampler_warnings(sampler, request.dataset, common, g)
+
+    lr_plan = None
+    if request.learning_rate is not None:
+        lr_plan, lr_warnings = plan_learning_rate(
+            request.learning_rate, G, sampler.optimizer_steps_per_epoch if sampler else None)
+        warnings += lr_warnings
+        run = sampler.total_optimizer_steps if sampler else None
+        if run is not None and lr_plan.warmup_steps > run:
+            warnings.append(f"warmup ({lr_plan.warmup_steps} steps) is longer than the whole run "
+                            f"({run} optimizer steps)")
+    groups = _replica_groups(request, layout, solution, sampler)
+    explanation = explain(
+        world=layout.world_size, parallelism=request.parallelism, dp=dp, global_batch=G,
+        accumulation=g, groups=groups, common_micro=common, reduction=request.loss_reduction,
+        sampler=sampler, lr=lr_plan, by_throughput=layout.heterogeneous)
+    return Plan(
+        world_size=layout.world_size,
+        model_parallel_size=layout.model_parallel_size,
+        data_parallel_size=dp,
+        requested_global_batch_size=request.global_batch_size,
+        global_batch_size=G,
+        micro_batch_size=common,
+        gradient_accumulation_steps=g,
+        replica_groups=groups,
+        split="even" if common is not None else "proportional",
+        divisibility=request.divisibility.value,
+        loss_reduction=request.loss_reduction.value,
+        sampler=sampler,
+        learning_rate=lr_plan,
+        warnings=tuple(warnings),
+        explanation=tuple(explanation),
+    )

@@ -1,0 +1,171 @@
+"""From GPUs to data-parallel replicas, in runs ("segments") rather than one by one.
+
+Ranks are laid out node group by node group, in request order. Data-parallel replica r
+owns the model-parallel block of GPUs [r*mp, (r+1)*mp). A block that straddles two node
+groups runs at the pace of its slowest GPU and within its smallest cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.errors import InvalidValue, TopologyError
+from app.core.integers import nearest
+from app.core.models import MAX_WORLD_SIZE, NodeGroup, Parallelism, Topology
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Consecutive replicas [start, stop) with one throughput and one cap."""
+
+    start: int
+    stop: int
+    node_group: str
+    throughput: float
+    cap: int | None  # None: no cap
+
+    @property
+    def count(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    world_size: int
+    model_parallel_size: int
+    data_parallel_size: int
+    segments: tuple[Segment, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def heterogeneous(self) -> bool:
+        first = self.segments[0]
+        return any((s.throughput, s.cap) != (first.throughput, first.cap) for s in self.segments)
+
+    @property
+    def uniform_cap(self) -> int | None:
+        caps = [s.cap for s in self.segments if s.cap is not None]
+        return min(caps) if caps else None
+
+    @property
+    def capacity(self) -> int | None:
+        """Most samples one micro-step can hold (sum of caps), None when unbounded."""
+        if any(s.cap is None for s in self.segments):
+            return None
+        return sum(s.count * s.cap for s in self.segments if s.cap is not None)
+
+
+def _min_cap(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def _group_pointer(topology: Topology, index: int, name: str) -> str:
+    if topology.listed_groups:
+        return f"/topology/node_groups/{index}/{name}"
+    return f"/topology/{name}"
+
+
+def _tensor_warnings(topology: Topology, parallelism: Parallelism) -> list[str]:
+    tp = parallelism.tensor
+    out = []
+    for group in topology.node_groups:
+        if tp > 1 and (tp > group.gpus_per_node or group.gpus_per_node % tp):
+            where = "" if not topology.listed_groups else f" in node group {group.name!r}"
+            out.append(
+                f"a tensor-parallel group of {tp} GPUs cannot sit inside one node of "
+                f"{group.gpus_per_node} GPUs{where}: its all-reduces will cross the "
+                f"inter-node network; use a tensor size that divides {group.gpus_per_node}"
+            )
+    return out
+
+
+def world_size_suggestions(world: int, mp: int) -> list[int]:
+    base = world // mp * mp
+    candidates = [c for c in (base - mp, base, base + mp, base + 2 * mp) if 0 < c <= MAX_WORLD_SIZE]
+    return nearest(candidates, world)
+
+
+def resolve_layout(
+    topology: Topology, parallelism: Parallelism, request_cap: int | None
+) -> Layout:
+    world = topology.world_size
+    mp = parallelism.model_parallel_size
+    if world > MAX_WORLD_SIZE:
+        raise InvalidValue(
+            f"the cluster has {world} GPUs; a plan covers at most {MAX_WORLD_SIZE}",
+            pointer="/topology",
+        )
+    if world % mp:
+        raise TopologyError(
+            f"{world} GPUs cannot be split into model-parallel groups of "
+            f"tensor {parallelism.tensor} x pipeline {parallelism.pipeline} x context "
+            f"{parallelism.context} = {mp} GPUs; the GPU count must be a multiple of {mp}",
+            pointer="/parallelism",
+            suggestions={"world_size": world_size_suggestions(world, mp)},
+        )
+
+    segments: list[Segment] = []
+    pending: tuple[str, float, int | None, int] | None = None  # name, tput, cap, gpus so far
+    replica = 0
+
+    def emit(name: str, throughput: float, cap: int | None, count: int) -> None:
+        nonlocal replica
+        last = segments[-1] if segments else None
+        if last and (last.node_group, last.throughput, last.cap) == (name, throughput, cap):
+            segments[-1] = Segment(last.start, replica + count, name, throughput, cap)
+        else:
+            segments.append(Segment(replica, replica + count, name, throughput, cap))
+        replica += count
+
+    for group in topology.node_groups:
+        gpus = group.num_gpus
+        cap = _min_cap(request_cap, group.max_micro_batch_size)
+        if pending is not None:
+            name, tput, pcap, have = pending
+            take = min(mp - have, gpus)
+            gpus -= take
+            pending = (f"{name}+{group.name}", min(tput, group.relative_throughput),
+                       _min_cap(pcap, cap), have + take)
+            if pending[3] == mp:
+                emit(pending[0], pending[1], pending[2], 1)
+                pending = None
+        if gpus >= mp:
+            emit(group.name, group.relative_throughput, cap, gpus // mp)
+        if gpus % mp:
+            pending = (group.name, group.relative_throughput, cap, gpus % mp)
+
+    warnings = _tensor_warnings(topology, parallelism)
+    straddling = [s.node_group for s in segments if "+" in s.node_group]
+    if straddling:
+        warnings.append(
+            "model-parallel groups span node groups (" + ", ".join(straddling)
+            + "): each such replica runs at the pace of its slowest GPU"
+        )
+    return Layout(world, mp, world // mp, tuple(segments), tuple(warnings))
+
+
+def validate_topology(topology: Topology) -> None:
+    """Checks the core relies on; the HTTP schema enforces the same, earlier."""
+    names: set[str] = set()
+    for i, group in enumerate(topology.node_groups):
+        check: tuple[tuple[str, NodeGroup | float | int | None], ...] = (
+            ("num_nodes", group.num_nodes), ("gpus_per_node", group.gpus_per_node),
+        )
+        for field_name, value in check:
+            if not isinstance(value, int) or value < 1:
+                raise InvalidValue(f"{field_name} must be a whole number >= 1",
+                                   pointer=_group_pointer(topology, i, field_name),
+                                   suggestions={field_name: [1]})
+        if not group.relative_throughput > 0 or group.relative_throughput == float("inf"):
+            raise InvalidValue("relative_throughput must be finite and > 0",
+                               pointer=_group_pointer(topology, i, "relative_throughput"))
+        if group.name in names:
+            raise InvalidValue(f"node group name {group.name!r} is used twice; names must be unique",
+                               pointer=_group_pointer(topology, i, "name"))
+        names.add(group.name)
+    if not topology.node_groups:
+        raise InvalidValue("topology needs at least one node group", pointer="/topology/node_groups")

@@ -1,0 +1,31 @@
+"""Deployment settings, all from BATCHPLAN_* environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="BATCHPLAN_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address `batchplan serve` binds.")
+    port: int = Field(8000, ge=1, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "console"] = "console"
+    api_key: SecretStr | None = Field(None, description="When set, /v1/checks* require it.")
+    protect_planner: bool = Field(False, description="Also require the API key on /v1/plans*.")
+    cors_origins: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+    # The worker (gradient checks).
+    jobs_db: Path = Field(Path("batchplan-jobs.sqlite3"), description="SQLite job database.")
+    worker_enabled: bool = Field(True, description="Start warm rank processes at startup.")
+    processes_per_host: int = Field(4, ge=1, le=64, description="Warm rank processes.")
+    max_replicas_per_check: int = Field(4096, ge=1)
+    queue_size: int = Field(16, ge=1, description="Checks that may wait; more get 429.")
+    check_timeout_s: float = Field(120.0, gt=0, le=3600)
+    concurrent_checks: int = Field(1, ge=1, le=8)
