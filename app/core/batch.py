@@ -59,8 +59,12 @@ class _NoFit(Exception):
         self.detail, self.pointer = detail, pointer
 
 
-def choose_split(layout: Layout, micro_batch_size: int | None, divisibility: Divisibility) -> bool:
-    """True for a proportional split."""
+def choose_split(layout: Layout, global_batch_size: int | None, micro_batch_size: int | None,
+                 divisibility: Divisibility) -> bool:
+    """True for a proportional split. It shares out a given global batch, so without
+    one (micro alone, or micro and accumulation) the split is even."""
+    if global_batch_size is None:
+        return False
     if divisibility is Divisibility.BALANCE:
         return True
     return layout.heterogeneous and micro_batch_size is None
@@ -110,6 +114,11 @@ def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tu
     if fits:
         return G, ()
     if p.strict:
+        if G % unit == 0 and most is not None:
+            raise _NoFit(f"global_batch_size {G} needs micro-batches of {G // unit}, above the "
+                         f"cap of {p.layout.uniform_cap} (max_micro_batch_size): with "
+                         f"accumulation {p.gradient_accumulation_steps} it can be at most {most}",
+                         "/global_batch_size")
         raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
     if p.divisibility is Divisibility.ROUND_DOWN:
         value = min(G // unit * unit, most if most is not None else G)
@@ -155,7 +164,7 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
         most = cap * g * D if cap is not None else None
         why = f"a multiple of accumulation {g} x {D} replicas = {g * D}"
         if most is not None:
-            why += f" within the micro-batch cap of {cap} (at most {most})"
+            why += f", at most {most} (cap {cap} x accumulation {g} x {D} replicas)"
         G, warnings = _round_to_unit(p, g * D, most, why)
         m = G // (g * D)
     else:
@@ -220,11 +229,7 @@ def _solve_proportional(p: BatchProblem) -> BatchSolution:
     layout = _capped_layout(p)
     D, C = layout.data_parallel_size, layout.capacity
     G, g = p.global_batch_size, p.gradient_accumulation_steps
-    if G is None:
-        raise InvalidValue(
-            "a proportional split (mixed node groups or divisibility 'balance') starts from "
-            "global_batch_size; give it, or fix micro_batch_size for an even split",
-            pointer="/global_batch_size")
+    assert G is not None  # choose_split picks an even split without one
     warnings: tuple[str, ...] = ()
     room = f"between {D} (one sample per replica)" + (f" and {C} (every cap full)" if C else "")
     if g is not None:
@@ -272,6 +277,13 @@ def _checked(p: BatchProblem, field: str, values: Iterable[int], target: int) ->
 
     ok = [v for v in set(values) if 1 <= v <= MAX_SAFE_INTEGER and works(v)]
     return nearest(ok, target)
+
+
+def _resized(layout: Layout, replicas: int) -> Layout:
+    """The same cluster with another number of replicas, each under the common cap."""
+    mp = layout.model_parallel_size
+    segment = Segment(0, replicas, "default", 1.0, layout.uniform_cap)
+    return Layout(replicas * mp, mp, replicas, (segment,), ())
 
 
 def _divisors_near(n: int, target: int, keep: Callable[[int], bool]) -> list[int]:
@@ -330,8 +342,7 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
         fixed = (m or 1) * (g or 1)
         quotient = G // fixed if G % fixed == 0 else 0
         out["data_parallel_size"] = _divisors_near(
-            quotient, D, lambda d: d != D and (m is not None or g is None or cap is None
-                                               or quotient // d <= cap))
+            quotient, D, lambda d: d != D and feasible_as_given(replace(p, layout=_resized(p.layout, d))))
     elif G is not None:
         C = _capped_layout(p).capacity
         accums = _divisors_near(G, g or 1, lambda d: G // d >= D and (C is None or G // d <= C))

@@ -126,7 +126,8 @@ def plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
     layout = _layout(request)
-    proportional = choose_split(layout, request.micro_batch_size, request.divisibility)
+    proportional = choose_split(layout, request.global_batch_size, request.micro_batch_size,
+                                request.divisibility)
     solution = solve(BatchProblem(
         layout, request.global_batch_size, request.micro_batch_size,
         request.gradient_accumulation_steps, request.divisibility, proportional))
