@@ -14,29 +14,46 @@ from app.core.models import Divisibility, LossReduction, LRRule, Optimizer
 from app.core.planner import plan as plan_locally
 from app.schemas.plans import PlanOut, PlanRequestIn
 
-cli = typer.Typer(help="Split a distributed PyTorch batch exactly.", no_args_is_help=True,
-                  add_completion=False)
+cli = typer.Typer(
+    help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False
+)
 
 
 def _request_body(**flags: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"topology": {"num_nodes": flags["num_nodes"],
-                                         "gpus_per_node": flags["gpus_per_node"]}}
-    for name in ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps",
-                 "max_micro_batch_size"):
+    body: dict[str, Any] = {
+        "topology": {"num_nodes": flags["num_nodes"], "gpus_per_node": flags["gpus_per_node"]}
+    }
+    for name in (
+        "global_batch_size",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "max_micro_batch_size",
+    ):
         if flags[name] is not None:
             body[name] = flags[name]
     body["divisibility"] = flags["divisibility"].value
     body["loss_reduction"] = flags["loss_reduction"].value
-    body["parallelism"] = {"tensor": flags["tensor"], "pipeline": flags["pipeline"],
-                           "context": flags["context"]}
+    body["parallelism"] = {
+        "tensor": flags["tensor"],
+        "pipeline": flags["pipeline"],
+        "context": flags["context"],
+    }
     if flags["num_samples"] is not None:
-        body["dataset"] = {"num_samples": flags["num_samples"], "drop_last": flags["drop_last"],
-                           "shuffle": not flags["no_shuffle"], "seed": flags["seed"]}
+        body["dataset"] = {
+            "num_samples": flags["num_samples"],
+            "drop_last": flags["drop_last"],
+            "shuffle": not flags["no_shuffle"],
+            "seed": flags["seed"],
+        }
         if flags["epochs"] is not None:
             body["dataset"]["epochs"] = flags["epochs"]
     if flags["base_lr"] is not None:
-        lr: dict[str, Any] = {"base_lr": flags["base_lr"], "base_batch_size": flags["base_batch_size"],
-                              "rule": flags["rule"].value, "optimizer": flags["optimizer"].value}
+        lr: dict[str, Any] = {
+            "base_lr": flags["base_lr"],
+            "base_batch_size": flags["base_batch_size"],
+            "rule": flags["rule"].value,
+            "optimizer": flags["optimizer"].value,
+        }
         for name in ("warmup_epochs", "warmup_steps"):
             if flags[name] is not None:
                 lr[name] = flags[name]
@@ -85,17 +102,24 @@ def _table(result: dict[str, Any]) -> str:
     ]
     for g in result["replica_groups"]:
         ranks = f"{g['start']}-{g['stop'] - 1}"
-        lines.append(f"{ranks:>15}  {g['node_group']:<12} {g['micro_batch_size']:>6} "
-                     f"{g['samples_per_step']:>9} {g['loss_scale']:>11.6g}")
+        lines.append(
+            f"{ranks:>15}  {g['node_group']:<12} {g['micro_batch_size']:>6} "
+            f"{g['samples_per_step']:>9} {g['loss_scale']:>11.6g}"
+        )
     if result.get("sampler"):
         s = result["sampler"]
-        lines += ["", f"sampler {s['kind']}: {s['micro_steps_per_epoch']} micro-steps, "
-                      f"{s['optimizer_steps_per_epoch']} optimizer steps per epoch, "
-                      f"{s['padded_samples']} padded, {s['dropped_samples']} dropped"]
+        lines += [
+            "",
+            f"sampler {s['kind']}: {s['micro_steps_per_epoch']} micro-steps, "
+            f"{s['optimizer_steps_per_epoch']} optimizer steps per epoch, "
+            f"{s['padded_samples']} padded, {s['dropped_samples']} dropped",
+        ]
     if result.get("learning_rate"):
         lr = result["learning_rate"]
-        lines.append(f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
-                     f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}")
+        lines.append(
+            f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
+            f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+        )
     lines += [""] + [f"warning: {w}" for w in result["warnings"]]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
@@ -149,8 +173,9 @@ def serve(
     from app.settings import Settings
 
     settings = Settings()
-    uvicorn.run("app.main:app", host=host or settings.host, port=port or settings.port,
-                log_level=settings.log_level)
+    uvicorn.run(
+        "app.main:app", host=host or settings.host, port=port or settings.port, log_level=settings.log_level
+    )
 
 
 def main() -> None:

@@ -26,8 +26,9 @@ class _TooLarge(Exception):
 def _problem_bytes(status: int, title: str, detail: str) -> bytes:
     import json
 
-    return json.dumps({"type": PROBLEM_TYPE + f"http-{status}", "title": title,
-                       "status": status, "detail": detail}).encode()
+    return json.dumps(
+        {"type": PROBLEM_TYPE + f"http-{status}", "title": title, "status": status, "detail": detail}
+    ).encode()
 
 
 class ServiceMiddleware:
@@ -81,15 +82,22 @@ class ServiceMiddleware:
         self._observe(scope, status_holder["status"], started)
 
     async def _reject(self, send: Send, request_id: bytes, scope: Scope) -> None:
-        body = _problem_bytes(413, "Request body too large",
-                              f"the body is over the limit of {self.max_body} bytes")
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", MEDIA_TYPE.encode()),
-                                (b"content-length", str(len(body)).encode())]})
+        body = _problem_bytes(
+            413, "Request body too large", f"the body is over the limit of {self.max_body} bytes"
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     def _observe(self, scope: Scope, status: int, started: float) -> None:
         route: Any = scope.get("route")
         template = getattr(route, "path", None) or "unmatched"
-        self.metrics.observe_request(scope.get("method", ""), template, status,
-                                     time.perf_counter() - started)
+        self.metrics.observe_request(scope.get("method", ""), template, status, time.perf_counter() - started)

@@ -20,21 +20,27 @@ def _response_examples() -> dict[str, Any]:
     out = {}
     for name, example in EXAMPLES.items():
         request = PlanRequestIn.model_validate(example["value"]).to_core()
-        out[name] = {"summary": example["summary"],
-                     "value": PlanOut.model_validate(plan(request)).model_dump(mode="json")}
+        out[name] = {
+            "summary": example["summary"],
+            "value": PlanOut.model_validate(plan(request)).model_dump(mode="json"),
+        }
     return out
 
 
 PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/json": {"examples": _response_examples()}}},
     **PROBLEM_RESPONSES,
-    422: {"model": ProblemOut, "description": "Invalid or infeasible values, with suggestions.",
-          "content": {"application/problem+json": {"example": PROBLEM_EXAMPLE}}},
+    422: {
+        "model": ProblemOut,
+        "description": "Invalid or infeasible values, with suggestions.",
+        "content": {"application/problem+json": {"example": PROBLEM_EXAMPLE}},
+    },
 }
 
 
-@router.post("/plans", summary="Plan a batch split", responses=PLAN_RESPONSES,
-             dependencies=[Depends(require_json)])
+@router.post(
+    "/plans", summary="Plan a batch split", responses=PLAN_RESPONSES, dependencies=[Depends(require_json)]
+)
 async def create_plan(
     request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
 ) -> PlanOut:

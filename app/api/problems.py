@@ -16,12 +16,17 @@ PROBLEM_TYPE = "urn:batchplan:problem:"
 MEDIA_TYPE = "application/problem+json"
 
 
-def problem(status: int, slug: str, title: str, detail: str, *,
-            errors: list[dict[str, str]] | None = None,
-            suggestions: dict[str, list[int]] | None = None,
-            headers: dict[str, str] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"type": PROBLEM_TYPE + slug, "title": title, "status": status,
-                            "detail": detail}
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    errors: list[dict[str, str]] | None = None,
+    suggestions: dict[str, list[int]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
     if errors:
         body["errors"] = errors
     if suggestions:
@@ -32,8 +37,11 @@ def problem(status: int, slug: str, title: str, detail: str, *,
 def _pointer(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p != "body"]
     # pydantic names the branch of a nullable field ("int", "list[...]"): not a request path.
-    parts = [p for p in parts if not p.startswith(("function-", "list[", "int", "float", "str", "bool"))
-             or p.isdigit()]
+    parts = [
+        p
+        for p in parts
+        if not p.startswith(("function-", "list[", "int", "float", "str", "bool")) or p.isdigit()
+    ]
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
 
 
@@ -64,37 +72,63 @@ async def _validation(request: Request, exc: RequestValidationError) -> JSONResp
         if bound is not None and pointer:
             suggestions[pointer.rsplit("/", 1)[1]] = [int(bound)]
     if malformed:
-        return problem(400, "malformed-body", "The request body is not valid JSON",
-                       errors[0]["detail"], errors=errors)
+        return problem(
+            400, "malformed-body", "The request body is not valid JSON", errors[0]["detail"], errors=errors
+        )
     first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
     where = first["pointer"] or "the body"
-    return problem(422, "validation-error", "The request does not match the schema",
-                   f"{where}: {first['detail']}", errors=errors, suggestions=suggestions)
+    return problem(
+        422,
+        "validation-error",
+        "The request does not match the schema",
+        f"{where}: {first['detail']}",
+        errors=errors,
+        suggestions=suggestions,
+    )
 
 
 async def _plan_error(request: Request, exc: PlanError) -> JSONResponse:
-    return problem(422, exc.slug, exc.title, exc.detail,
-                   errors=[{"pointer": e.pointer, "detail": e.detail} for e in exc.errors],
-                   suggestions=exc.suggestions)
+    return problem(
+        422,
+        exc.slug,
+        exc.title,
+        exc.detail,
+        errors=[{"pointer": e.pointer, "detail": e.detail} for e in exc.errors],
+        suggestions=exc.suggestions,
+    )
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    titles = {404: "Not found", 405: "Method not allowed", 401: "Unauthorized",
-              413: "Request body too large", 429: "Too many requests"}
+    titles = {
+        404: "Not found",
+        405: "Method not allowed",
+        401: "Unauthorized",
+        413: "Request body too large",
+        429: "Too many requests",
+    }
     detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-    return problem(exc.status_code, f"http-{exc.status_code}",
-                   titles.get(exc.status_code, "HTTP error"), detail,
-                   headers=dict(exc.headers) if exc.headers else None)
+    return problem(
+        exc.status_code,
+        f"http-{exc.status_code}",
+        titles.get(exc.status_code, "HTTP error"),
+        detail,
+        headers=dict(exc.headers) if exc.headers else None,
+    )
 
 
 async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
-    return problem(400, "malformed-body", "The request body is nested too deeply",
-                   "JSON nesting is too deep to parse")
+    return problem(
+        400, "malformed-body", "The request body is nested too deeply", "JSON nesting is too deep to parse"
+    )
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-    return problem(500, "internal-error", "Internal server error",
-                   "the server failed to handle this request; it has been logged")
+    return problem(
+        500,
+        "internal-error",
+        "Internal server error",
+        "the server failed to handle this request; it has been logged",
+    )
 
 
 def install_problem_handlers(app: FastAPI) -> None:
@@ -106,8 +140,12 @@ def install_problem_handlers(app: FastAPI) -> None:
 
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {"description": "Malformed body (not JSON, or not application/json).",
-          "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}},
-    413: {"description": "Request body too large.",
-          "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}},
+    400: {
+        "description": "Malformed body (not JSON, or not application/json).",
+        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}},
+    },
+    413: {
+        "description": "Request body too large.",
+        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}},
+    },
 }

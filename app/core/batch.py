@@ -59,8 +59,9 @@ class _NoFit(Exception):
         self.detail, self.pointer = detail, pointer
 
 
-def choose_split(layout: Layout, global_batch_size: int | None, micro_batch_size: int | None,
-                 divisibility: Divisibility) -> bool:
+def choose_split(
+    layout: Layout, global_batch_size: int | None, micro_batch_size: int | None, divisibility: Divisibility
+) -> bool:
     """True for a proportional split. It shares out a given global batch, so without
     one (micro alone, or micro and accumulation) the split is even."""
     if global_batch_size is None:
@@ -74,8 +75,7 @@ def solve(problem: BatchProblem) -> BatchSolution:
     try:
         return _solve(problem)
     except _NoFit as err:
-        raise InfeasiblePlan(err.detail, pointer=err.pointer,
-                             suggestions=suggest(problem)) from None
+        raise InfeasiblePlan(err.detail, pointer=err.pointer, suggestions=suggest(problem)) from None
 
 
 def feasible_as_given(problem: BatchProblem) -> bool:
@@ -92,8 +92,9 @@ def _strict_policy(problem: BatchProblem) -> Divisibility:
 
 def _solve(p: BatchProblem) -> BatchSolution:
     if p.global_batch_size is None and p.micro_batch_size is None:
-        raise InvalidValue("give global_batch_size or micro_batch_size (or both)",
-                           pointer="/global_batch_size")
+        raise InvalidValue(
+            "give global_batch_size or micro_batch_size (or both)", pointer="/global_batch_size"
+        )
     return _solve_proportional(p) if p.proportional else _solve_even(p)
 
 
@@ -115,16 +116,19 @@ def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tu
         return G, ()
     if p.strict:
         if G % unit == 0 and most is not None:
-            raise _NoFit(f"global_batch_size {G} needs micro-batches of {G // unit}, above the "
-                         f"cap of {p.layout.uniform_cap} (max_micro_batch_size): with "
-                         f"accumulation {p.gradient_accumulation_steps} it can be at most {most}",
-                         "/global_batch_size")
+            raise _NoFit(
+                f"global_batch_size {G} needs micro-batches of {G // unit}, above the "
+                f"cap of {p.layout.uniform_cap} (max_micro_batch_size): with "
+                f"accumulation {p.gradient_accumulation_steps} it can be at most {most}",
+                "/global_batch_size",
+            )
         raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
     if p.divisibility is Divisibility.ROUND_DOWN:
         value = min(G // unit * unit, most if most is not None else G)
         if value < unit:
-            raise _NoFit(f"no global batch at or below {G} is {why}; the smallest is {unit}",
-                         "/global_batch_size")
+            raise _NoFit(
+                f"no global batch at or below {G} is {why}; the smallest is {unit}", "/global_batch_size"
+            )
     else:
         value = ceil_div(G, unit) * unit
         if (most is not None and value > most) or value > MAX_SAFE_INTEGER:
@@ -141,24 +145,29 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
     cap = p.layout.uniform_cap
     G, m, g = p.global_batch_size, p.micro_batch_size, p.gradient_accumulation_steps
     if m is not None and cap is not None and m > cap:
-        raise _NoFit(f"micro_batch_size {m} is above the cap of {cap} samples per replica "
-                     f"(max_micro_batch_size)", "/micro_batch_size")
+        raise _NoFit(
+            f"micro_batch_size {m} is above the cap of {cap} samples per replica (max_micro_batch_size)",
+            "/micro_batch_size",
+        )
     warnings: tuple[str, ...] = ()
     if G is None:
         assert m is not None
         g = g or 1
         G = m * g * D
         if G > MAX_SAFE_INTEGER:
-            raise _NoFit(f"micro {m} x accumulation {g} x {D} replicas = {G} is above the "
-                         f"limit of {MAX_SAFE_INTEGER}", "/micro_batch_size")
+            raise _NoFit(
+                f"micro {m} x accumulation {g} x {D} replicas = {G} is above the limit of {MAX_SAFE_INTEGER}",
+                "/micro_batch_size",
+            )
     elif m is not None and g is not None:
         if G != m * g * D:
             raise _NoFit(
                 f"global_batch_size {G} != micro_batch_size {m} x gradient_accumulation_steps "
-                f"{g} x data_parallel_size {D} = {m * g * D}", "/global_batch_size")
+                f"{g} x data_parallel_size {D} = {m * g * D}",
+                "/global_batch_size",
+            )
     elif m is not None:
-        G, warnings = _round_to_unit(p, m * D, None,
-                                     f"a multiple of micro {m} x {D} replicas = {m * D}")
+        G, warnings = _round_to_unit(p, m * D, None, f"a multiple of micro {m} x {D} replicas = {m * D}")
         g = G // (m * D)
     elif g is not None:
         most = cap * g * D if cap is not None else None
@@ -184,8 +193,10 @@ def _capped_layout(p: BatchProblem) -> Layout:
     m = p.micro_batch_size
     if m is None:
         return p.layout
-    segments = tuple(Segment(s.start, s.stop, s.node_group, s.throughput,
-                             m if s.cap is None else min(m, s.cap)) for s in p.layout.segments)
+    segments = tuple(
+        Segment(s.start, s.stop, s.node_group, s.throughput, m if s.cap is None else min(m, s.cap))
+        for s in p.layout.segments
+    )
     return replace(p.layout, segments=segments)
 
 
@@ -329,25 +340,25 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
         if g is not None:
             micros = [G // (g * D)] if G % (g * D) == 0 else []
         else:
-            micros = _divisors_near(G // D if G % D == 0 else 0, m or cap or G // D or 1,
-                                    lambda d: cap is None or d <= cap)
+            micros = _divisors_near(
+                G // D if G % D == 0 else 0, m or cap or G // D or 1, lambda d: cap is None or d <= cap
+            )
         out["micro_batch_size"] = _checked(p, "micro_batch_size", micros, m or cap or 1)
         if m is not None:
             accums = [G // (m * D)] if G % (m * D) == 0 else []
         else:
             per = G // D if G % D == 0 else 0
             accums = _divisors_near(per, g or 1, lambda d: cap is None or per // d <= cap)
-        out["gradient_accumulation_steps"] = _checked(
-            p, "gradient_accumulation_steps", accums, g or 1)
+        out["gradient_accumulation_steps"] = _checked(p, "gradient_accumulation_steps", accums, g or 1)
         fixed = (m or 1) * (g or 1)
         quotient = G // fixed if G % fixed == 0 else 0
         out["data_parallel_size"] = _divisors_near(
-            quotient, D, lambda d: d != D and feasible_as_given(replace(p, layout=_resized(p.layout, d))))
+            quotient, D, lambda d: d != D and feasible_as_given(replace(p, layout=_resized(p.layout, d)))
+        )
     elif G is not None:
         C = _capped_layout(p).capacity
         accums = _divisors_near(G, g or 1, lambda d: G // d >= D and (C is None or G // d <= C))
-        out["gradient_accumulation_steps"] = _checked(
-            p, "gradient_accumulation_steps", accums, g or 1)
+        out["gradient_accumulation_steps"] = _checked(p, "gradient_accumulation_steps", accums, g or 1)
     elif m is not None:
         cap = p.layout.uniform_cap
         if cap is not None and m > cap:

@@ -12,9 +12,18 @@ def _ranks(g: ReplicaGroup) -> str:
 
 
 def explain(
-    *, world: int, parallelism: Parallelism, dp: int, global_batch: int, accumulation: int,
-    groups: tuple[ReplicaGroup, ...], common_micro: int | None, reduction: LossReduction,
-    sampler: SamplerPlan | None, lr: LearningRatePlan | None, by_throughput: bool,
+    *,
+    world: int,
+    parallelism: Parallelism,
+    dp: int,
+    global_batch: int,
+    accumulation: int,
+    groups: tuple[ReplicaGroup, ...],
+    common_micro: int | None,
+    reduction: LossReduction,
+    sampler: SamplerPlan | None,
+    lr: LearningRatePlan | None,
+    by_throughput: bool,
 ) -> list[str]:
     mp = parallelism.model_parallel_size
     out = [
@@ -27,70 +36,88 @@ def explain(
         out.append(
             f"Yes, split the batch: each replica takes a micro-batch of {common_micro} and "
             f"accumulates {accumulation} per optimizer step: {common_micro} x {accumulation} x "
-            f"{dp} = {global_batch}, the global batch.")
+            f"{dp} = {global_batch}, the global batch."
+        )
         out.append(
             f"Under DistributedDataParallel every process builds its own loader: "
             f"DataLoader(dataset, batch_size={common_micro}, sampler=DistributedSampler(dataset, "
             f"num_replicas={dp}, rank=data_parallel_rank)). Under DataParallel one process "
-            f"feeds all GPUs, so there batch_size is the whole batch per step, {per_step}.")
+            f"feeds all GPUs, so there batch_size is the whole batch per step, {per_step}."
+        )
     else:
-        listed = ", ".join(f"{_ranks(g)} ({g.node_group}) take {g.micro_batch_size}"
-                           for g in groups[:_MAX_LISTED])
+        listed = ", ".join(
+            f"{_ranks(g)} ({g.node_group}) take {g.micro_batch_size}" for g in groups[:_MAX_LISTED]
+        )
         more = f", and {len(groups) - _MAX_LISTED} more groups" if len(groups) > _MAX_LISTED else ""
         basis = "throughput" if by_throughput else "equal shares, largest remainder first"
         out.append(
             f"Each micro-step's {per_step} samples are shared out by {basis}: {listed}{more}; "
             f"every replica accumulates {accumulation} micro-batch{'es' if accumulation > 1 else ''}, "
             f"{global_batch} samples "
-            f"in all.")
+            f"in all."
+        )
         out.append(
             "Under DistributedDataParallel each rank builds its loader with its own "
             "batch_size from replica_groups and the proportional sampler, so every rank runs "
-            "the same number of micro-steps and no rank waits at the all-reduce.")
+            "the same number of micro-steps and no rank waits at the all-reduce."
+        )
     if accumulation > 1:
         out.append(
             f"Run the first {accumulation - 1} of every {accumulation} micro-batches inside "
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
-            f"optimizer.")
+            f"optimizer."
+        )
     scales = sorted({g.loss_scale for g in groups})
     scale_text = f"{scales[0]:g}" if len(scales) == 1 else f"{scales[0]:g} to {scales[-1]:g}"
     if reduction is LossReduction.SUM:
         out.append(
             f"Losses are summed, so multiply each micro-batch loss by data_parallel_size / "
             f"global batch ({dp}/{global_batch} = {scale_text}): DDP's mean over {dp} replicas "
-            f"then equals the gradient of the mean loss over all {global_batch} samples.")
+            f"then equals the gradient of the mean loss over all {global_batch} samples."
+        )
     elif common_micro is None:
         out.append(
             f"Replicas see different numbers of samples but DDP weighs their gradients "
             f"equally; multiplying each replica's mean loss by data_parallel_size x its "
             f"micro-batch / global batch ({scale_text} here) makes the average exactly the "
-            f"gradient of the mean loss over all {global_batch} samples.")
+            f"gradient of the mean loss over all {global_batch} samples."
+        )
     elif accumulation > 1:
         out.append(
             f"Multiply each micro-batch's mean loss by loss_scale = 1/{accumulation} = "
-            f"{scale_text}, so the accumulated gradient is a mean over the step, not a sum.")
+            f"{scale_text}, so the accumulated gradient is a mean over the step, not a sum."
+        )
     if lr is not None:
-        law = {"linear": f"linear rule {lr.base_lr:g} x {global_batch}/{lr.base_batch_size}",
-               "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
-               "none": "no scaling"}[lr.rule]
-        text = (f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
-                f"learning rate is scaled against that, not against one GPU's micro-batch: "
-                f"{law} = {lr.lr:g}")
+        law = {
+            "linear": f"linear rule {lr.base_lr:g} x {global_batch}/{lr.base_batch_size}",
+            "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
+            "none": "no scaling",
+        }[lr.rule]
+        text = (
+            f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
+            f"learning rate is scaled against that, not against one GPU's micro-batch: "
+            f"{law} = {lr.lr:g}"
+        )
         if lr.warmup_steps:
-            text += (f", warmed up linearly from {lr.warmup_start_lr:g} over {lr.warmup_steps} "
-                     f"optimizer steps (Goyal et al. 2017)")
+            text += (
+                f", warmed up linearly from {lr.warmup_start_lr:g} over {lr.warmup_steps} "
+                f"optimizer steps (Goyal et al. 2017)"
+            )
         out.append(text + ".")
         if lr.adam is not None:
             out.append(
                 f"For {lr.optimizer} the square-root rule also moves beta1 to {lr.adam.beta1:g}, "
-                f"beta2 to {lr.adam.beta2:g} and eps to {lr.adam.eps:g} (Malladi et al. 2022).")
+                f"beta2 to {lr.adam.beta2:g} and eps to {lr.adam.eps:g} (Malladi et al. 2022)."
+            )
     if sampler is not None and sampler.shuffle:
         out.append(
             f"Call sampler.set_epoch(epoch) before every epoch: the sampler shuffles with "
             f"seed + epoch ({sampler.seed} + epoch), and without it every epoch repeats one "
-            f"order.")
+            f"order."
+        )
     if sampler is not None:
         out.append(
             f"One epoch is {sampler.micro_steps_per_epoch} micro-steps and "
-            f"{sampler.optimizer_steps_per_epoch} optimizer steps per replica.")
+            f"{sampler.optimizer_steps_per_epoch} optimizer steps per replica."
+        )
     return out

@@ -36,14 +36,16 @@ def resolve_rule(spec: LearningRateSpec) -> LRRule:
 
 def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) -> int:
     if spec.warmup_epochs is not None and spec.warmup_steps is not None:
-        raise InvalidValue("give warmup_epochs or warmup_steps, not both",
-                           pointer="/learning_rate/warmup_steps")
+        raise InvalidValue(
+            "give warmup_epochs or warmup_steps, not both", pointer="/learning_rate/warmup_steps"
+        )
     if spec.warmup_epochs is not None:
         if optimizer_steps_per_epoch is None:
             raise InvalidValue(
                 "warmup_epochs needs a dataset to count optimizer steps per epoch; "
                 "add dataset.num_samples or give warmup_steps",
-                pointer="/learning_rate/warmup_epochs")
+                pointer="/learning_rate/warmup_epochs",
+            )
         # The decimal the user wrote, not its binary float: 0.1 epochs x 30 steps is 3,
         # where float arithmetic would give 3.0000000000000004 and round up to 4.
         return math.ceil(Fraction(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch)
@@ -65,7 +67,8 @@ def adam_adjustment(spec: LearningRateSpec, kappa: float) -> tuple[AdamAdjustmen
         warnings.append(
             f"the square-root rule for Adam holds while kappa x (1 - beta) < 1; here kappa = "
             f"{kappa:g} gives beta1 = {adjusted.beta1:g}, beta2 = {adjusted.beta2:g}, outside "
-            f"[0, 1): reduce the batch growth or tune the betas by hand")
+            f"[0, 1): reduce the batch growth or tune the betas by hand"
+        )
     return adjusted, warnings
 
 
@@ -80,8 +83,10 @@ def plan_learning_rate(
     if spec.optimizer in ADAM_LIKE and rule is LRRule.SQRT:
         adam, warnings = adam_adjustment(spec, kappa)
     if spec.optimizer in ADAM_LIKE and rule is LRRule.LINEAR and kappa > 1:
-        warnings.append(f"linear scaling with {spec.optimizer.value} tends to diverge at large "
-                        f"batches; the square-root rule (rule: sqrt or auto) is the usual choice")
+        warnings.append(
+            f"linear scaling with {spec.optimizer.value} tends to diverge at large "
+            f"batches; the square-root rule (rule: sqrt or auto) is the usual choice"
+        )
     plan = LearningRatePlan(
         optimizer=spec.optimizer.value,
         rule=rule.value,
@@ -95,6 +100,8 @@ def plan_learning_rate(
         adam=adam,
     )
     if not math.isfinite(plan.lr) or plan.lr <= 0:
-        raise InvalidValue(f"the scaled learning rate {plan.lr!r} is not a finite positive number",
-                           pointer="/learning_rate/base_lr")
+        raise InvalidValue(
+            f"the scaled learning rate {plan.lr!r} is not a finite positive number",
+            pointer="/learning_rate/base_lr",
+        )
     return plan, warnings

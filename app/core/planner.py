@@ -36,20 +36,25 @@ def _check_counts(request: PlanRequest) -> None:
         ("/parallelism/context", request.parallelism.context, 1),
     ]
     if request.dataset is not None:
-        counts += [("/dataset/num_samples", request.dataset.num_samples, 1),
-                   ("/dataset/seed", request.dataset.seed, 0),
-                   ("/dataset/epochs", request.dataset.epochs, 1)]
+        counts += [
+            ("/dataset/num_samples", request.dataset.num_samples, 1),
+            ("/dataset/seed", request.dataset.seed, 0),
+            ("/dataset/epochs", request.dataset.epochs, 1),
+        ]
     lr = request.learning_rate
     if lr is not None:
-        counts += [("/learning_rate/base_batch_size", lr.base_batch_size, 1),
-                   ("/learning_rate/warmup_steps", lr.warmup_steps, 0)]
+        counts += [
+            ("/learning_rate/base_batch_size", lr.base_batch_size, 1),
+            ("/learning_rate/warmup_steps", lr.warmup_steps, 0),
+        ]
         for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
             if not (math.isfinite(value) and value > 0):
                 raise InvalidValue(f"{pointer.rsplit('/', 1)[1]} must be finite and > 0", pointer=pointer)
         epochs = lr.warmup_epochs
         if epochs is not None and not (math.isfinite(epochs) and epochs >= 0):
-            raise InvalidValue("warmup_epochs must be finite and >= 0",
-                               pointer="/learning_rate/warmup_epochs")
+            raise InvalidValue(
+                "warmup_epochs must be finite and >= 0", pointer="/learning_rate/warmup_epochs"
+            )
         if not all(0 <= b < 1 for b in lr.betas):
             raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
     for pointer, number, low in counts:
@@ -58,8 +63,11 @@ def _check_counts(request: PlanRequest) -> None:
         if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
             name = pointer.rsplit("/", 1)[1]
             nearest_ok = min(max(number, low), MAX_SAFE_INTEGER) if isinstance(number, int) else low
-            raise InvalidValue(f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
-                               pointer=pointer, suggestions={name: [nearest_ok]})
+            raise InvalidValue(
+                f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
+                pointer=pointer,
+                suggestions={name: [nearest_ok]},
+            )
 
 
 def _working_world_sizes(request: PlanRequest, problem_of: Layout) -> list[int]:
@@ -76,8 +84,14 @@ def _working_world_sizes(request: PlanRequest, problem_of: Layout) -> list[int]:
                 break
             dp = candidate // mp
             layout = Layout(candidate, mp, dp, (Segment(0, dp, "default", 1.0, cap),), ())
-            problem = BatchProblem(layout, request.global_batch_size, request.micro_batch_size,
-                                   request.gradient_accumulation_steps, request.divisibility, False)
+            problem = BatchProblem(
+                layout,
+                request.global_batch_size,
+                request.micro_batch_size,
+                request.gradient_accumulation_steps,
+                request.divisibility,
+                False,
+            )
             if candidate != world and feasible_as_given(problem):
                 found.append(candidate)
                 hits += 1
@@ -98,8 +112,9 @@ def _layout(request: PlanRequest) -> Layout:
         raise
 
 
-def _replica_groups(request: PlanRequest, layout: Layout, solution: BatchSolution,
-                    sampler: SamplerPlan | None) -> tuple[ReplicaGroup, ...]:
+def _replica_groups(
+    request: PlanRequest, layout: Layout, solution: BatchSolution, sampler: SamplerPlan | None
+) -> tuple[ReplicaGroup, ...]:
     dp, G, g = layout.data_parallel_size, solution.global_batch_size, solution.gradient_accumulation_steps
     groups = []
     for share in solution.shares:
@@ -113,12 +128,19 @@ def _replica_groups(request: PlanRequest, layout: Layout, solution: BatchSolutio
             per_replica = sampler.num_samples_per_replica
         else:
             per_replica = sampler.micro_steps_per_epoch * share.samples
-        groups.append(ReplicaGroup(
-            start=share.start, stop=share.stop, node_group=segment.node_group,
-            micro_batch_size=share.samples, samples_per_step=share.samples * g, loss_scale=scale,
-            relative_throughput=segment.throughput, max_micro_batch_size=segment.cap,
-            num_samples_per_replica=per_replica,
-        ))
+        groups.append(
+            ReplicaGroup(
+                start=share.start,
+                stop=share.stop,
+                node_group=segment.node_group,
+                micro_batch_size=share.samples,
+                samples_per_step=share.samples * g,
+                loss_scale=scale,
+                relative_throughput=segment.throughput,
+                max_micro_batch_size=segment.cap,
+                num_samples_per_replica=per_replica,
+            )
+        )
     return tuple(groups)
 
 
@@ -126,11 +148,19 @@ def plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
     layout = _layout(request)
-    proportional = choose_split(layout, request.global_batch_size, request.micro_batch_size,
-                                request.divisibility)
-    solution = solve(BatchProblem(
-        layout, request.global_batch_size, request.micro_batch_size,
-        request.gradient_accumulation_steps, request.divisibility, proportional))
+    proportional = choose_split(
+        layout, request.global_batch_size, request.micro_batch_size, request.divisibility
+    )
+    solution = solve(
+        BatchProblem(
+            layout,
+            request.global_batch_size,
+            request.micro_batch_size,
+            request.gradient_accumulation_steps,
+            request.divisibility,
+            proportional,
+        )
+    )
     G, g, dp = solution.global_batch_size, solution.gradient_accumulation_steps, layout.data_parallel_size
     common = solution.shares[0].samples if solution.even else None
 
@@ -146,17 +176,28 @@ def plan(request: PlanRequest) -> Plan:
     lr_plan = None
     if request.learning_rate is not None:
         lr_plan, lr_warnings = plan_learning_rate(
-            request.learning_rate, G, sampler.optimizer_steps_per_epoch if sampler else None)
+            request.learning_rate, G, sampler.optimizer_steps_per_epoch if sampler else None
+        )
         warnings += lr_warnings
         run = sampler.total_optimizer_steps if sampler else None
         if run is not None and lr_plan.warmup_steps > run:
-            warnings.append(f"warmup ({lr_plan.warmup_steps} steps) is longer than the whole run "
-                            f"({run} optimizer steps)")
+            warnings.append(
+                f"warmup ({lr_plan.warmup_steps} steps) is longer than the whole run ({run} optimizer steps)"
+            )
     groups = _replica_groups(request, layout, solution, sampler)
     explanation = explain(
-        world=layout.world_size, parallelism=request.parallelism, dp=dp, global_batch=G,
-        accumulation=g, groups=groups, common_micro=common, reduction=request.loss_reduction,
-        sampler=sampler, lr=lr_plan, by_throughput=layout.heterogeneous)
+        world=layout.world_size,
+        parallelism=request.parallelism,
+        dp=dp,
+        global_batch=G,
+        accumulation=g,
+        groups=groups,
+        common_micro=common,
+        reduction=request.loss_reduction,
+        sampler=sampler,
+        lr=lr_plan,
+        by_throughput=layout.heterogeneous,
+    )
     return Plan(
         world_size=layout.world_size,
         model_parallel_size=layout.model_parallel_size,

@@ -32,8 +32,16 @@ def even_sampler(
     per_replica = distributed_sampler_num_samples(dataset.num_samples, replicas, dataset.drop_last)
     total = per_replica * replicas
     micro_steps = dataloader_len(per_replica, micro_batch_size)
-    return _plan(dataset, "DistributedSampler", replicas, per_replica, total, micro_steps,
-                 accumulation, micro_batch_size * replicas)
+    return _plan(
+        dataset,
+        "DistributedSampler",
+        replicas,
+        per_replica,
+        total,
+        micro_steps,
+        accumulation,
+        micro_batch_size * replicas,
+    )
 
 
 def proportional_sampler(
@@ -45,13 +53,20 @@ def proportional_sampler(
     n = dataset.num_samples
     micro_steps = n // samples_per_micro_step if dataset.drop_last else ceil_div(n, samples_per_micro_step)
     total = micro_steps * samples_per_micro_step
-    return _plan(dataset, "proportional", replicas, None, total, micro_steps, accumulation,
-                 samples_per_micro_step)
+    return _plan(
+        dataset, "proportional", replicas, None, total, micro_steps, accumulation, samples_per_micro_step
+    )
 
 
 def _plan(
-    dataset: DatasetSpec, kind: str, replicas: int, per_replica: int | None, total: int,
-    micro_steps: int, accumulation: int, per_micro_step: int,
+    dataset: DatasetSpec,
+    kind: str,
+    replicas: int,
+    per_replica: int | None,
+    total: int,
+    micro_steps: int,
+    accumulation: int,
+    per_micro_step: int,
 ) -> SamplerPlan:
     n = dataset.num_samples
     steps = micro_steps // accumulation
@@ -77,29 +92,42 @@ def _samples(count: int) -> str:
     return f"{count} sample{'s' if count != 1 else ''} per epoch {'is' if count == 1 else 'are'}"
 
 
-def sampler_warnings(sampler: SamplerPlan, dataset: DatasetSpec, micro_batch_size: int | None,
-                     accumulation: int) -> list[str]:
+def sampler_warnings(
+    sampler: SamplerPlan, dataset: DatasetSpec, micro_batch_size: int | None, accumulation: int
+) -> list[str]:
     out = []
     who = "DistributedSampler" if sampler.kind == "DistributedSampler" else "the proportional sampler"
     if sampler.padded_samples:
-        out.append(f"{_samples(sampler.padded_samples)} seen twice: {who} pads "
-                   f"{dataset.num_samples} to {sampler.total_size}")
+        out.append(
+            f"{_samples(sampler.padded_samples)} seen twice: {who} pads "
+            f"{dataset.num_samples} to {sampler.total_size}"
+        )
     if sampler.dropped_samples:
-        out.append(f"{_samples(sampler.dropped_samples)} never seen: {who} with drop_last "
-                   f"keeps {sampler.total_size} of {dataset.num_samples}")
+        out.append(
+            f"{_samples(sampler.dropped_samples)} never seen: {who} with drop_last "
+            f"keeps {sampler.total_size} of {dataset.num_samples}"
+        )
     if sampler.micro_steps_per_epoch == 0:
-        out.append(f"the dataset of {dataset.num_samples} samples is too small for one "
-                   f"micro-step of {sampler.samples_per_micro_step} samples: an epoch is empty")
-    if (sampler.num_samples_per_replica is not None and micro_batch_size
-            and sampler.num_samples_per_replica % micro_batch_size):
+        out.append(
+            f"the dataset of {dataset.num_samples} samples is too small for one "
+            f"micro-step of {sampler.samples_per_micro_step} samples: an epoch is empty"
+        )
+    if (
+        sampler.num_samples_per_replica is not None
+        and micro_batch_size
+        and sampler.num_samples_per_replica % micro_batch_size
+    ):
         last = sampler.num_samples_per_replica % micro_batch_size
-        out.append(f"the last micro-batch of each epoch holds {last} of {micro_batch_size} "
-                   f"samples per replica, so its samples weigh more in that step's gradient")
+        out.append(
+            f"the last micro-batch of each epoch holds {last} of {micro_batch_size} "
+            f"samples per replica, so its samples weigh more in that step's gradient"
+        )
     leftover = sampler.micro_steps_per_epoch % accumulation
     if leftover:
         out.append(
             f"an epoch ends mid-accumulation: its last {leftover} of "
             f"{sampler.micro_steps_per_epoch} micro-steps do not complete an optimizer step "
             f"(optimizer_steps_per_epoch = {sampler.optimizer_steps_per_epoch} counts whole "
-            f"steps; step the optimizer on them or drop them)")
+            f"steps; step the optimizer on them or drop them)"
+        )
     return out

@@ -66,8 +66,7 @@ def proportional_shares(total: int, segments: tuple[Segment, ...]) -> list[Share
     """Whole per-replica sample counts that add up to `total`; needs
     replicas <= total <= sum of caps. Returns at most two shares per segment."""
     replicas = sum(s.count for s in segments)
-    capacity = None if any(s.cap is None for s in segments) else sum(
-        s.count * (s.cap or 0) for s in segments)
+    capacity = None if any(s.cap is None for s in segments) else sum(s.count * (s.cap or 0) for s in segments)
     if not replicas <= total <= (capacity if capacity is not None else total):
         raise ValueError(f"{total} samples cannot give {replicas} replicas 1..cap each")
     weights = _integer_weights(segments)

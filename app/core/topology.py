@@ -89,9 +89,7 @@ def world_size_suggestions(world: int, mp: int) -> list[int]:
     return nearest(candidates, world)
 
 
-def resolve_layout(
-    topology: Topology, parallelism: Parallelism, request_cap: int | None
-) -> Layout:
+def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: int | None) -> Layout:
     world = topology.world_size
     mp = parallelism.model_parallel_size
     if world > MAX_WORLD_SIZE:
@@ -128,8 +126,12 @@ def resolve_layout(
             name, tput, pcap, have = pending
             take = min(mp - have, gpus)
             gpus -= take
-            pending = (f"{name}+{group.name}", min(tput, group.relative_throughput),
-                       _min_cap(pcap, cap), have + take)
+            pending = (
+                f"{name}+{group.name}",
+                min(tput, group.relative_throughput),
+                _min_cap(pcap, cap),
+                have + take,
+            )
             if pending[3] == mp:
                 emit(pending[0], pending[1], pending[2], 1)
                 pending = None
@@ -142,7 +144,8 @@ def resolve_layout(
     straddling = [s.node_group for s in segments if "+" in s.node_group]
     if straddling:
         warnings.append(
-            "model-parallel groups span node groups (" + ", ".join(straddling)
+            "model-parallel groups span node groups ("
+            + ", ".join(straddling)
             + "): each such replica runs at the pace of its slowest GPU"
         )
     return Layout(world, mp, world // mp, tuple(segments), tuple(warnings))
@@ -153,19 +156,26 @@ def validate_topology(topology: Topology) -> None:
     names: set[str] = set()
     for i, group in enumerate(topology.node_groups):
         check: tuple[tuple[str, NodeGroup | float | int | None], ...] = (
-            ("num_nodes", group.num_nodes), ("gpus_per_node", group.gpus_per_node),
+            ("num_nodes", group.num_nodes),
+            ("gpus_per_node", group.gpus_per_node),
         )
         for field_name, value in check:
             if not isinstance(value, int) or value < 1:
-                raise InvalidValue(f"{field_name} must be a whole number >= 1",
-                                   pointer=_group_pointer(topology, i, field_name),
-                                   suggestions={field_name: [1]})
+                raise InvalidValue(
+                    f"{field_name} must be a whole number >= 1",
+                    pointer=_group_pointer(topology, i, field_name),
+                    suggestions={field_name: [1]},
+                )
         if not group.relative_throughput > 0 or group.relative_throughput == float("inf"):
-            raise InvalidValue("relative_throughput must be finite and > 0",
-                               pointer=_group_pointer(topology, i, "relative_throughput"))
+            raise InvalidValue(
+                "relative_throughput must be finite and > 0",
+                pointer=_group_pointer(topology, i, "relative_throughput"),
+            )
         if group.name in names:
-            raise InvalidValue(f"node group name {group.name!r} is used twice; names must be unique",
-                               pointer=_group_pointer(topology, i, "name"))
+            raise InvalidValue(
+                f"node group name {group.name!r} is used twice; names must be unique",
+                pointer=_group_pointer(topology, i, "name"),
+            )
         names.add(group.name)
     if not topology.node_groups:
         raise InvalidValue("topology needs at least one node group", pointer="/topology/node_groups")

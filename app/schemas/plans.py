@@ -22,23 +22,63 @@ class _In(BaseModel):
 
 
 class NodeGroupIn(_In):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "h100",
+                    "num_nodes": 2,
+                    "gpus_per_node": 8,
+                    "relative_throughput": 2.0,
+                    "max_micro_batch_size": 64,
+                }
+            ]
+        },
+    )
+
     name: str | None = Field(
-        None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="Unique label; default `group<i>`.", examples=["h100"])
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Unique label; default `group<i>`.",
+        examples=["h100"],
+    )
     num_nodes: GpuCount
     gpus_per_node: GpuCount
     relative_throughput: PositiveFloat = Field(
-        1.0, le=1e9, description="Samples per second of one GPU, relative to the others.")
+        1.0, le=1e9, description="Samples per second of one GPU, relative to the others."
+    )
     max_micro_batch_size: Count | None = Field(
-        None, description="Largest micro-batch one GPU of this group holds.")
+        None, description="Largest micro-batch one GPU of this group holds."
+    )
 
 
 class TopologyIn(_In):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"num_nodes": 2, "gpus_per_node": 8},
+                {
+                    "node_groups": [
+                        {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0},
+                        {"name": "a100", "num_nodes": 1, "gpus_per_node": 4, "relative_throughput": 1.0},
+                    ]
+                },
+            ]
+        },
+    )
+
     num_nodes: GpuCount | None = None
     gpus_per_node: GpuCount | None = None
     node_groups: list[NodeGroupIn] | None = Field(
-        None, min_length=1, max_length=MAX_NODE_GROUPS,
-        description="A mixed cluster, instead of num_nodes/gpus_per_node.")
+        None,
+        min_length=1,
+        max_length=MAX_NODE_GROUPS,
+        description="A mixed cluster, instead of num_nodes/gpus_per_node.",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> Self:
@@ -53,19 +93,41 @@ class TopologyIn(_In):
         if self.node_groups is None:
             assert self.num_nodes is not None and self.gpus_per_node is not None
             return core.Topology.homogeneous(self.num_nodes, self.gpus_per_node)
-        return core.Topology(tuple(
-            core.NodeGroup(g.name or f"group{i}", g.num_nodes, g.gpus_per_node,
-                           g.relative_throughput, g.max_micro_batch_size)
-            for i, g in enumerate(self.node_groups)), listed_groups=True)
+        return core.Topology(
+            tuple(
+                core.NodeGroup(
+                    g.name or f"group{i}",
+                    g.num_nodes,
+                    g.gpus_per_node,
+                    g.relative_throughput,
+                    g.max_micro_batch_size,
+                )
+                for i, g in enumerate(self.node_groups)
+            ),
+            listed_groups=True,
+        )
 
 
 class ParallelismIn(_In):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"tensor": 4, "pipeline": 2, "context": 1}]}
+    )
+
     tensor: GpuCount = 1
     pipeline: GpuCount = 1
     context: GpuCount = 1
 
 
 class DatasetIn(_In):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90}
+            ]
+        },
+    )
+
     num_samples: Count
     shuffle: bool = Field(True, strict=True)
     seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SAFE_INTEGER)] = 0
@@ -77,6 +139,21 @@ Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
 
 
 class LearningRateIn(_In):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "base_lr": 0.1,
+                    "base_batch_size": 256,
+                    "rule": "linear",
+                    "optimizer": "sgd",
+                    "warmup_epochs": 5,
+                }
+            ]
+        },
+    )
+
     base_lr: PositiveFloat = Field(le=1e6)
     base_batch_size: Count = 256
     rule: core.LRRule = core.LRRule.AUTO
@@ -125,6 +202,25 @@ class _Out(BaseModel):
 
 
 class ReplicaGroupOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "start": 0,
+                    "stop": 16,
+                    "node_group": "default",
+                    "micro_batch_size": 32,
+                    "samples_per_step": 32,
+                    "loss_scale": 1.0,
+                    "relative_throughput": 1.0,
+                    "max_micro_batch_size": None,
+                    "num_samples_per_replica": 80073,
+                }
+            ]
+        },
+    )
+
     start: int = Field(description="First data-parallel rank (inclusive).")
     stop: int = Field(description="Last data-parallel rank (exclusive).")
     node_group: str
@@ -137,6 +233,30 @@ class ReplicaGroupOut(_Out):
 
 
 class SamplerOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "kind": "DistributedSampler",
+                    "num_replicas": 16,
+                    "shuffle": True,
+                    "seed": 0,
+                    "drop_last": False,
+                    "num_samples_per_replica": 80073,
+                    "total_size": 1281168,
+                    "padded_samples": 1,
+                    "dropped_samples": 0,
+                    "micro_steps_per_epoch": 2503,
+                    "optimizer_steps_per_epoch": 2503,
+                    "samples_per_micro_step": 512,
+                    "epochs": 90,
+                    "total_optimizer_steps": 225270,
+                }
+            ]
+        },
+    )
+
     kind: str = Field(examples=["DistributedSampler", "proportional"])
     num_replicas: int
     shuffle: bool
@@ -154,6 +274,13 @@ class SamplerOut(_Out):
 
 
 class AdamOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [{"beta1": 0.8, "beta2": 0.998, "eps": 7.071e-09, "kappa": 2.0, "valid": True}]
+        },
+    )
+
     beta1: float
     beta2: float
     eps: float
@@ -162,6 +289,26 @@ class AdamOut(_Out):
 
 
 class LearningRateOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "optimizer": "sgd",
+                    "rule": "linear",
+                    "requested_rule": "linear",
+                    "base_lr": 0.1,
+                    "base_batch_size": 256,
+                    "factor": 2.0,
+                    "lr": 0.2,
+                    "warmup_steps": 12515,
+                    "warmup_start_lr": 0.1,
+                    "adam": None,
+                }
+            ]
+        },
+    )
+
     optimizer: str
     rule: str
     requested_rule: str
@@ -192,6 +339,21 @@ class PlanOut(_Out):
     explanation: list[str]
 
 
+PROBLEM_EXAMPLE = {
+    "type": "urn:batchplan:problem:infeasible-plan",
+    "title": "The batch cannot be split as requested",
+    "status": 422,
+    "detail": "global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512",
+    "errors": [
+        {
+            "pointer": "/global_batch_size",
+            "detail": "global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512",
+        }
+    ],
+    "suggestions": {"global_batch_size": [1024, 512, 1536]},
+}
+
+
 class FieldErrorOut(BaseModel):
     pointer: str = Field(examples=["/global_batch_size"])
     detail: str
@@ -199,6 +361,8 @@ class FieldErrorOut(BaseModel):
 
 class ProblemOut(BaseModel):
     """RFC 9457 problem details."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [PROBLEM_EXAMPLE]})
 
     type: str
     title: str
@@ -218,21 +382,37 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "value": {
             "topology": {"num_nodes": 2, "gpus_per_node": 8},
             "global_batch_size": 512,
-            "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False,
-                        "epochs": 90},
-            "learning_rate": {"base_lr": 0.1, "base_batch_size": 256, "rule": "linear",
-                              "optimizer": "sgd", "warmup_epochs": 5},
+            "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90},
+            "learning_rate": {
+                "base_lr": 0.1,
+                "base_batch_size": 256,
+                "rule": "linear",
+                "optimizer": "sgd",
+                "warmup_epochs": 5,
+            },
         },
     },
     "mixed": {
         "summary": "Mixed H100 and A100 nodes, split by throughput",
         "value": {
-            "topology": {"node_groups": [
-                {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0,
-                 "max_micro_batch_size": 64},
-                {"name": "a100", "num_nodes": 1, "gpus_per_node": 4, "relative_throughput": 1.0,
-                 "max_micro_batch_size": 32},
-            ]},
+            "topology": {
+                "node_groups": [
+                    {
+                        "name": "h100",
+                        "num_nodes": 2,
+                        "gpus_per_node": 8,
+                        "relative_throughput": 2.0,
+                        "max_micro_batch_size": 64,
+                    },
+                    {
+                        "name": "a100",
+                        "num_nodes": 1,
+                        "gpus_per_node": 4,
+                        "relative_throughput": 1.0,
+                        "max_micro_batch_size": 32,
+                    },
+                ]
+            },
             "global_batch_size": 1000,
             "dataset": {"num_samples": 100000},
         },
@@ -244,23 +424,22 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             "parallelism": {"tensor": 4, "pipeline": 2, "context": 1},
             "global_batch_size": 1024,
             "max_micro_batch_size": 16,
-            "learning_rate": {"base_lr": 0.0003, "base_batch_size": 256, "optimizer": "adamw",
-                              "rule": "auto", "warmup_steps": 2000},
+            "learning_rate": {
+                "base_lr": 0.0003,
+                "base_batch_size": 256,
+                "optimizer": "adamw",
+                "rule": "auto",
+                "warmup_steps": 2000,
+            },
         },
     },
     "round_down": {
         "summary": "A batch that does not divide, moved to the nearest feasible value",
-        "value": {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 1000,
-                  "micro_batch_size": 32, "divisibility": "round_down"},
+        "value": {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "global_batch_size": 1000,
+            "micro_batch_size": 32,
+            "divisibility": "round_down",
+        },
     },
-}
-
-PROBLEM_EXAMPLE = {
-    "type": "urn:batchplan:problem:infeasible-plan",
-    "title": "The batch cannot be split as requested",
-    "status": 422,
-    "detail": "global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512",
-    "errors": [{"pointer": "/global_batch_size",
-                "detail": "global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512"}],
-    "suggestions": {"global_batch_size": [1024, 512, 1536]},
 }
