@@ -20,7 +20,7 @@ from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
 from app.core.models import MAX_SAFE_INTEGER, Divisibility
 from app.core.split import Share, proportional_shares
-from app.core.topology import Layout, Segment
+from app.core.topology import Layout, Segment, uniform_layout
 
 _SEARCH_STEPS = 512  # bounded scans keep every answer within milliseconds
 
@@ -290,13 +290,6 @@ def _checked(p: BatchProblem, field: str, values: Iterable[int], target: int) ->
     return nearest(ok, target)
 
 
-def _resized(layout: Layout, replicas: int) -> Layout:
-    """The same cluster with another number of replicas, each under the common cap."""
-    mp = layout.model_parallel_size
-    segment = Segment(0, replicas, "default", 1.0, layout.uniform_cap)
-    return Layout(replicas * mp, mp, replicas, (segment,), ())
-
-
 def _divisors_near(n: int, target: int, keep: Callable[[int], bool]) -> list[int]:
     if n < 1 or n > MAX_SAFE_INTEGER:
         return []
@@ -353,7 +346,14 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
         fixed = (m or 1) * (g or 1)
         quotient = G // fixed if G % fixed == 0 else 0
         out["data_parallel_size"] = _divisors_near(
-            quotient, D, lambda d: d != D and feasible_as_given(replace(p, layout=_resized(p.layout, d)))
+            quotient,
+            D,
+            lambda d: (
+                d != D
+                and feasible_as_given(
+                    replace(p, layout=uniform_layout(d, p.layout.model_parallel_size, p.layout.uniform_cap))
+                )
+            ),
         )
     elif G is not None:
         C = _capped_layout(p).capacity

@@ -19,7 +19,7 @@ from app.core.models import (
     SamplerPlan,
 )
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
-from app.core.topology import Layout, Segment, resolve_layout, validate_topology
+from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
 
 _WORLD_SEARCH = 256
 
@@ -70,29 +70,28 @@ def _check_counts(request: PlanRequest) -> None:
             )
 
 
-def _working_world_sizes(request: PlanRequest, problem_of: Layout) -> list[int]:
+def _working_world_sizes(request: PlanRequest) -> list[int]:
     """Nearby GPU counts that the parallel sizes divide and the batch fits."""
     mp = request.parallelism.model_parallel_size
     world = request.topology.world_size
-    cap = problem_of.uniform_cap
+    caps = [g.max_micro_batch_size for g in request.topology.node_groups] + [request.max_micro_batch_size]
+    cap = min((c for c in caps if c is not None), default=None)
     found: list[int] = []
     for direction in (-1, 1):
-        hits = 0
         candidate = world // mp * mp + (mp if direction > 0 else 0)
+        hits = 0
         for _ in range(_WORLD_SEARCH):
             if candidate < mp or candidate > MAX_WORLD_SIZE or hits == 2:
                 break
-            dp = candidate // mp
-            layout = Layout(candidate, mp, dp, (Segment(0, dp, "default", 1.0, cap),), ())
             problem = BatchProblem(
-                layout,
+                uniform_layout(candidate // mp, mp, cap),
                 request.global_batch_size,
                 request.micro_batch_size,
                 request.gradient_accumulation_steps,
                 request.divisibility,
                 False,
             )
-            if candidate != world and feasible_as_given(problem):
+            if feasible_as_given(problem):
                 found.append(candidate)
                 hits += 1
             candidate += direction * mp
@@ -103,12 +102,9 @@ def _layout(request: PlanRequest) -> Layout:
     try:
         return resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     except TopologyError as err:
-        caps = [g.max_micro_batch_size for g in request.topology.node_groups] + [request.max_micro_batch_size]
-        known = [c for c in caps if c is not None]
-        probe = Layout(0, 1, 1, (Segment(0, 1, "default", 1.0, min(known) if known else None),), ())
-        err.suggestions = {"world_size": _working_world_sizes(request, probe)}
-        if not err.suggestions["world_size"]:
-            del err.suggestions["world_size"]
+        sizes = _working_world_sizes(request)
+        if sizes:
+            err.suggestions = {"world_size": sizes}
         raise
 
 

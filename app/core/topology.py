@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.errors import InvalidValue, TopologyError
-from app.core.integers import nearest
 from app.core.models import MAX_WORLD_SIZE, NodeGroup, Parallelism, Topology
 
 
@@ -55,6 +54,12 @@ class Layout:
         return sum(s.count * s.cap for s in self.segments if s.cap is not None)
 
 
+def uniform_layout(replicas: int, model_parallel_size: int, cap: int | None) -> Layout:
+    """A cluster of identical replicas: what-if layouts for suggestions."""
+    segment = Segment(0, replicas, "default", 1.0, cap)
+    return Layout(replicas * model_parallel_size, model_parallel_size, replicas, (segment,), ())
+
+
 def _min_cap(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
@@ -83,10 +88,14 @@ def _tensor_warnings(topology: Topology, parallelism: Parallelism) -> list[str]:
     return out
 
 
-def world_size_suggestions(world: int, mp: int) -> list[int]:
-    base = world // mp * mp
-    candidates = [c for c in (base - mp, base, base + mp, base + 2 * mp) if 0 < c <= MAX_WORLD_SIZE]
-    return nearest(candidates, world)
+def _parallel_pointer(world: int, parallelism: Parallelism) -> str:
+    """The first parallel size at which the running product stops dividing the world."""
+    product = 1
+    for name in ("tensor", "pipeline", "context"):
+        product *= getattr(parallelism, name)
+        if world % product:
+            return f"/parallelism/{name}"
+    return "/parallelism"
 
 
 def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: int | None) -> Layout:
@@ -102,8 +111,7 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
             f"{world} GPUs cannot be split into model-parallel groups of "
             f"tensor {parallelism.tensor} x pipeline {parallelism.pipeline} x context "
             f"{parallelism.context} = {mp} GPUs; the GPU count must be a multiple of {mp}",
-            pointer="/parallelism",
-            suggestions={"world_size": world_size_suggestions(world, mp)},
+            pointer=_parallel_pointer(world, parallelism),
         )
 
     segments: list[Segment] = []

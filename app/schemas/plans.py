@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from app.core import models as core
 from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
@@ -48,7 +48,7 @@ class NodeGroupIn(_In):
     num_nodes: GpuCount
     gpus_per_node: GpuCount
     relative_throughput: PositiveFloat = Field(
-        1.0, le=1e9, description="Samples per second of one GPU, relative to the others."
+        1.0, description="Samples per second of one GPU, relative to the others."
     )
     max_micro_batch_size: Count | None = Field(
         None, description="Largest micro-batch one GPU of this group holds."
@@ -154,14 +154,14 @@ class LearningRateIn(_In):
         },
     )
 
-    base_lr: PositiveFloat = Field(le=1e6)
+    base_lr: PositiveFloat
     base_batch_size: Count = 256
     rule: core.LRRule = core.LRRule.AUTO
     optimizer: core.Optimizer = core.Optimizer.SGD
     warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
     warmup_steps: Annotated[int, Field(strict=True, ge=0, le=MAX_SAFE_INTEGER)] | None = None
     betas: tuple[Beta, Beta] = (0.9, 0.999)
-    eps: PositiveFloat = Field(1e-8, le=1.0)
+    eps: PositiveFloat = 1e-8
 
 
 class PlanRequestIn(_In):
@@ -339,7 +339,7 @@ class PlanOut(_Out):
     explanation: list[str]
 
 
-PROBLEM_EXAMPLE = {
+PROBLEM_EXAMPLE: dict[str, JsonValue] = {
     "type": "urn:batchplan:problem:infeasible-plan",
     "title": "The batch cannot be split as requested",
     "status": 422,
