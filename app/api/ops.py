@@ -10,13 +10,20 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/livez", summary="The process is alive")
-def livez() -> dict[str, str]:
+async def livez() -> dict[str, str]:
     return {"status": "ok"}
 
 
 @router.get("/readyz", summary="Ready to serve")
 def readyz(request: Request) -> dict[str, object]:
-    return {"status": "ready", "planner": True}
+    """Ready as soon as the planner is; `worker` says whether the rank processes are warm."""
+    service = request.app.state.checks
+    worker: dict[str, object] = {"enabled": service is not None}
+    if service is not None:
+        host = service.host()
+        worker |= {"ready": host["ready"], "warm_processes": host["warm_processes"],
+                   "processes_per_host": host["processes_per_host"]}
+    return {"status": "ready", "planner": True, "worker": worker}
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

@@ -80,7 +80,7 @@ def solve(problem: BatchProblem) -> BatchSolution:
 
 def feasible_as_given(problem: BatchProblem) -> bool:
     try:
-        _solve(replace(problem, divisibility=_strict_policy(problem)))
+        _solve(replace(problem, divisibility=_strict_policy(problem)), shares=False)
     except (_NoFit, InvalidValue):
         return False
     return True
@@ -90,12 +90,14 @@ def _strict_policy(problem: BatchProblem) -> Divisibility:
     return Divisibility.BALANCE if problem.divisibility is Divisibility.BALANCE else Divisibility.EXACT
 
 
-def _solve(p: BatchProblem) -> BatchSolution:
+def _solve(p: BatchProblem, shares: bool = True) -> BatchSolution:
+    """`shares=False` answers feasibility alone, without sharing samples out: suggestions
+    test many candidates, and on a large mixed cluster the sharing is the costly part."""
     if p.global_batch_size is None and p.micro_batch_size is None:
         raise InvalidValue(
             "give global_batch_size or micro_batch_size (or both)", pointer="/global_batch_size"
         )
-    return _solve_proportional(p) if p.proportional else _solve_even(p)
+    return _solve_proportional(p, shares) if p.proportional else _solve_even(p)
 
 
 # ---------------------------------------------------------------- even split
@@ -236,7 +238,7 @@ def _nearest_total(G: int, D: int, capacity: int | None, up: bool) -> int | None
     return found if found is not None else capacity * (G // capacity)
 
 
-def _solve_proportional(p: BatchProblem) -> BatchSolution:
+def _solve_proportional(p: BatchProblem, with_shares: bool) -> BatchSolution:
     layout = _capped_layout(p)
     D, C = layout.data_parallel_size, layout.capacity
     G, g = p.global_batch_size, p.gradient_accumulation_steps
@@ -274,7 +276,7 @@ def _solve_proportional(p: BatchProblem) -> BatchSolution:
             found = _fits_total(G, D, C)
         assert found is not None
         g = found
-    shares = proportional_shares(G // g, layout.segments)
+    shares = proportional_shares(G // g, layout.segments) if with_shares else []
     return BatchSolution(G, g, tuple(shares), warnings)
 
 

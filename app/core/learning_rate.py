@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from fractions import Fraction
+from decimal import ROUND_CEILING, Decimal, localcontext
 
 from app.core.errors import InvalidValue
 from app.core.models import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
@@ -48,7 +48,9 @@ def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) 
             )
         # The decimal the user wrote, not its binary float: 0.1 epochs x 30 steps is 3,
         # where float arithmetic would give 3.0000000000000004 and round up to 4.
-        return math.ceil(Fraction(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch)
+        with localcontext(prec=64):
+            steps = Decimal(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch
+            return int(steps.to_integral_value(rounding=ROUND_CEILING))
     return spec.warmup_steps or 0
 
 

@@ -32,64 +32,77 @@ def _integer_weights(segments: tuple[Segment, ...]) -> list[int]:
     return [p * (denominator // q) for p, q in ratios]
 
 
-def _solve_mu(total: int, segments: tuple[Segment, ...], weights: list[int]) -> Fraction:
-    """The mu at which sum(count * clamp(mu * w, 1, cap)) == total (a sweep over the
-    breakpoints mu = 1/w, where a replica leaves its floor, and cap/w, where it hits
-    its cap)."""
-    events: list[tuple[float, Fraction, int, int]] = []
-    for i, (s, w) in enumerate(zip(segments, weights, strict=True)):
-        events.append((1 / w, Fraction(1, w), 0, i))
-        if s.cap is not None:
-            events.append((s.cap / w, Fraction(s.cap, w), 1, i))
-    # Correctly rounded floats never invert an order, so they sort; the exact value
-    # only decides between equal floats.
-    events.sort(key=lambda e: (e[0], e[1], e[2]))
-    fixed = sum(s.count for s in segments)  # samples held at a bound (all start at 1)
+def _solve_mu(total: int, segments: tuple[Segment, ...], weights: list[int]) -> tuple[int, int]:
+    """mu as (numerator, denominator) at which sum(count * clamp(mu * w, 1, cap)) == total.
+
+    A sweep over the breakpoints mu = 1/w, where a replica leaves its floor, and cap/w,
+    where it hits its cap. mu depends only on how many replicas share each (weight, cap),
+    so replicas are pooled by that pair first: a cluster of 10,000 node groups has only
+    as many events as it has distinct GPU kinds. Comparisons stay in integers.
+    """
+    pooled: dict[tuple[int, int | None], int] = {}
+    for s, w in zip(segments, weights, strict=True):
+        pooled[(w, s.cap)] = pooled.get((w, s.cap), 0) + s.count
+    # (float for ordering, numerator, denominator, kind, weight, cap, count)
+    events: list[tuple[float, int, int, int, int, int | None, int]] = []
+    for (w, cap), count in pooled.items():
+        events.append((1 / w, 1, w, 0, w, cap, count))
+        if cap is not None:
+            events.append((cap / w, cap, w, 1, w, cap, count))
+    # Correctly rounded floats never invert an order; equal floats are ordered exactly.
+    events.sort(key=lambda e: (e[0], e[3]))
+    run = 0
+    for i in range(1, len(events) + 1):
+        if i == len(events) or events[i][0] != events[run][0]:
+            if i - run > 1:
+                events[run:i] = sorted(events[run:i], key=lambda e: (Fraction(e[1], e[2]), e[3]))
+            run = i
+    fixed = sum(pooled.values())  # samples held at a bound (every replica starts at 1)
     slope = 0  # sum of count * w over replicas strictly between their bounds
-    for _, mu, kind, i in events:
-        if slope and fixed + mu * slope >= total:
-            return (total - fixed) / Fraction(slope)
-        s, w = segments[i], weights[i]
+    for _, num, den, kind, w, cap, count in events:
+        if slope and fixed * den + num * slope >= total * den:
+            return total - fixed, slope
         if kind == 0:
-            fixed -= s.count
-            slope += s.count * w
+            fixed -= count
+            slope += count * w
         else:
-            slope -= s.count * w
-            fixed += s.count * (s.cap or 0)
+            slope -= count * w
+            fixed += count * (cap or 0)
     if slope:
-        return (total - fixed) / Fraction(slope)
+        return total - fixed, slope
     # Every replica at its cap (total == capacity): any mu past the last breakpoint.
-    return events[-1][1]
+    return events[-1][1], events[-1][2]
 
 
 def proportional_shares(total: int, segments: tuple[Segment, ...]) -> list[Share]:
     """Whole per-replica sample counts that add up to `total`; needs
     replicas <= total <= sum of caps. Returns at most two shares per segment."""
-    replicas = sum(s.count for s in segments)
-    capacity = None if any(s.cap is None for s in segments) else sum(s.count * (s.cap or 0) for s in segments)
+    counts = [s.stop - s.start for s in segments]
+    caps = [s.cap for s in segments]
+    replicas = sum(counts)
+    capacity = None if None in caps else sum(n * (c or 0) for n, c in zip(counts, caps, strict=True))
     if not replicas <= total <= (capacity if capacity is not None else total):
         raise ValueError(f"{total} samples cannot give {replicas} replicas 1..cap each")
     weights = _integer_weights(segments)
-    mu = _solve_mu(total, segments, weights)
-    num, den = mu.numerator, mu.denominator
+    num, den = _solve_mu(total, segments, weights)
 
     base: list[int] = []
     remainders: list[int] = []  # numerators over the common denominator `den`
-    for s, w in zip(segments, weights, strict=True):
+    for cap, w in zip(caps, weights, strict=True):
         q, r = divmod(num * w, den)
         if q < 1:
             q, r = 1, 0
-        elif s.cap is not None and q >= s.cap:
-            q, r = s.cap, 0
+        elif cap is not None and q >= cap:
+            q, r = cap, 0
         base.append(q)
         remainders.append(r)
 
-    leftover = total - sum(s.count * q for s, q in zip(segments, base, strict=True))
+    leftover = total - sum(n * q for n, q in zip(counts, base, strict=True))
     extra = [0] * len(segments)
-    for i in sorted(range(len(segments)), key=lambda i: (-remainders[i], i)):
-        if leftover <= 0 or remainders[i] == 0:
+    for i in sorted((i for i, r in enumerate(remainders) if r), key=lambda i: (-remainders[i], i)):
+        if leftover <= 0:
             break
-        extra[i] = min(segments[i].count, leftover)
+        extra[i] = min(counts[i], leftover)
         leftover -= extra[i]
     if leftover:
         raise AssertionError("largest-remainder rounding did not place every sample")
@@ -98,6 +111,6 @@ def proportional_shares(total: int, segments: tuple[Segment, ...]) -> list[Share
     for i, s in enumerate(segments):
         if extra[i]:
             shares.append(Share(i, s.start, s.start + extra[i], base[i] + 1))
-        if extra[i] < s.count:
+        if extra[i] < counts[i]:
             shares.append(Share(i, s.start + extra[i], s.stop, base[i]))
     return shares

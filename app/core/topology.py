@@ -8,9 +8,10 @@ groups runs at the pace of its slowest GPU and within its smallest cap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from app.core.errors import InvalidValue, TopologyError
-from app.core.models import MAX_WORLD_SIZE, NodeGroup, Parallelism, Topology
+from app.core.models import MAX_WORLD_SIZE, Parallelism, Topology
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +29,7 @@ class Segment:
         return self.stop - self.start
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: the derived properties below are cached per layout
 class Layout:
     world_size: int
     model_parallel_size: int
@@ -36,17 +37,17 @@ class Layout:
     segments: tuple[Segment, ...]
     warnings: tuple[str, ...]
 
-    @property
+    @cached_property
     def heterogeneous(self) -> bool:
         first = self.segments[0]
         return any((s.throughput, s.cap) != (first.throughput, first.cap) for s in self.segments)
 
-    @property
+    @cached_property
     def uniform_cap(self) -> int | None:
         caps = [s.cap for s in self.segments if s.cap is not None]
         return min(caps) if caps else None
 
-    @property
+    @cached_property
     def capacity(self) -> int | None:
         """Most samples one micro-step can hold (sum of caps), None when unbounded."""
         if any(s.cap is None for s in self.segments):
@@ -163,18 +164,15 @@ def validate_topology(topology: Topology) -> None:
     """Checks the core relies on; the HTTP schema enforces the same, earlier."""
     names: set[str] = set()
     for i, group in enumerate(topology.node_groups):
-        check: tuple[tuple[str, NodeGroup | float | int | None], ...] = (
-            ("num_nodes", group.num_nodes),
-            ("gpus_per_node", group.gpus_per_node),
-        )
-        for field_name, value in check:
+        for field_name in ("num_nodes", "gpus_per_node"):
+            value = getattr(group, field_name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidValue(
                     f"{field_name} must be a whole number >= 1",
                     pointer=_group_pointer(topology, i, field_name),
                     suggestions={field_name: [1]},
                 )
-        if not group.relative_throughput > 0 or group.relative_throughput == float("inf"):
+        if not 0 < group.relative_throughput < float("inf"):
             raise InvalidValue(
                 "relative_throughput must be finite and > 0",
                 pointer=_group_pointer(topology, i, "relative_throughput"),

@@ -173,7 +173,7 @@ class PlanRequestIn(_In):
     gradient_accumulation_steps: Count | None = None
     max_micro_batch_size: Count | None = None
     divisibility: core.Divisibility = core.Divisibility.EXACT
-    parallelism: ParallelismIn = ParallelismIn()
+    parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
     loss_reduction: core.LossReduction = core.LossReduction.MEAN
     dataset: DatasetIn | None = None
     learning_rate: LearningRateIn | None = None
