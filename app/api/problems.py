@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -131,7 +132,41 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _problem_media_types(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """OpenAPI that says what the handlers do: every 4xx/5xx body is problem+json.
+
+    FastAPI documents a response `model` under application/json and adds its own
+    HTTPValidationError for 422; both are moved to the one problem schema."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        problem_ref = {"$ref": "#/components/schemas/ProblemOut"}
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for status, response in operation.get("responses", {}).items():
+                    if status[:1] not in ("4", "5"):
+                        continue
+                    content = response.setdefault("content", {})
+                    plain = content.pop("application/json", None) or {}
+                    entry = content.setdefault(MEDIA_TYPE, {})
+                    entry["schema"] = problem_ref
+                    for key in ("example", "examples"):
+                        if key in plain and key not in entry:
+                            entry[key] = plain[key]
+        components = schema.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.pop(unused, None)
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
 def install_problem_handlers(app: FastAPI) -> None:
+    app.openapi = _problem_media_types(app)  # type: ignore[method-assign]
     app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
     app.add_exception_handler(PlanError, _plan_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
