@@ -43,12 +43,19 @@ class Timing:
 def quantile(values: list[float], q: float) -> float:
     """Nearest-rank quantile (q in [0, 1]) of a non-empty list."""
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
 
 
-def measure(label: str, fn: Callable[[], object], *, budget_s: float,
-            min_samples: int = 5, max_samples: int = 2000, sample_floor_s: float = 50e-6) -> Timing:
+def measure(
+    label: str,
+    fn: Callable[[], object],
+    *,
+    budget_s: float,
+    min_samples: int = 5,
+    max_samples: int = 2000,
+    sample_floor_s: float = 50e-6,
+) -> Timing:
     """Time fn() repeatedly for about budget_s seconds.
 
     Each sample times `inner` back-to-back calls (inner is chosen so that one sample lasts
@@ -99,5 +106,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def machine_line() -> str:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return (f"python {platform.python_version()} on {platform.machine()}, "
-            f"{os.cpu_count()} CPUs, load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    return (
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )

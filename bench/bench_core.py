@@ -32,10 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Timing, fmt_time, machine_line, measure, table, verdict  # noqa: E402
+from _common import Timing, fmt_time, machine_line, measure, table, verdict
 
-from app.core.errors import PlanError  # noqa: E402
-from app.core.models import (  # noqa: E402
+from app.core.errors import PlanError
+from app.core.models import (
     DatasetSpec,
     Divisibility,
     LearningRateSpec,
@@ -43,7 +43,7 @@ from app.core.models import (  # noqa: E402
     PlanRequest,
     Topology,
 )
-from app.core.planner import plan  # noqa: E402
+from app.core.planner import plan
 
 IMAGENET = 1_281_167
 
@@ -62,11 +62,15 @@ def mixed_groups(n: int, seed: int = 0, node_scale: int = 1, capped: bool = Fals
     rng = random.Random(seed)
     caps = (16, 32, 64) if capped else (None, 16, 32, 64)
     return tuple(
-        NodeGroup(name=f"g{i}", num_nodes=rng.randint(1, 8) * node_scale,
-                  gpus_per_node=rng.choice((1, 2, 4, 8)),
-                  relative_throughput=rng.choice((0.5, 1.0, 1.5, 2.0, 3.0)),
-                  max_micro_batch_size=rng.choice(caps))
-        for i in range(n))
+        NodeGroup(
+            name=f"g{i}",
+            num_nodes=rng.randint(1, 8) * node_scale,
+            gpus_per_node=rng.choice((1, 2, 4, 8)),
+            relative_throughput=rng.choice((0.5, 1.0, 1.5, 2.0, 3.0)),
+            max_micro_batch_size=rng.choice(caps),
+        )
+        for i in range(n)
+    )
 
 
 def mixed(n: int, *, node_scale: int = 1, per_replica: int = 8, **extra: object) -> PlanRequest:
@@ -95,10 +99,17 @@ def json_size(result: object) -> int:
     return len(json.dumps(body).encode())
 
 
-def case(label: str, request: PlanRequest, budget: float, max_samples: int = 2000) -> tuple[Timing, dict[str, object]]:
+def case(
+    label: str, request: PlanRequest, budget: float, max_samples: int = 2000
+) -> tuple[Timing, dict[str, object]]:
     outcome, result = run_plan(request)
-    timing = measure(label, lambda: run_plan(request), budget_s=budget, min_samples=1 if budget < 0.2 else 3,
-                     max_samples=max_samples)
+    timing = measure(
+        label,
+        lambda: run_plan(request),
+        budget_s=budget,
+        min_samples=1 if budget < 0.2 else 3,
+        max_samples=max_samples,
+    )
     info: dict[str, object] = {
         "outcome": outcome,
         "gpus": request.topology.world_size,
@@ -111,9 +122,18 @@ def case(label: str, request: PlanRequest, budget: float, max_samples: int = 200
 
 
 def row(t: Timing, info: dict[str, object], unit: float) -> list[str]:
-    return [t.label, str(info["outcome"]), f"{info['gpus']:,}", f"{info['node_groups']:,}",
-            str(info["replica_groups"]), f"{info['bytes']:,}", fmt_time(t.median), fmt_time(t.p90),
-            str(len(t.samples_s)), f"{t.median / unit:,.0f}x"]
+    return [
+        t.label,
+        str(info["outcome"]),
+        f"{info['gpus']:,}",
+        f"{info['node_groups']:,}",
+        str(info["replica_groups"]),
+        f"{info['bytes']:,}",
+        fmt_time(t.median),
+        fmt_time(t.p90),
+        str(len(t.samples_s)),
+        f"{t.median / unit:,.0f}x",
+    ]
 
 
 HEAD = ["case", "out", "GPUs", "node grp", "replica grp", "JSON B", "median", "p90", "n", "vs ctor"]
@@ -124,8 +144,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="smoke run, a few seconds")
     args = ap.parse_args()
     quick = args.quick
-    b_fast = 0.05 if quick else 1.5   # budget per fast case (seconds)
-    b_slow = 0.05 if quick else 3.0   # budget per slow (10k-group) case
+    b_fast = 0.05 if quick else 1.5  # budget per fast case (seconds)
+    b_slow = 0.05 if quick else 3.0  # budget per slow (10k-group) case
 
     print(f"bench_core  ({'quick' if quick else 'full'})  {machine_line()}")
     started = time.perf_counter()
@@ -135,8 +155,12 @@ def main() -> int:
     ctor = measure("construct 100k-GPU PlanRequest", lambda: homogeneous(12_500), budget_s=b_fast / 3)
     unit = ctor.median
     print("\nbaselines (this machine, this run)")
-    print(table(["baseline", "median", "p90"],
-                [[t.label, fmt_time(t.median), fmt_time(t.p90)] for t in (trivial, ctor)]))
+    print(
+        table(
+            ["baseline", "median", "p90"],
+            [[t.label, fmt_time(t.median), fmt_time(t.p90)] for t in (trivial, ctor)],
+        )
+    )
 
     rows: list[list[str]] = []
     results: dict[str, tuple[Timing, dict[str, object]]] = {}
@@ -160,15 +184,25 @@ def main() -> int:
     add("m1000x100", "mixed 1,000 groups, 100x nodes", mixed(1_000, node_scale=100), b_fast)
 
     # ---- infeasible requests (422 with suggestions)
-    small = PlanRequest(topology=Topology.homogeneous(2, 8), global_batch_size=2**53 - 1,
-                        divisibility=Divisibility.EXACT)
+    small = PlanRequest(
+        topology=Topology.homogeneous(2, 8), global_batch_size=2**53 - 1, divisibility=Divisibility.EXACT
+    )
     add("e16", "E 16 GPUs, global 2^53-1, exact", small, b_fast)
     world10k = mixed(10_000).topology.world_size
-    add("erd", "E mixed 10k, global D-1, round_down",
+    add(
+        "erd",
+        "E mixed 10k, global D-1, round_down",
         mixed(10_000, global_batch_size=world10k - 1, divisibility=Divisibility.ROUND_DOWN),
-        b_slow, max_samples=10)
-    add("eg7", "E mixed 10k, accumulation 7, exact",
-        mixed(10_000, gradient_accumulation_steps=7), b_slow, max_samples=5)
+        b_slow,
+        max_samples=10,
+    )
+    add(
+        "eg7",
+        "E mixed 10k, accumulation 7, exact",
+        mixed(10_000, gradient_accumulation_steps=7),
+        b_slow,
+        max_samples=5,
+    )
 
     print("\nresults (median/p90 per plan() call; 'vs ctor' = median / request-construction median)")
     print(table(HEAD, rows))
@@ -189,23 +223,55 @@ def main() -> int:
     err_all = all(info["outcome"] == "422" for k, (_, info) in results.items() if k.startswith("e"))
 
     targets = [
-        ["T1 homogeneous 100k GPUs median < 1 ms", f"{fmt_time(med('t1'))} (p90 {fmt_time(results['t1'][0].p90)})",
-         f"{med('t1') / 1e-3:.2f}", verdict(med("t1") < 1e-3 and results["t1"][0].p90 < 1e-3)],
-        ["T2 10k node groups median < 100 ms", f"{fmt_time(med('t2'))} (p90 {fmt_time(results['t2'][0].p90)})",
-         f"{med('t2') / 0.1:.2f}", verdict(med("t2") < 0.1)],
-        ["T3 homogeneous 1k..10M flat (< 2x, 1 group)", f"max/min {flat:.2f}x, groups {sorted(map(str, h_groups))}",
-         f"{flat / 2:.2f}", verdict(flat < 2 and h_groups == {1})],
-        ["T4 mixed 1k groups: 100x GPUs < 2x time", f"{gpu_ratio:.2f}x, same groups: {same_groups}",
-         f"{gpu_ratio / 2:.2f}", verdict(gpu_ratio < 2 and same_groups)],
-        ["T5a 16-GPU infeasible < 1 ms", fmt_time(med("e16")), f"{med('e16') / 1e-3:.2f}", verdict(med("e16") < 1e-3)],
+        [
+            "T1 homogeneous 100k GPUs median < 1 ms",
+            f"{fmt_time(med('t1'))} (p90 {fmt_time(results['t1'][0].p90)})",
+            f"{med('t1') / 1e-3:.2f}",
+            verdict(med("t1") < 1e-3 and results["t1"][0].p90 < 1e-3),
+        ],
+        [
+            "T2 10k node groups median < 100 ms",
+            f"{fmt_time(med('t2'))} (p90 {fmt_time(results['t2'][0].p90)})",
+            f"{med('t2') / 0.1:.2f}",
+            verdict(med("t2") < 0.1),
+        ],
+        [
+            "T3 homogeneous 1k..10M flat (< 2x, 1 group)",
+            f"max/min {flat:.2f}x, groups {sorted(map(str, h_groups))}",
+            f"{flat / 2:.2f}",
+            verdict(flat < 2 and h_groups == {1}),
+        ],
+        [
+            "T4 mixed 1k groups: 100x GPUs < 2x time",
+            f"{gpu_ratio:.2f}x, same groups: {same_groups}",
+            f"{gpu_ratio / 2:.2f}",
+            verdict(gpu_ratio < 2 and same_groups),
+        ],
+        [
+            "T5a 16-GPU infeasible < 1 ms",
+            fmt_time(med("e16")),
+            f"{med('e16') / 1e-3:.2f}",
+            verdict(med("e16") < 1e-3),
+        ],
         ["T5b 10k-group infeasible < 100 ms", fmt_time(err10k), f"{err10k / 0.1:.2f}", verdict(err10k < 0.1)],
-        ["sanity: feasible cases ok, error cases 422", f"{ok_all and err_all}", "-", verdict(ok_all and err_all)],
+        [
+            "sanity: feasible cases ok, error cases 422",
+            f"{ok_all and err_all}",
+            "-",
+            verdict(ok_all and err_all),
+        ],
     ]
     print("\ntargets (ratio = figure / target; < 1 meets it)")
     print(table(["target", "figure", "ratio", "verdict"], targets))
-    print(f"\nper group, mixed: 10 -> {fmt_time(med('m10') / 10)}/group, 10k -> {fmt_time(med('t2') / 10_000)}/group;"
-          f" homogeneous 100k / ctor = {med('t1') / unit:.0f}x; trivial call {fmt_time(trivial.median)}")
-    print(f"suggestions: 16 GPUs {results['e16'][1]['suggestions']}; 10k round_down {results['erd'][1]['suggestions']}")
+    print(
+        f"\nper group, mixed: 10 -> {fmt_time(med('m10') / 10)}/group, "
+        f"10k -> {fmt_time(med('t2') / 10_000)}/group;"
+        f" homogeneous 100k / ctor = {med('t1') / unit:.0f}x; trivial call {fmt_time(trivial.median)}"
+    )
+    print(
+        f"suggestions: 16 GPUs {results['e16'][1]['suggestions']}; "
+        f"10k round_down {results['erd'][1]['suggestions']}"
+    )
     print(f"finished in {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, machine_line, quantile, table, verdict  # noqa: E402
+from _common import ROOT, machine_line, quantile, table, verdict
 
 HOST = "127.0.0.1"
 TARGET_RATIO = 0.60
@@ -48,8 +48,13 @@ PLAN_BODY = {
     "global_batch_size": 512,
     "divisibility": "exact",
     "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90},
-    "learning_rate": {"base_lr": 0.1, "base_batch_size": 256, "rule": "linear",
-                      "optimizer": "sgd", "warmup_epochs": 5},
+    "learning_rate": {
+        "base_lr": 0.1,
+        "base_batch_size": 256,
+        "rule": "linear",
+        "optimizer": "sgd",
+        "warmup_epochs": 5,
+    },
 }
 
 
@@ -81,8 +86,20 @@ def free_port() -> int:
 def start_server(port: int, cpu: int | None) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BATCHPLAN_WORKER_ENABLED="false", PYTHONUNBUFFERED="1")
     env.setdefault("BATCHPLAN_JOBS_DB", str(Path(tempfile.gettempdir()) / f"bench-jobs-{port}.sqlite3"))
-    cmd = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", HOST, "--port", str(port),
-           "--workers", "1", "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--log-level",
+        "warning",
+    ]
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
@@ -156,9 +173,16 @@ def build_request(endpoint: str, port: int, close: bool = False) -> bytes:
     if endpoint == "livez":
         return b"GET /livez HTTP/1.1\r\nHost: " + host + b"\r\nConnection: " + conn + b"\r\n\r\n"
     body = json.dumps(PLAN_BODY, separators=(",", ":")).encode()
-    return (b"POST /v1/plans HTTP/1.1\r\nHost: " + host + b"\r\nConnection: " + conn
-            + b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode()
-            + b"\r\n\r\n" + body)
+    return (
+        b"POST /v1/plans HTTP/1.1\r\nHost: "
+        + host
+        + b"\r\nConnection: "
+        + conn
+        + b"\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
 
 # ------------------------------------------------------- generator: asyncio
@@ -214,18 +238,24 @@ def _ms(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
 
 
-def run_wrk(endpoint: str, port: int, connections: int, seconds: float, cpu: int | None, workdir: Path) -> Phase:
+def run_wrk(
+    endpoint: str, port: int, connections: int, seconds: float, cpu: int | None, workdir: Path
+) -> Phase:
     url = f"http://{HOST}:{port}" + ("/livez" if endpoint == "livez" else "/v1/plans")
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "--timeout", "5s"]
     if endpoint == "plans":
         script = workdir / "post.lua"
         body = json.dumps(PLAN_BODY, separators=(",", ":"))
-        script.write_text('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-                          f"wrk.body = {json.dumps(body)}\n")
+        script.write_text(
+            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+            f"wrk.body = {json.dumps(body)}\n"
+        )
         cmd += ["-s", str(script)]
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
-    out = subprocess.run([*cmd, url], capture_output=True, text=True, timeout=seconds + 30).stdout
+    out = subprocess.run(
+        [*cmd, url], check=False, capture_output=True, text=True, timeout=seconds + 30
+    ).stdout
     phase = Phase(endpoint, float(max(1, round(seconds))))
     m = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m),", out)
     if m:
@@ -266,8 +296,10 @@ def main() -> int:
     server_cpu, client_cpu = (0, 1) if pin else (None, None)
 
     print(f"bench_http  ({'quick' if args.quick else 'full'})  {machine_line()}")
-    print(f"generator {generator}, {args.connections} keep-alive connections, {seconds:g} s per phase, "
-          f"pinning {'server->CPU0, generator->CPU1' if pin else 'off'}")
+    print(
+        f"generator {generator}, {args.connections} keep-alive connections, {seconds:g} s per phase, "
+        f"pinning {'server->CPU0, generator->CPU1' if pin else 'off'}"
+    )
 
     if pin and generator == "asyncio":
         os.sched_setaffinity(0, {client_cpu})
@@ -282,12 +314,15 @@ def main() -> int:
 
         status, body = raw_request(port, build_request("plans", port, close=True))
         answer = json.loads(body) if status == 200 else {}
-        print(f"check: POST /v1/plans -> {status}, {len(body)} bytes, global_batch_size "
-              f"{answer.get('global_batch_size')}, replica_groups {len(answer.get('replica_groups', []))}")
+        print(
+            f"check: POST /v1/plans -> {status}, {len(body)} bytes, global_batch_size "
+            f"{answer.get('global_batch_size')}, replica_groups {len(answer.get('replica_groups', []))}"
+        )
         status_l, body_l = raw_request(port, build_request("livez", port, close=True))
         print(f"check: GET /livez -> {status_l}, {len(body_l)} bytes")
 
         with tempfile.TemporaryDirectory() as tmp:
+
             def drive(endpoint: str, secs: float) -> Phase:
                 cpu0 = server_cpu_seconds(proc.pid)
                 if generator == "wrk":
@@ -317,10 +352,26 @@ def main() -> int:
     rows = []
     for i, p in enumerate(phases, 1):
         cpu_us = p.server_cpu_s / p.requests * 1e6 if p.requests else float("nan")
-        rows.append([f"{i}", p.endpoint, f"{p.requests:,}", f"{p.seconds:.2f}", f"{p.rps:,.0f}",
-                     f"{p.p50_ms:.2f}", f"{p.p99_ms:.2f}", f"{p.errors}", f"{cpu_us:,.0f}"])
+        rows.append(
+            [
+                f"{i}",
+                p.endpoint,
+                f"{p.requests:,}",
+                f"{p.seconds:.2f}",
+                f"{p.rps:,.0f}",
+                f"{p.p50_ms:.2f}",
+                f"{p.p99_ms:.2f}",
+                f"{p.errors}",
+                f"{cpu_us:,.0f}",
+            ]
+        )
     print("\nphases")
-    print(table(["#", "endpoint", "requests", "s", "req/s", "p50 ms", "p99 ms", "errors", "server CPU us/req"], rows))
+    print(
+        table(
+            ["#", "endpoint", "requests", "s", "req/s", "p50 ms", "p99 ms", "errors", "server CPU us/req"],
+            rows,
+        )
+    )
 
     summary = {}
     for endpoint in ("livez", "plans"):
@@ -333,18 +384,32 @@ def main() -> int:
             p50 = sum(p.p50_ms for p in ps) / len(ps)
             p99 = sum(p.p99_ms for p in ps) / len(ps)
         cpu = sum(p.server_cpu_s for p in ps)
-        summary[endpoint] = (reqs / secs, p50, p99, sum(p.errors for p in ps), cpu / reqs * 1e6 if reqs else float("nan"))
+        summary[endpoint] = (
+            reqs / secs,
+            p50,
+            p99,
+            sum(p.errors for p in ps),
+            cpu / reqs * 1e6 if reqs else float("nan"),
+        )
     print("\nsummary (both phases of each endpoint)")
-    print(table(["endpoint", "req/s", "p50 ms", "p99 ms", "errors", "server CPU us/req"],
-                [[e, f"{r:,.0f}", f"{a:.2f}", f"{b:.2f}", f"{n}", f"{c:,.0f}"]
-                 for e, (r, a, b, n, c) in summary.items()]))
+    print(
+        table(
+            ["endpoint", "req/s", "p50 ms", "p99 ms", "errors", "server CPU us/req"],
+            [
+                [e, f"{r:,.0f}", f"{a:.2f}", f"{b:.2f}", f"{n}", f"{c:,.0f}"]
+                for e, (r, a, b, n, c) in summary.items()
+            ],
+        )
+    )
     ratio = summary["plans"][0] / summary["livez"][0]
     cpu_ratio = summary["livez"][4] / summary["plans"][4]
     errors = summary["plans"][3] + summary["livez"][3]
     drift = abs(phases[0].rps - phases[2].rps) / max(phases[0].rps, phases[2].rps)
-    print(f"\nplans/livez requests/s = {ratio:.2f} (target >= {TARGET_RATIO:.2f}; "
-          f"ratio to target {ratio / TARGET_RATIO:.2f}); by server CPU per request {cpu_ratio:.2f}; "
-          f"livez drift between its two phases {drift:.0%}")
+    print(
+        f"\nplans/livez requests/s = {ratio:.2f} (target >= {TARGET_RATIO:.2f}; "
+        f"ratio to target {ratio / TARGET_RATIO:.2f}); by server CPU per request {cpu_ratio:.2f}; "
+        f"livez drift between its two phases {drift:.0%}"
+    )
     print(f"PLANS/LIVEZ >= {TARGET_RATIO:.0%}: {verdict(ratio >= TARGET_RATIO)}")
     print(f"NO ERRORS: {verdict(errors == 0)} ({errors})")
     return 0

@@ -46,8 +46,8 @@ def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) 
                 "add dataset.num_samples or give warmup_steps",
                 pointer="/learning_rate/warmup_epochs",
             )
-        # The decimal the user wrote, not its binary float: 0.1 epochs x 30 steps is 3,
-        # where float arithmetic would give 3.0000000000000004 and round up to 4.
+        # The decimal the user wrote, not its binary float: 1.1 epochs x 50 steps is 55,
+        # where float arithmetic gives 55.00000000000001 and would round up to 56.
         with localcontext(prec=64):
             steps = Decimal(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch
             return int(steps.to_integral_value(rounding=ROUND_CEILING))

@@ -103,9 +103,12 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
     world = topology.world_size
     mp = parallelism.model_parallel_size
     if world > MAX_WORLD_SIZE:
+        per_node = topology.node_groups[0].gpus_per_node
+        fits = MAX_WORLD_SIZE // per_node
         raise InvalidValue(
             f"the cluster has {world} GPUs; a plan covers at most {MAX_WORLD_SIZE}",
-            pointer="/topology",
+            pointer="/topology/node_groups" if topology.listed_groups else "/topology/num_nodes",
+            suggestions={} if topology.listed_groups or not fits else {"num_nodes": [fits]},
         )
     if world % mp:
         raise TopologyError(

@@ -1,0 +1,239 @@
+"""POST /v1/plans over HTTP: the CONTRACT.md example, OpenAPI examples, and HTTP-level invariants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+IMAGENET_REQUEST: dict[str, Any] = {
+    "topology": {"num_nodes": 2, "gpus_per_node": 8},
+    "global_batch_size": 512,
+    "micro_batch_size": None,
+    "gradient_accumulation_steps": None,
+    "max_micro_batch_size": None,
+    "divisibility": "exact",
+    "parallelism": {"tensor": 1, "pipeline": 1, "context": 1},
+    "loss_reduction": "mean",
+    "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90},
+    "learning_rate": {
+        "base_lr": 0.1,
+        "base_batch_size": 256,
+        "rule": "linear",
+        "optimizer": "sgd",
+        "warmup_epochs": 5,
+    },
+}
+
+# The response of CONTRACT.md, field by field (its `explanation` is elided there).
+CONTRACT_RESPONSE: dict[str, Any] = {
+    "world_size": 16,
+    "model_parallel_size": 1,
+    "data_parallel_size": 16,
+    "requested_global_batch_size": 512,
+    "global_batch_size": 512,
+    "micro_batch_size": 32,
+    "gradient_accumulation_steps": 1,
+    "replica_groups": [
+        {
+            "start": 0,
+            "stop": 16,
+            "node_group": "default",
+            "micro_batch_size": 32,
+            "samples_per_step": 32,
+            "loss_scale": 1.0,
+            "num_samples_per_replica": 80073,
+        }
+    ],
+    "sampler": {
+        "kind": "DistributedSampler",
+        "num_replicas": 16,
+        "shuffle": True,
+        "seed": 0,
+        "drop_last": False,
+        "num_samples_per_replica": 80073,
+        "total_size": 1281168,
+        "padded_samples": 1,
+        "dropped_samples": 0,
+        "micro_steps_per_epoch": 2503,
+        "optimizer_steps_per_epoch": 2503,
+    },
+    "learning_rate": {
+        "optimizer": "sgd",
+        "rule": "linear",
+        "base_lr": 0.1,
+        "base_batch_size": 256,
+        "factor": 2.0,
+        "lr": 0.2,
+        "warmup_steps": 12515,
+        "warmup_start_lr": 0.1,
+    },
+}
+CONTRACT_WARNING = "1 sample per epoch is seen twice: DistributedSampler pads 1281167 to 1281168"
+
+
+def post_plan(client: TestClient, body: dict[str, Any]) -> Any:
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+def assert_contains(actual: Any, expected: Any, where: str = "") -> None:
+    """Every field of `expected` is in `actual` with that value; extra fields are allowed."""
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict), where
+        for key, value in expected.items():
+            assert key in actual, f"{where}/{key} is missing"
+            assert_contains(actual[key], value, f"{where}/{key}")
+    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        assert isinstance(actual, list) and len(actual) == len(expected), where
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_contains(a, e, f"{where}/{i}")
+    else:
+        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
+
+
+def test_contract_example_is_reproduced_field_by_field(client: TestClient) -> None:
+    body = post_plan(client, IMAGENET_REQUEST)
+    assert_contains(body, CONTRACT_RESPONSE)
+    # Further warnings may be added (a short last micro-batch is worth one); this one must be there.
+    assert CONTRACT_WARNING in body["warnings"]
+    assert isinstance(body["explanation"], list) and body["explanation"]
+    assert all(isinstance(line, str) and line for line in body["explanation"])
+
+
+def test_only_topology_and_one_batch_field_are_required(client: TestClient) -> None:
+    body = post_plan(client, {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 512})
+    assert (body["micro_batch_size"], body["gradient_accumulation_steps"]) == (32, 1)
+    assert body["sampler"] is None and body["learning_rate"] is None
+    body = post_plan(client, {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "micro_batch_size": 4})
+    assert (body["global_batch_size"], body["gradient_accumulation_steps"]) == (64, 1)
+    assert body["requested_global_batch_size"] is None
+
+
+def test_mixed_cluster_example_splits_by_throughput_within_caps(client: TestClient) -> None:
+    topology = {
+        "node_groups": [
+            {
+                "name": "h100",
+                "num_nodes": 2,
+                "gpus_per_node": 8,
+                "relative_throughput": 2.0,
+                "max_micro_batch_size": 64,
+            },
+            {
+                "name": "a100",
+                "num_nodes": 1,
+                "gpus_per_node": 4,
+                "relative_throughput": 1.0,
+                "max_micro_batch_size": 32,
+            },
+        ]
+    }
+    body = post_plan(
+        client, {"topology": topology, "global_batch_size": 1000, "dataset": {"num_samples": 100000}}
+    )
+    assert body["world_size"] == 20 and body["data_parallel_size"] == 20
+    groups = body["replica_groups"]
+    assert groups[0]["start"] == 0 and groups[-1]["stop"] == 20
+    samples = sum((g["stop"] - g["start"]) * g["samples_per_step"] for g in groups)
+    assert samples == body["global_batch_size"] == 1000
+    for group in groups:
+        cap = 64 if group["node_group"] == "h100" else 32
+        assert 1 <= group["micro_batch_size"] <= cap
+        expected_scale = 20 * group["micro_batch_size"] / 1000
+        assert group["loss_scale"] == expected_scale
+    h100 = [g["micro_batch_size"] for g in groups if g["node_group"] == "h100"]
+    a100 = [g["micro_batch_size"] for g in groups if g["node_group"] == "a100"]
+    assert min(h100) > max(a100)
+    assert body["sampler"]["kind"] == "proportional"
+    if len({g["micro_batch_size"] for g in groups}) > 1:
+        assert body["micro_batch_size"] is None
+
+
+def test_sum_reduction_scales_by_replicas_over_global(client: TestClient) -> None:
+    body = post_plan(
+        client,
+        {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 512, "loss_reduction": "sum"},
+    )
+    assert [g["loss_scale"] for g in body["replica_groups"]] == [16 / 512]
+
+
+def test_numbers_at_the_integer_limit_survive_json(client: TestClient) -> None:
+    limit = 2**53 - 1
+    body = post_plan(
+        client,
+        {
+            "topology": {"num_nodes": 1, "gpus_per_node": 1},
+            "global_batch_size": limit,
+            "dataset": {"num_samples": limit},
+        },
+    )
+    assert body["global_batch_size"] == limit
+    assert body["sampler"]["total_size"] == limit
+
+
+def test_round_down_echoes_the_request_and_warns(client: TestClient) -> None:
+    body = post_plan(
+        client,
+        {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "global_batch_size": 1000,
+            "micro_batch_size": 32,
+            "divisibility": "round_down",
+        },
+    )
+    assert body["requested_global_batch_size"] == 1000
+    assert body["global_batch_size"] == 512
+    assert any("1000" in w and "512" in w for w in body["warnings"])
+
+
+# ------------------------------------------------------------------------------ OpenAPI
+
+
+@pytest.fixture
+def openapi(client: TestClient) -> dict[str, Any]:
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def plan_operation(openapi: dict[str, Any]) -> dict[str, Any]:
+    return openapi["paths"]["/v1/plans"]["post"]
+
+
+def request_examples(openapi: dict[str, Any]) -> dict[str, Any]:
+    content = plan_operation(openapi)["requestBody"]["content"]["application/json"]
+    return content.get("examples", {})
+
+
+def test_openapi_has_homogeneous_mixed_and_dataset_lr_examples(openapi: dict[str, Any]) -> None:
+    values = [example["value"] for example in request_examples(openapi).values()]
+    assert any("num_nodes" in v["topology"] and "dataset" not in v for v in values), "no homogeneous example"
+    assert any("node_groups" in v["topology"] for v in values), "no mixed-cluster example"
+    assert any("dataset" in v and "learning_rate" in v for v in values), "no dataset + learning-rate example"
+
+
+def test_every_openapi_request_example_is_accepted(client: TestClient, openapi: dict[str, Any]) -> None:
+    examples = request_examples(openapi)
+    assert len(examples) >= 3
+    for name, example in examples.items():
+        response = client.post("/v1/plans", json=example["value"])
+        assert response.status_code == 200, f"example {name!r}: {response.text}"
+
+
+def test_openapi_documents_the_422_problem(openapi: dict[str, Any]) -> None:
+    responses = plan_operation(openapi)["responses"]
+    assert "422" in responses
+    content = responses["422"]["content"]
+    assert "application/problem+json" in content
+    problem = content["application/problem+json"]
+    schema = problem.get("schema", {})
+    ref = schema.get("$ref", "")
+    assert ref, "the 422 response names no schema"
+    component = openapi["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert {"type", "title", "status", "detail"} <= set(component["properties"])
+    example = problem.get("example") or next(iter(problem.get("examples", {}).values()), {}).get("value")
+    assert example and example["status"] == 422

@@ -1,0 +1,39 @@
+"""Shared, light fixtures: an app without the worker, and a TestClient over it.
+
+The web stack is imported inside the fixtures, so the pure core tests never depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from app.settings import Settings
+
+
+@pytest.fixture
+def settings() -> Settings:
+    from app.settings import Settings
+
+    return Settings(worker_enabled=False)
+
+
+@pytest.fixture
+def app(settings: Settings) -> FastAPI:
+    from app.main import create_app
+
+    return create_app(settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    from fastapi.testclient import TestClient
+
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client

@@ -1,0 +1,178 @@
+"""Every suggested value, substituted into the request with everything else unchanged, works."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from plan_helpers import examples, try_plan
+from test_plan_properties import requests
+
+from app.core.errors import PlanError, TopologyError
+from app.core.models import Divisibility, Parallelism, PlanRequest, Topology
+from app.core.planner import plan
+
+TRIAD = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps")
+WINDOW = 200  # how far the brute-force search looks on either side
+
+
+def rejection(request: PlanRequest) -> PlanError | None:
+    try:
+        plan(request)
+    except PlanError as err:
+        return err
+    return None
+
+
+def works_with(request: PlanRequest, field: str, value: int) -> bool:
+    return try_plan(replace(request, **{field: value})) is not None
+
+
+def nearest_working(request: PlanRequest, field: str, start: int, step: int) -> int | None:
+    value = start
+    for _ in range(WINDOW):
+        if value < 1:
+            return None
+        if works_with(request, field, value):
+            return value
+        value += step
+    return None
+
+
+def with_dp(request: PlanRequest, dp: int) -> PlanRequest:
+    mp = request.parallelism.model_parallel_size
+    return replace(request, topology=Topology.homogeneous(dp * mp, 1))
+
+
+def assert_suggestions_hold(request: PlanRequest, err: PlanError) -> None:
+    for field in TRIAD:
+        values = err.suggestions.get(field, [])
+        for value in values:
+            assert works_with(request, field, value), f"suggested {field}={value} does not work"
+        asked = getattr(request, field)
+        if asked is None or not values:
+            continue
+        if request.divisibility in (Divisibility.ROUND_DOWN, Divisibility.ROUND_UP):
+            continue  # suggestions there keep the global batch; nearness is checked for strict policies
+        distances = [abs(v - asked) for v in values]
+        assert distances == sorted(distances), f"{field} suggestions {values} are not nearest first"
+        below = nearest_working(request, field, asked - 1, -1)
+        above = nearest_working(request, field, asked + 1, +1)
+        if below is not None:
+            assert below in values, f"{field}: {below} works, is nearest below {asked}, not in {values}"
+        if above is not None:
+            assert above in values, f"{field}: {above} works, is nearest above {asked}, not in {values}"
+    for dp in err.suggestions.get("data_parallel_size", []):
+        if not request.topology.listed_groups:
+            assert try_plan(with_dp(request, dp)) is not None, f"data_parallel_size {dp} does not work"
+
+
+@examples(150)
+@given(request=requests())
+def test_suggested_values_make_the_request_feasible(request: PlanRequest) -> None:
+    err = rejection(request)
+    if err is None or not err.suggestions:
+        return
+    assert_suggestions_hold(request, err)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected_fields"),
+    [
+        ({"global_batch_size": 1000, "micro_batch_size": 32}, {"global_batch_size"}),
+        ({"global_batch_size": 1000}, {"global_batch_size"}),
+        ({"global_batch_size": 520, "gradient_accumulation_steps": 3}, {"global_batch_size"}),
+        (
+            {"global_batch_size": 512, "micro_batch_size": 8, "gradient_accumulation_steps": 3},
+            {"global_batch_size", "gradient_accumulation_steps"},  # no micro-batch works with 3 steps
+        ),
+        (
+            {"global_batch_size": 512, "micro_batch_size": 64, "max_micro_batch_size": 16},
+            {"micro_batch_size"},
+        ),
+    ],
+)
+def test_infeasible_sixteen_gpu_requests_suggest_working_values(
+    fields: dict[str, int], expected_fields: set[str]
+) -> None:
+    request = PlanRequest(topology=Topology.homogeneous(2, 8), **fields)  # type: ignore[arg-type]
+    err = rejection(request)
+    assert err is not None
+    assert expected_fields <= set(err.suggestions)
+    assert_suggestions_hold(request, err)
+
+
+def test_global_suggestions_sit_below_and_above_the_request() -> None:
+    request = PlanRequest(topology=Topology.homogeneous(2, 8), global_batch_size=1000, micro_batch_size=32)
+    err = rejection(request)
+    assert err is not None
+    values = err.suggestions["global_batch_size"]
+    assert any(v < 1000 for v in values) and any(v > 1000 for v in values)
+
+
+def test_round_down_with_nothing_below_is_a_422_not_zero() -> None:
+    request = PlanRequest(
+        topology=Topology.homogeneous(2, 8), global_batch_size=8, divisibility=Divisibility.ROUND_DOWN
+    )
+    err = rejection(request)
+    assert err is not None and err.pointer == "/global_batch_size"
+    assert all(works_with(request, "global_batch_size", v) for v in err.suggestions["global_batch_size"])
+
+
+# ------------------------------------------------------------------- Megatron-style sizes
+
+
+@examples(100)
+@given(
+    num_nodes=st.integers(1, 16),
+    gpus_per_node=st.sampled_from([1, 2, 3, 4, 6, 8]),
+    tensor=st.integers(1, 8),
+    pipeline=st.integers(1, 4),
+    context=st.integers(1, 2),
+    per_replica=st.integers(1, 8),
+)
+def test_data_parallel_size_is_world_over_model_parallel(
+    num_nodes: int, gpus_per_node: int, tensor: int, pipeline: int, context: int, per_replica: int
+) -> None:
+    world = num_nodes * gpus_per_node
+    mp = tensor * pipeline * context
+    parallelism = Parallelism(tensor=tensor, pipeline=pipeline, context=context)
+    request = PlanRequest(
+        topology=Topology.homogeneous(num_nodes, gpus_per_node),
+        micro_batch_size=per_replica,
+        parallelism=parallelism,
+    )
+    err = rejection(request)
+    if world % mp == 0:
+        assert err is None
+        result = plan(request)
+        assert (result.model_parallel_size, result.data_parallel_size) == (mp, world // mp)
+        assert result.global_batch_size == per_replica * (world // mp)
+        return
+    assert isinstance(err, TopologyError)
+    assert err.pointer.startswith("/parallelism")
+    assert str(mp) in err.detail and str(world) in err.detail
+    suggested = err.suggestions.get("world_size", [])
+    assert suggested, "a world size that the parallel sizes do not divide needs nearby GPU counts"
+    distances = [abs(w - world) for w in suggested]
+    assert distances == sorted(distances)
+    for candidate in suggested:
+        assert candidate % mp == 0 and candidate != world
+        fixed = replace(request, topology=Topology.homogeneous(candidate, 1))
+        assert try_plan(fixed) is not None, f"world_size {candidate} does not work"
+
+
+def test_megatron_tp4_pp2_on_32_gpus_gives_four_replicas() -> None:
+    result = plan(
+        PlanRequest(
+            topology=Topology.homogeneous(4, 8),
+            parallelism=Parallelism(tensor=4, pipeline=2),
+            global_batch_size=1024,
+            max_micro_batch_size=16,
+        )
+    )
+    assert (result.world_size, result.model_parallel_size, result.data_parallel_size) == (32, 8, 4)
+    assert result.micro_batch_size * result.gradient_accumulation_steps * 4 == 1024
+    assert result.micro_batch_size <= 16

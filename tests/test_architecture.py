@@ -1,0 +1,77 @@
+"""Import rules: the core is pure standard library; the rank program never pulls in the web stack."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "app" / "core"
+GRADCHECK = ROOT / "app" / "worker" / "gradcheck.py"
+WEB_STACK = ("fastapi", "pydantic", "pydantic_settings", "starlette", "uvicorn", "app.api", "app.schemas")
+
+
+def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module name) for every import in the file at `path` (or in `source`,
+    read as if it lived there), relative imports resolved against its package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    tree = ast.parse(path.read_text() if source is None else source, filename=str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = ".".join(package[: len(package) - node.level + 1])
+                module = f"{anchor}.{node.module}" if node.module else anchor
+            else:
+                module = node.module or ""
+            out.append((node.lineno, module))
+    return out
+
+
+def is_within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def core_files() -> list[Path]:
+    return sorted(CORE.rglob("*.py"))
+
+
+def test_core_has_modules_to_check() -> None:
+    assert len(core_files()) >= 5
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_imports_only_the_standard_library_and_itself(path: Path) -> None:
+    offending = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if module.split(".")[0] not in sys.stdlib_module_names
+        and module != "__future__"
+        and not is_within(module, "app.core")
+    ]
+    assert offending == []
+
+
+def test_gradcheck_imports_no_web_stack() -> None:
+    if not GRADCHECK.exists():
+        pytest.skip("app/worker/gradcheck.py is not written yet")
+    offending = [
+        f"line {line}: {module}"
+        for line, module in imported_modules(GRADCHECK)
+        if any(is_within(module, banned) for banned in WEB_STACK)
+    ]
+    assert offending == []
+
+
+def test_the_scanner_resolves_and_catches_imports() -> None:
+    """The scan itself must be able to fail: it sees a third-party import and resolves relative ones."""
+    source = "import json\nfrom fastapi import FastAPI\nfrom . import models\nfrom .sampler import x\n"
+    modules = [m for _, m in imported_modules(CORE / "probe.py", source)]
+    assert modules == ["json", "fastapi", "app.core", "app.core.sampler"]
+    assert "fastapi" not in sys.stdlib_module_names
