@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hmac
+
 from fastapi import HTTPException, Request
 
 
@@ -11,10 +13,34 @@ async def require_json(request: Request) -> None:
     if content_type is None:
         # Without a content type FastAPI would not parse the body (a CSRF guard), and the
         # schema error that follows would not say why.
-        if request.headers.get("content-length", "0") not in ("", "0") or \
-                "chunked" in request.headers.get("transfer-encoding", ""):
+        if request.headers.get("content-length", "0") not in ("", "0") or "chunked" in request.headers.get(
+            "transfer-encoding", ""
+        ):
             raise HTTPException(400, "send the body with Content-Type: application/json")
         return
     media = content_type.split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise HTTPException(400, f"send the body as application/json, not {media or 'nothing'}")
+
+
+def _presented_key(request: Request) -> str | None:
+    header = request.headers.get("x-api-key")
+    if header:
+        return header
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def require_api_key(request: Request) -> None:
+    """When BATCHPLAN_API_KEY is set: `Authorization: Bearer <key>` or `X-API-Key: <key>`."""
+    expected = request.app.state.settings.api_key
+    if expected is None:
+        return
+    given = _presented_key(request)
+    # compare_digest: the time taken does not tell how much of a guess was right
+    if given is None or not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
+        raise HTTPException(
+            401,
+            "send the API key as Authorization: Bearer <key> or X-API-Key",
+            headers={"WWW-Authenticate": 'Bearer realm="batchplan"'},
+        )

@@ -17,12 +17,15 @@ async def livez() -> dict[str, str]:
 @router.get("/readyz", summary="Ready to serve")
 def readyz(request: Request) -> dict[str, object]:
     """Ready as soon as the planner is; `worker` says whether the rank processes are warm."""
-    service = request.app.state.checks
+    service = getattr(request.app.state, "checks", None)
     worker: dict[str, object] = {"enabled": service is not None}
     if service is not None:
         host = service.host()
-        worker |= {"ready": host["ready"], "warm_processes": host["warm_processes"],
-                   "processes_per_host": host["processes_per_host"]}
+        worker |= {
+            "ready": host["ready"],
+            "warm_processes": host["warm_processes"],
+            "processes_per_host": host["processes_per_host"],
+        }
     return {"status": "ready", "planner": True, "worker": worker}
 
 

@@ -1,0 +1,122 @@
+"""The worker's routes: gradient checks of a plan with real torch.distributed, and the host."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+
+from app.api.deps import require_api_key, require_json
+from app.api.problems import PROBLEM_RESPONSES
+from app.core.errors import InvalidValue, PlanError
+from app.schemas.checks import CHECK_EXAMPLES, CheckJobOut, CheckListOut, CheckRequestIn, HostOut, JobStatus
+from app.schemas.plans import ProblemOut
+from app.worker.service import AlreadyFinished, CheckService, QueueFull
+from app.worker.spec import SpecError
+
+router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
+
+_PROBLEMS = {
+    **PROBLEM_RESPONSES,
+    401: {"model": ProblemOut, "description": "Missing or wrong API key."},
+    404: {"model": ProblemOut, "description": "No such check."},
+    422: {"model": ProblemOut, "description": "Invalid or uncheckable request, naming the field."},
+    429: {"model": ProblemOut, "description": "The queue is full; see Retry-After."},
+    503: {"model": ProblemOut, "description": "The worker is disabled on this server."},
+}
+
+
+def _service(request: Request) -> CheckService:
+    service: CheckService | None = request.app.state.checks
+    if service is None:
+        raise HTTPException(503, "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
+    return service
+
+
+Service = Annotated[CheckService, Depends(_service)]
+
+
+@router.post(
+    "/checks",
+    status_code=202,
+    summary="Check a plan with a real DDP step",
+    responses=_PROBLEMS,
+    dependencies=[Depends(require_json)],
+)
+async def create_check(
+    body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],
+    service: Service,
+    response: Response,
+) -> CheckJobOut:
+    """Plan the request, run one data-parallel training step with `torch.distributed` on the
+    warm ranks, and compare its gradient with a single-process gradient over the same
+    global batch, next to deliberately wrong setups that the check must tell apart."""
+    nnodes = body.rendezvous.nnodes if body.rendezvous else 1
+    try:
+        spec, timeout = await asyncio.to_thread(
+            service.prepare,
+            body.plan.to_core(),
+            dtype=body.dtype,
+            seed=body.seed,
+            backend=body.backend,
+            timeout_s=body.timeout_s,
+            nnodes=nnodes,
+        )
+    except PlanError as err:
+        # The core names fields of the plan; in this body they sit under /plan.
+        raise dataclasses.replace(err, pointer="/plan" + err.pointer) from None
+    except SpecError as err:
+        raise InvalidValue(err.detail, pointer=err.pointer) from None
+    try:
+        job = await service.submit(
+            body.model_dump(mode="json"),
+            spec,
+            timeout,
+            body.rendezvous.model_dump() if body.rendezvous else None,
+        )
+    except QueueFull as full:
+        raise HTTPException(429, str(full), headers={"Retry-After": str(full.retry_after)}) from None
+    response.headers["Location"] = f"/v1/checks/{job['id']}"
+    return CheckJobOut.from_job(job)
+
+
+@router.get("/checks", summary="Recent checks, newest first", responses=_PROBLEMS)
+async def list_checks(
+    service: Service, limit: Annotated[int, Query(ge=1, le=500)] = 50, status: JobStatus | None = None
+) -> CheckListOut:
+    return CheckListOut(checks=[CheckJobOut.from_job(j) for j in await service.list(limit, status)])
+
+
+@router.get("/checks/{check_id}", summary="One check", responses=_PROBLEMS)
+async def get_check(check_id: str, service: Service) -> CheckJobOut:
+    job = await service.get(check_id)
+    if job is None:
+        raise HTTPException(404, f"no check with id {check_id!r}")
+    return CheckJobOut.from_job(job)
+
+
+@router.delete(
+    "/checks/{check_id}",
+    summary="Cancel a queued or running check",
+    responses={**_PROBLEMS, 409: {"model": ProblemOut, "description": "Already finished."}},
+)
+async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
+    try:
+        job = await service.cancel(check_id)
+    except AlreadyFinished as done:
+        raise HTTPException(409, str(done)) from None
+    if job is None:
+        raise HTTPException(404, f"no check with id {check_id!r}")
+    return CheckJobOut.from_job(job)
+
+
+@router.get("/host", summary="What this worker can run", responses=_PROBLEMS)
+def host(request: Request) -> HostOut:
+    service: CheckService | None = request.app.state.checks
+    if service is None:
+        return HostOut(
+            worker_enabled=False, ready=False, processes_per_host=0, warm_processes=0, gpus=None, backends=[]
+        )
+    return HostOut.model_validate(service.host())

@@ -1,0 +1,262 @@
+"""Warm rank processes, forked from a fork server that has already imported torch.
+
+Importing torch and building the first DDP module cost seconds per process; the fork
+server pays the import once and each fork then warms up in tens of milliseconds, so a dead
+or stuck rank is replaced almost at once. Each process has its own pipe; a reader thread
+per process turns its replies (or its death) into messages on the event loop. All pool
+state is touched only from the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import multiprocessing
+import threading
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from app.worker import entry
+
+log = logging.getLogger("batchplan.worker")
+
+PRELOAD = ["app.worker.rank_server"]
+# A fork warms up in tens of milliseconds once start() returns (the fork server has done the
+# imports by then); one that takes this long is stuck and gets replaced.
+WARM_UP_TIMEOUT_S = 15.0
+
+
+class RankDied(RuntimeError):
+    pass
+
+
+class RankError(RuntimeError):
+    pass
+
+
+@functools.cache
+def _fork_context() -> ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+class RankProcess:
+    def __init__(self, process: BaseProcess, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.process = process
+        self.conn = conn
+        self.loop = loop
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.info: dict[str, Any] = {}
+        self.ready = False
+        self.busy = False
+        self.dead = False
+        self.on_ready: list[Any] = []
+        self.on_death: list[Any] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def start_reader(self) -> None:
+        threading.Thread(target=self._read, daemon=True, name=f"rank-reader-{self.pid}").start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                    self.loop.call_soon_threadsafe(self._died)
+                return
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._deliver, msg)
+
+    def _deliver(self, msg: dict[str, Any]) -> None:
+        if msg.get("op") == "ready" and not self.ready:
+            self.info = msg
+            self.ready = True
+            for callback in self.on_ready:
+                callback(self)
+            return
+        self.inbox.put_nowait(msg)
+
+    def _died(self) -> None:
+        if self.dead:
+            return
+        self.dead = True
+        self.inbox.put_nowait({"op": "dead"})
+        for callback in self.on_death:
+            callback(self)
+
+    async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.dead:
+            raise RankDied(self.describe_death())
+        await asyncio.to_thread(self.conn.send, msg)
+        reply = await self.inbox.get()
+        if reply["op"] == "dead":
+            raise RankDied(self.describe_death())
+        if reply["op"] == "error":
+            raise RankError(str(reply["error"]))
+        return reply
+
+    def describe_death(self) -> str:
+        self.process.join(timeout=0.5)
+        code = self.process.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        return f"rank process {self.pid} {how}"
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.kill()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()
+
+
+class RankPool:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.processes: list[RankProcess] = []
+        self.stopping = False
+        self.changed = asyncio.Condition()
+        self.host_info: dict[str, Any] = {}
+        self.spawn_error: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self._spawn_soon()
+
+    def _spawn_soon(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._spawn())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _spawn(self) -> None:
+        loop = asyncio.get_running_loop()
+        ctx = _fork_context()
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=entry.serve, args=(child_conn,), daemon=True, name="batchplan-rank")
+        try:
+            # The first start launches the fork server and waits for its imports: seconds.
+            await asyncio.to_thread(process.start)
+        except Exception as err:
+            self.spawn_error = f"could not start a rank process: {err}"
+            log.exception("rank process start failed")
+            return
+        finally:
+            child_conn.close()
+        rank = RankProcess(process, parent_conn, loop)
+        rank.on_ready.append(self._ready)
+        rank.on_death.append(self._dead)
+        if self.stopping:
+            rank.kill()
+            return
+        self.processes.append(rank)
+        rank.start_reader()
+        await asyncio.sleep(WARM_UP_TIMEOUT_S)
+        if not rank.ready and not rank.dead and rank in self.processes and not self.stopping:
+            log.warning(
+                "rank process %s did not warm up within %s s; replacing it", rank.pid, WARM_UP_TIMEOUT_S
+            )
+            self._remove(rank)
+            self._spawn_soon()
+
+    def _ready(self, rank: RankProcess) -> None:
+        self.host_info = {k: v for k, v in rank.info.items() if k not in ("op", "pid")}
+        self._notify()
+
+    def _dead(self, rank: RankProcess) -> None:
+        if rank in self.processes and not rank.busy:
+            # Died while idle: replace it now. A busy one is replaced when its check releases it.
+            self._remove(rank)
+            if not self.stopping:
+                log.warning("idle %s; replacing it", rank.describe_death())
+                self._spawn_soon()
+        self._notify()
+
+    def _remove(self, rank: RankProcess) -> None:
+        if rank in self.processes:
+            self.processes.remove(rank)
+        rank.kill()
+        rank.close()
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self.changed:
+                self.changed.notify_all()
+
+        task = asyncio.get_running_loop().create_task(notify())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        ranks = list(self.processes)
+        for rank in ranks:
+            with contextlib.suppress(Exception):
+                rank.conn.send({"op": "exit"})
+        await asyncio.to_thread(self._reap, ranks)
+        self.processes.clear()
+
+    @staticmethod
+    def _reap(ranks: list[RankProcess]) -> None:
+        for rank in ranks:
+            rank.process.join(timeout=1.0)
+            if rank.process.is_alive():
+                rank.kill()
+                rank.process.join(timeout=2.0)
+            rank.close()
+
+    # ------------------------------------------------------------------ use
+
+    def warm(self) -> list[RankProcess]:
+        return [r for r in self.processes if r.ready and not r.dead]
+
+    def idle(self) -> list[RankProcess]:
+        return [r for r in self.warm() if not r.busy]
+
+    async def acquire(self, count: int) -> list[RankProcess]:
+        """`count` warm idle processes, all at once so that two checks never deadlock
+        holding half each. Callers bound the wait with their own timeout."""
+        count = min(count, self.size)
+        async with self.changed:
+            while len(self.idle()) < count:
+                if self.stopping:
+                    raise RuntimeError("the worker is shutting down")
+                await self.changed.wait()
+            ranks = self.idle()[:count]
+            for rank in ranks:
+                rank.busy = True
+            return ranks
+
+    def release(self, ranks: list[RankProcess], healthy: bool) -> None:
+        """Healthy ranks go back to the pool; after a failure, timeout or cancel every rank
+        of the check is killed (some may be stuck in a collective) and replaced."""
+        for rank in ranks:
+            rank.busy = False
+            if healthy and not rank.dead:
+                continue
+            self._remove(rank)
+            if not self.stopping:
+                self._spawn_soon()
+        self._notify()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "pid": r.pid,
+                "state": "dead" if r.dead else "busy" if r.busy else "idle" if r.ready else "warming",
+            }
+            for r in self.processes
+        ]

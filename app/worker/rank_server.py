@@ -1,0 +1,169 @@
+"""A warm rank process: torch imported and DDP built once, then checks on demand.
+
+Each process has its own pipe to the pool (a shared queue could hand two ranks of one check
+to the same process, which would deadlock). Messages are dicts:
+
+- ``{"op": "join", ...}`` to a node's leader: meet the other nodes, answer the assignment;
+- ``{"op": "run", ...}``: form a fresh process group, run the check, tear the group down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
+from torch.nn.parallel import DistributedDataParallel
+
+from app.worker import gradcheck, rendezvous
+from app.worker.model import backward, batch_loss, build_model, synthetic_batch
+from app.worker.spec import CheckSpec
+
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+
+
+def _exit_with_parent() -> None:
+    """Die with the process that forked us (the pool's fork server, which exits with the
+    app), even in the middle of a collective that holds the GIL: the kernel's parent-death
+    signal where there is one, and a watching thread as well."""
+    # Every fork holds the fork server's "alive" pipe, which keeps the fork server (our
+    # parent) running as long as any fork lives; let go of it so that the fork server
+    # exits with the app, and the parent-death signal below reaches us.
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver  # private: the fd has no public handle
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = None
+    parent = os.getppid()
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent went before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _warm_up() -> None:
+    """The first DDP construction and backward cost seconds; pay them before any check."""
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(build_model(0, torch.float64, torch.device("cpu")))
+        x, y = synthetic_batch(torch.arange(4), 0, torch.float64, torch.device("cpu"))
+        backward(batch_loss(model, x, y, "mean"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _host_info() -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "pid": os.getpid(),
+        "torch_version": torch.__version__,
+        "cuda_available": cuda,
+        "gpus": torch.cuda.device_count() if cuda else 0,
+        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if cuda
+        else [],
+        "backends": [
+            b
+            for b, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available() and cuda))
+            if ok
+        ],
+    }
+
+
+class RankServer:
+    def __init__(self) -> None:
+        self.store: TCPStore | None = None  # the leader's, from "join" to the end of "run"
+        self.serving = False
+
+    def join(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self.store, self.serving = rendezvous.open_store(msg["endpoint"], msg["timeout_s"])
+        assignment = rendezvous.join(
+            self.store, msg["run_id"], msg["nnodes"], msg["offered"], msg["replicas"]
+        )
+        return {"op": "joined", **assignment.as_dict()}
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        leader = msg["leader"]
+        store = (
+            self.store
+            if leader and self.store is not None
+            else rendezvous.join_store(msg["endpoint"], msg["timeout_s"])
+        )
+        try:
+            return self._run(msg, store)
+        finally:
+            self.store, self.serving = None, False
+
+    def _run(self, msg: dict[str, Any], store: TCPStore) -> dict[str, Any]:
+        spec = CheckSpec.from_json(msg["spec"])
+        run_id, rank, world = msg["run_id"], msg["rank"], msg["world"]
+        result: dict[str, Any] | None = None
+        if msg["local_index"] >= 0:
+            backend, device = gradcheck.choose_backend(
+                msg["backend"], msg["local_processes"], msg["local_index"]
+            )
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            started = time.perf_counter()
+            # A fresh group per check: a group broken by a dead peer never carries over.
+            dist.init_process_group(
+                backend,
+                store=PrefixStore(f"{run_id}/pg", store),
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=msg["timeout_s"]),
+            )
+            setup = time.perf_counter() - started
+            try:
+                result = gradcheck.run_check(spec, rank, world, device, backend, nnodes=msg["nnodes"])
+            finally:
+                dist.destroy_process_group()
+            if result is not None:
+                result["timings_s"]["init_process_group"] = round(setup, 6)
+                rendezvous.publish_result(store, run_id, result)
+        if not msg["leader"]:
+            return {"op": "done"}
+        result = rendezvous.collect_result(store, run_id, msg["nnodes"], self.serving, msg["timeout_s"])
+        return {"op": "result", "result": result}
+
+
+def serve(conn: Connection) -> None:
+    _exit_with_parent()
+    _warm_up()
+    conn.send({"op": "ready", **_host_info()})
+    server = RankServer()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg.get("op") == "exit":
+            return
+        try:
+            reply = server.join(msg) if msg["op"] == "join" else server.run(msg)
+        except Exception as err:  # reported to the pool, which replaces this process
+            reply = {"op": "error", "error": f"{type(err).__name__}: {err}"}
+        conn.send(reply)

@@ -1,0 +1,146 @@
+"""What a check runs, as plain data: built from a core Plan, sent to every rank as JSON.
+
+Pure (standard library and `app.core` only): the web process builds specs without torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from app.core.models import DatasetSpec, Plan
+from app.core.sampler import distributed_sampler_num_samples
+
+DTYPES = ("float64", "float32")
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+class SpecError(ValueError):
+    """A plan that cannot be checked as asked; `pointer` names the request field."""
+
+    def __init__(self, detail: str, pointer: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.pointer = pointer
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSlice:
+    """Data-parallel replicas [start, stop) that share a micro-batch size and loss scale."""
+
+    start: int
+    stop: int
+    micro_batch_size: int
+    loss_scale: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    data_parallel_size: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+    loss_reduction: str
+    split: str  # "even": DistributedSampler; "proportional": ProportionalSampler
+    slices: tuple[ReplicaSlice, ...]
+    num_samples: int
+    shuffle: bool
+    data_seed: int
+    drop_last: bool
+    total_size: int  # the sampler's padded/truncated epoch length
+    dtype: str = "float64"
+    seed: int = 0
+    backend: str = "auto"
+
+    def micro_batch_sizes(self) -> list[int]:
+        sizes: list[int] = []
+        for s in self.slices:
+            sizes += [s.micro_batch_size] * (s.stop - s.start)
+        return sizes
+
+    def loss_scales(self) -> list[float]:
+        scales: list[float] = []
+        for s in self.slices:
+            scales += [s.loss_scale] * (s.stop - s.start)
+        return scales
+
+    def exact_loss_scale(self, micro_batch_size: int) -> Fraction:
+        """The scale CONTRACT.md defines, exactly; the plan's floats are what is checked."""
+        dp, G = self.data_parallel_size, self.global_batch_size
+        return Fraction(dp * micro_batch_size, G) if self.loss_reduction == "mean" else Fraction(dp, G)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CheckSpec:
+        data: dict[str, Any] = json.loads(text)
+        data["slices"] = tuple(ReplicaSlice(**s) for s in data["slices"])
+        return cls(**data)
+
+
+def spec_from_plan(
+    plan: Plan,
+    *,
+    dtype: str = "float64",
+    seed: int = 0,
+    backend: str = "auto",
+    dataset: DatasetSpec | None = None,
+) -> CheckSpec:
+    """The first optimizer step of `plan`. Without a dataset the epoch is exactly one global
+    batch, shuffled with the check's seed."""
+    if dtype not in DTYPES:
+        raise SpecError(f"dtype must be one of {', '.join(DTYPES)}", "/dtype")
+    if backend not in BACKENDS:
+        raise SpecError(f"backend must be one of {', '.join(BACKENDS)}", "/backend")
+    data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
+    dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
+    slices = tuple(
+        ReplicaSlice(r.start, r.stop, r.micro_batch_size, r.loss_scale) for r in plan.replica_groups
+    )
+    if plan.split == "even":
+        micro = slices[0].micro_batch_size
+        per_replica = distributed_sampler_num_samples(data.num_samples, dp, data.drop_last)
+        total = per_replica * dp
+        if per_replica < g * micro:
+            raise SpecError(
+                f"each replica's shard holds {per_replica} samples, fewer than one optimizer step "
+                f"({g} x {micro}); give at least {G} samples",
+                "/plan/dataset/num_samples",
+            )
+    else:
+        per_step = G // g
+        steps = data.num_samples // per_step if data.drop_last else -(-data.num_samples // per_step)
+        total = steps * per_step
+        if steps < g:
+            raise SpecError(
+                f"the epoch holds {steps} micro-steps, fewer than one optimizer step ({g}); "
+                f"give at least {G} samples",
+                "/plan/dataset/num_samples",
+            )
+    return CheckSpec(
+        data_parallel_size=dp,
+        global_batch_size=G,
+        gradient_accumulation_steps=g,
+        loss_reduction=plan.loss_reduction,
+        split=plan.split,
+        slices=slices,
+        num_samples=data.num_samples,
+        shuffle=data.shuffle,
+        data_seed=data.seed,
+        drop_last=data.drop_last,
+        total_size=total,
+        dtype=dtype,
+        seed=seed,
+        backend=backend,
+    )
+
+
+def replica_range(process: int, processes: int, replicas: int) -> range:
+    """The contiguous replicas one process runs; sizes differ by at most one."""
+    return range(process * replicas // processes, (process + 1) * replicas // processes)
+
+
+def replicas_per_process(processes: int, replicas: int) -> int:
+    return -(-replicas // processes)

@@ -1,0 +1,125 @@
+"""Check jobs in SQLite, so that results outlive the process that computed them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
+FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+INTERRUPTED = "the server stopped while this check was running; submit it again"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    request TEXT NOT NULL,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+"""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JobStore:
+    """One connection behind a lock: calls are short, and the service makes them from
+    worker threads so the event loop never waits on the disk."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def _job(row: sqlite3.Row | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        job = dict(row)
+        job["request"] = json.loads(job["request"])
+        job["result"] = json.loads(job["result"]) if job["result"] else None
+        return job
+
+    def create(self, job_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
+                (job_id, QUEUED, now(), json.dumps(request)),
+            )
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._job(row)
+
+    def recent(self, limit: int, status: str | None = None) -> list[dict[str, Any]]:
+        query = (
+            "SELECT * FROM jobs"
+            + (" WHERE status = ?" if status else "")
+            + " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
+        with self._lock:
+            rows = self._db.execute(query, (status, limit) if status else (limit,)).fetchall()
+        return [job for job in map(self._job, rows) if job is not None]
+
+    def start(self, job_id: str) -> bool:
+        """queued → running; False when it is no longer queued (cancelled meanwhile)."""
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE jobs SET status = ?, started_at = ? WHERE id = ? AND status = ?",
+                (RUNNING, now(), job_id, QUEUED),
+            )
+        return cursor.rowcount == 1
+
+    def finish(
+        self, job_id: str, status: str, *, result: dict[str, Any] | None = None, error: str | None = None
+    ) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET status = ?, finished_at = ?, result = ?, error = ? "
+                "WHERE id = ? AND status IN (?, ?)",
+                (
+                    status,
+                    now(),
+                    json.dumps(result) if result is not None else None,
+                    error,
+                    job_id,
+                    QUEUED,
+                    RUNNING,
+                ),
+            )
+
+    def recover(self) -> list[str]:
+        """After a restart: running jobs failed (their ranks died with the server); the ids
+        of queued ones, oldest first, to run again."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET status = ?, finished_at = ?, error = ? WHERE status = ?",
+                (FAILED, now(), INTERRUPTED, RUNNING),
+            )
+            rows = self._db.execute(
+                "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid", (QUEUED,)
+            ).fetchall()
+        return [row["id"] for row in rows]

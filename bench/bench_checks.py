@@ -1,0 +1,179 @@
+"""End-to-end gradient checks: warm ranks over HTTP against a cold torchrun.
+
+    .venv/bin/python bench/bench_checks.py [--runs 7] [--processes 8] [--json out.json]
+
+Starts `uvicorn app.main:app` with warm rank processes, submits `POST /v1/checks` for 2, 4 and
+8 replicas and polls until the result (the median of --runs, after one discarded run), then
+runs the same rank program under a cold `torchrun` for 8 replicas in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def plan(replicas: int) -> dict[str, Any]:
+    return {
+        "topology": {"num_nodes": 1, "gpus_per_node": replicas},
+        "global_batch_size": 8 * replicas,
+        "micro_batch_size": 4,
+    }
+
+
+def check_over_http(client: httpx.Client, replicas: int) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    response = client.post("/v1/checks", json={"plan": plan(replicas)})
+    response.raise_for_status()
+    location = response.headers["location"]
+    while True:
+        job = client.get(location).json()
+        if job["status"] not in ("queued", "running"):
+            elapsed = time.perf_counter() - started
+            if job["status"] != "succeeded" or not job["result"]["passed"]:
+                raise RuntimeError(f"check failed: {job}")
+            return elapsed, job["result"]
+        time.sleep(0.002)
+
+
+def cold_torchrun(replicas: int) -> tuple[float, dict[str, Any]]:
+    request = json.dumps({"plan": plan(replicas)})
+    started = time.perf_counter()
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(replicas),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{free_port()}",
+            "-m",
+            "app.worker.gradcheck",
+            "--request",
+            request,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    elapsed = time.perf_counter() - started
+    line = next(line for line in completed.stdout.splitlines() if line.startswith("{"))
+    return elapsed, json.loads(line)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--processes", type=int, default=8, help="warm rank processes (BATCHPLAN_PROCESSES_PER_HOST)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            **os.environ,
+            "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
+            "BATCHPLAN_PROCESSES_PER_HOST": str(args.processes),
+            "BATCHPLAN_LOG_LEVEL": "warning",
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        figures: dict[str, Any] = {
+            "processes_per_host": args.processes,
+            "runs": args.runs,
+            "cpus": os.cpu_count(),
+        }
+        try:
+            client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+            started = time.perf_counter()
+            while True:
+                try:
+                    if client.get("/v1/host").json()["ready"]:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            figures["server_start_until_warm_s"] = round(time.perf_counter() - started, 3)
+            warm: dict[str, Any] = {}
+            for replicas in (2, 4, 8):
+                check_over_http(client, replicas)  # first group of this size: not counted
+                times, result = [], {}
+                for _ in range(args.runs):
+                    elapsed, result = check_over_http(client, replicas)
+                    times.append(elapsed)
+                warm[str(replicas)] = {
+                    "median_s": round(statistics.median(times), 4),
+                    "min_s": round(min(times), 4),
+                    "max_s": round(max(times), 4),
+                    "processes": result["processes"],
+                    "replicas_per_process": result["replicas_per_process"],
+                    "controls": len(result["controls"]),
+                    "rel_l2": result["rel_l2"],
+                }
+            figures["warm_http"] = warm
+            client.close()
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+    cold_s, cold = cold_torchrun(8)
+    figures["cold_torchrun_8"] = {"wall_s": round(cold_s, 3), "passed": cold["passed"]}
+    figures["speedup_8"] = round(cold_s / warm["8"]["median_s"], 1)
+
+    print(
+        f"warm ranks ({args.processes} processes, {os.cpu_count()} CPUs), POST /v1/checks until the result, "
+        f"median of {args.runs}:"
+    )
+    print("| replicas | processes | median s | min s | max s |")
+    print("|---:|---:|---:|---:|---:|")
+    for replicas, row in warm.items():
+        print(f"| {replicas} | {row['processes']} | {row['median_s']} | {row['min_s']} | {row['max_s']} |")
+    print(f"cold torchrun, 8 processes, same rank program: {cold_s:.2f} s")
+    met = warm["8"]["median_s"] <= 1 and figures["speedup_8"] >= 10
+    print(
+        f"warm 8-replica check is {figures['speedup_8']}x faster than cold "
+        f"(goals: <= 1 s and >= 10x: {'met' if met else 'MISSED'})"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,356 @@
+"""/v1/checks and /v1/host over HTTP, with real gloo process groups on warm ranks.
+
+One app (four warm rank processes) serves the module; the fork server's torch import is
+paid once, and replacing a killed rank costs tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.worker.store import JobStore
+
+pytestmark = pytest.mark.slow
+
+EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+EVEN_4_ACCUMULATED = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+    "global_batch_size": 64,
+    "micro_batch_size": 8,
+    "dataset": {"num_samples": 1000, "seed": 7},
+}
+MIXED = {
+    "topology": {
+        "node_groups": [
+            {"name": "h100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+            {"name": "a100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+        ]
+    },
+    "global_batch_size": 60,
+    "max_micro_batch_size": 8,
+}
+LARGE = {"topology": {"num_nodes": 128, "gpus_per_node": 8}, "global_batch_size": 2048}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_warm(client: TestClient, count: int, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        host: dict[str, Any] = client.get("/v1/host").json()
+        if host["warm_processes"] >= count and host["busy_processes"] == 0:
+            return host
+        time.sleep(0.05)
+    raise AssertionError(f"ranks not warm: {host}")
+
+
+def wait_status(
+    client: TestClient, location: str, statuses: tuple[str, ...], timeout: float = 60
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(location).json()
+        if job["status"] in statuses:
+            return job
+        time.sleep(0.01)
+    raise AssertionError(f"job stuck: {job}")
+
+
+def run(client: TestClient, plan: dict[str, Any], **options: Any) -> dict[str, Any]:
+    response = client.post("/v1/checks", json={"plan": plan, **options})
+    assert response.status_code == 202, response.text
+    assert response.headers["location"] == f"/v1/checks/{response.json()['id']}"
+    return wait_status(client, response.headers["location"], ("succeeded", "failed", "cancelled"))
+
+
+def blocker(client: TestClient, **options: Any) -> str:
+    """A check that waits in its rendezvous for a second node that never comes."""
+    body = {
+        "plan": EVEN_2,
+        "rendezvous": {
+            "endpoint": f"127.0.0.1:{_free_port()}",
+            "nnodes": 2,
+            "run_id": f"lonely-{time.monotonic_ns()}",
+        },
+        **options,
+    }
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 202, response.text
+    location: str = response.headers["location"]
+    wait_status(client, location, ("running",))
+    return location
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    settings = Settings(
+        jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3",
+        processes_per_host=4,
+        queue_size=2,
+        max_replicas_per_check=2048,
+        check_timeout_s=60,
+        log_level="warning",
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        wait_warm(test_client, 4)
+        yield test_client
+
+
+def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
+    host = client.get("/v1/host").json()
+    assert host["worker_enabled"] and host["ready"] and host["warm_processes"] == 4
+    assert "gloo" in host["backends"] and host["gpus"] == 0
+    assert [p["state"] for p in host["processes"]] == ["idle"] * 4
+    ready = client.get("/readyz").json()
+    assert ready["worker"] == {"enabled": True, "ready": True, "warm_processes": 4, "processes_per_host": 4}
+
+
+def test_two_processes_pass_with_controls_detected(client: TestClient) -> None:
+    job = run(client, EVEN_2)
+    assert job["status"] == "succeeded" and job["error"] is None
+    assert job["created_at"] <= job["started_at"] <= job["finished_at"]
+    result = job["result"]
+    assert result["passed"] and result["backend"] == "gloo" and result["device"] == "cpu"
+    assert (
+        result["processes"] == 2 and result["data_parallel_size"] == 2 and result["replicas_per_process"] == 1
+    )
+    assert result["rel_l2"] < 1e-13 and result["tolerance"] == 1e-10
+    controls = {c["name"]: c for c in result["controls"]}
+    # g = 1 and an even split: only the mistakes that change this plan's gradient are run
+    assert set(controls) == {"sum_without_scaling", "no_distributed_sampler"}
+    assert all(c["detected"] and c["rel_l2"] > 1e-2 for c in controls.values())
+    assert result["timings_s"]["end_to_end"] < 5
+
+
+def test_four_processes_with_accumulation_and_a_dataset(client: TestClient) -> None:
+    result = run(client, EVEN_4_ACCUMULATED, seed=3)["result"]
+    assert result["passed"] and result["processes"] == 4 and result["gradient_accumulation_steps"] == 2
+    controls = {c["name"]: c for c in result["controls"]}
+    assert controls["accumulation_not_divided"]["detected"]
+    assert abs(controls["accumulation_not_divided"]["rel_l2"] - 1.0) < 1e-9  # twice the gradient
+
+
+def test_uneven_mixed_cluster_plan_and_its_plain_mean_control(client: TestClient) -> None:
+    plan = client.post("/v1/plans", json=MIXED).json()
+    assert plan["split"] == "proportional"
+    result = run(client, MIXED)["result"]
+    assert result["passed"] and result["split"] == "proportional" and result["processes"] == 4
+    controls = {c["name"]: c for c in result["controls"]}
+    assert controls["unweighted_mean"]["detected"] and controls["unweighted_mean"]["rel_l2"] > 1e-2
+
+
+def test_float32(client: TestClient) -> None:
+    result = run(client, MIXED, dtype="float32")["result"]
+    assert result["passed"] and result["tolerance"] == 1e-4 and result["rel_l2"] < 1e-5
+
+
+def test_emulated_1024_replicas_on_four_processes(client: TestClient) -> None:
+    result = run(client, LARGE)["result"]
+    assert result["passed"] and result["data_parallel_size"] == 1024
+    assert result["processes"] == 4 and result["replicas_per_process"] == 256
+    assert result["rel_l2"] < 1e-12
+    assert all(c["detected"] for c in result["controls"]) and result["controls"]
+
+
+def test_planner_stays_fast_while_a_check_runs(client: TestClient) -> None:
+    response = client.post("/v1/checks", json={"plan": LARGE})
+    location = response.headers["location"]
+    wait_status(client, location, ("running",))
+    slowest = 0.0
+    overlapped = 0
+    for _ in range(20):
+        started = time.perf_counter()
+        assert client.post("/v1/plans", json=MIXED).status_code == 200
+        slowest = max(slowest, time.perf_counter() - started)
+        overlapped += client.get(location).json()["status"] == "running"
+    assert overlapped >= 1
+    assert slowest < 0.5
+    assert wait_status(client, location, ("succeeded",))["result"]["passed"]
+
+
+def test_listing_and_lookup(client: TestClient) -> None:
+    listed = client.get("/v1/checks", params={"limit": 3}).json()["checks"]
+    assert 1 <= len(listed) <= 3
+    assert listed[0]["created_at"] >= listed[-1]["created_at"]
+    assert client.get(f"/v1/checks/{listed[0]['id']}").json()["id"] == listed[0]["id"]
+    assert client.get("/v1/checks", params={"status": "succeeded"}).status_code == 200
+    missing = client.get("/v1/checks/not-a-check")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+    assert client.delete("/v1/checks/not-a-check").status_code == 404
+    finished = client.delete(f"/v1/checks/{listed[0]['id']}")
+    assert finished.status_code == 409 and finished.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    "body, pointer",
+    [
+        (
+            {"plan": {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 0}},
+            "/plan/global_batch_size",
+        ),
+        ({"plan": EVEN_2, "dtype": "float16"}, "/dtype"),
+        ({"plan": EVEN_2, "backend": "mpi"}, "/backend"),
+        ({"plan": EVEN_2, "timeout_s": -1}, "/timeout_s"),
+        ({"plan": EVEN_2, "timeout_s": 3600}, "/timeout_s"),
+        ({"plan": EVEN_2, "nonsense": 1}, "/nonsense"),
+        (
+            {"plan": {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 30}},
+            "/plan/global_batch_size",
+        ),
+        (
+            {
+                "plan": {
+                    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                    "global_batch_size": 64,
+                    "dataset": {"num_samples": 10},
+                }
+            },
+            "/plan/dataset/num_samples",
+        ),
+        (
+            {"plan": {"topology": {"num_nodes": 512, "gpus_per_node": 8}, "global_batch_size": 4096}},
+            "/plan/topology",
+        ),
+        ({"plan": EVEN_2, "backend": "nccl"}, "/backend"),
+        (
+            {"plan": EVEN_2, "rendezvous": {"endpoint": "no port", "nnodes": 2, "run_id": "x"}},
+            "/rendezvous/endpoint",
+        ),
+        (
+            {"plan": EVEN_2, "rendezvous": {"endpoint": "h:1", "nnodes": 3, "run_id": "x"}},
+            "/rendezvous/nnodes",
+        ),
+    ],
+)
+def test_bad_input_is_a_problem_naming_the_field(
+    client: TestClient, body: dict[str, Any], pointer: str
+) -> None:
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert pointer in [e["pointer"] for e in problem["errors"]], problem
+
+
+def test_malformed_body_is_a_4xx_problem(client: TestClient) -> None:
+    response = client.post("/v1/checks", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.headers["content-type"] == "application/problem+json"
+    response = client.post("/v1/checks", content=b"plan", headers={"content-type": "text/plain"})
+    assert response.status_code == 400
+
+
+def test_timeout_kills_and_replaces_the_ranks(client: TestClient) -> None:
+    before = {p["pid"] for p in wait_warm(client, 4)["processes"]}
+    location = blocker(client, timeout_s=1.0)
+    job = wait_status(client, location, ("failed",), timeout=10)
+    assert "did not finish within timeout_s=1" in job["error"] and "replaced" in job["error"]
+    after = {p["pid"] for p in wait_warm(client, 4)["processes"]}
+    assert len(before - after) == 2  # the check's two ranks, killed; the others kept
+    assert run(client, EVEN_2)["result"]["passed"]
+
+
+def test_a_rank_killed_mid_check_fails_the_job_and_is_replaced(client: TestClient) -> None:
+    wait_warm(client, 4)
+    location = blocker(client)
+    busy = [p["pid"] for p in client.get("/v1/host").json()["processes"] if p["state"] == "busy"]
+    assert len(busy) == 2
+    os.kill(busy[0], signal.SIGKILL)
+    job = wait_status(client, location, ("failed",), timeout=10)
+    assert f"rank process {busy[0]} was killed by signal 9" in job["error"]
+    host = wait_warm(client, 4)
+    assert not set(busy) & {p["pid"] for p in host["processes"]}
+    assert run(client, EVEN_4_ACCUMULATED)["result"]["passed"]
+
+
+def test_an_idle_rank_that_dies_is_replaced(client: TestClient) -> None:
+    victim = wait_warm(client, 4)["processes"][0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        host = client.get("/v1/host").json()
+        if victim not in {p["pid"] for p in host["processes"]} and host["warm_processes"] == 4:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the dead rank was not replaced")
+
+
+def test_queue_full_is_429_and_cancel_works_queued_and_running(client: TestClient) -> None:
+    wait_warm(client, 4)
+    running = blocker(client)
+    queued = [client.post("/v1/checks", json={"plan": EVEN_2}) for _ in range(2)]
+    assert all(r.status_code == 202 for r in queued)
+    full = client.post("/v1/checks", json={"plan": EVEN_2})
+    assert full.status_code == 429 and full.headers["content-type"] == "application/problem+json"
+    assert int(full.headers["retry-after"]) >= 1
+    cancelled = client.delete(queued[0].headers["location"])
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    stopped = client.delete(running).json()
+    assert stopped["status"] == "cancelled" and "cancelled while running" in stopped["error"]
+    last = wait_status(client, queued[1].headers["location"], ("succeeded",))
+    assert last["result"]["passed"]
+    assert client.get(queued[0].headers["location"]).json()["status"] == "cancelled"
+
+
+def test_api_key_guards_the_worker_endpoints(tmp_path: Path) -> None:
+    settings = Settings(api_key="s3cret", worker_enabled=False, log_level="warning")
+    with TestClient(create_app(settings)) as guarded:
+        for method, path in [
+            ("get", "/v1/host"),
+            ("get", "/v1/checks"),
+            ("post", "/v1/checks"),
+            ("get", "/v1/checks/x"),
+            ("delete", "/v1/checks/x"),
+        ]:
+            response = getattr(guarded, method)(path)
+            assert response.status_code == 401, path
+            assert response.headers["content-type"] == "application/problem+json"
+            assert response.headers["www-authenticate"].startswith("Bearer")
+        assert guarded.get("/v1/host", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert guarded.get("/v1/host", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert guarded.get("/v1/host", headers={"X-API-Key": "s3cret"}).json()["worker_enabled"] is False
+        # without the worker the endpoints say so, as problems
+        disabled = guarded.get("/v1/checks", headers={"X-API-Key": "s3cret"})
+        assert disabled.status_code == 503 and disabled.headers["content-type"] == "application/problem+json"
+        assert guarded.post("/v1/plans", json=EVEN_2).status_code == 200
+
+
+def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite3"
+    settings = Settings(jobs_db=db, processes_per_host=2, log_level="warning")
+    with TestClient(create_app(settings)) as first:
+        wait_warm(first, 2)
+        done = run(first, EVEN_2)
+    # What a server killed mid-check leaves behind: one job running, one queued.
+    store = JobStore(db)
+    payload = store.get(done["id"])["request"]  # type: ignore[index]
+    store.create("was-running", payload)
+    store.start("was-running")
+    store.create("was-queued", payload)
+    store.close()
+    with TestClient(create_app(settings)) as second:
+        again = second.get(f"/v1/checks/{done['id']}").json()
+        assert again["status"] == "succeeded" and again["result"] == done["result"]
+        interrupted = second.get("/v1/checks/was-running").json()
+        assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
+        wait_warm(second, 2)
+        assert wait_status(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]

@@ -1,0 +1,70 @@
+"""The samplers a check feeds replicas through, against PyTorch and the core's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils.data import DistributedSampler  # noqa: E402
+
+from app.core.models import DatasetSpec  # noqa: E402
+from app.core.sampler import proportional_sampler  # noqa: E402
+from app.worker.samplers import IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
+
+
+@pytest.mark.parametrize("n, replicas", [(10, 3), (10, 4), (7, 7), (5, 8), (1, 3), (100, 16)])
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_epoch_layout_is_distributed_samplers(n: int, replicas: int, shuffle: bool, drop_last: bool) -> None:
+    if drop_last and n < replicas:
+        pytest.skip("DistributedSampler yields nothing")
+    samplers = [
+        DistributedSampler(
+            IndexDataset(n), num_replicas=replicas, rank=r, shuffle=shuffle, seed=3, drop_last=drop_last
+        )
+        for r in range(replicas)
+    ]
+    for s in samplers:
+        s.set_epoch(2)
+    total = samplers[0].total_size
+    epoch = epoch_indices(n, total, shuffle, 3, 2)
+    for r, s in enumerate(samplers):
+        assert list(s) == list(epoch[r:total:replicas])
+
+
+@pytest.mark.parametrize("n", [1, 5, 29, 30, 31, 1000])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_proportional_lengths_agree_with_the_core(n: int, drop_last: bool) -> None:
+    micro = [5, 9, 8, 10]
+    plan = proportional_sampler(DatasetSpec(num_samples=n, drop_last=drop_last), 4, sum(micro), 1)
+    samplers = [ProportionalSampler(n, micro, r, seed=1, drop_last=drop_last) for r in range(4)]
+    for r, s in enumerate(samplers):
+        assert s.total_size == plan.total_size
+        assert s.micro_steps == plan.micro_steps_per_epoch
+        assert len(s) == len(list(s)) == plan.micro_steps_per_epoch * micro[r]
+
+
+def test_proportional_micro_steps_tile_the_epoch() -> None:
+    micro, n = [3, 1, 2], 20
+    samplers = [ProportionalSampler(n, micro, r, shuffle=True, seed=4) for r in range(3)]
+    for s in samplers:
+        s.set_epoch(1)
+    streams = [list(s) for s in samplers]
+    epoch = epoch_indices(n, samplers[0].total_size, True, 4, 1)
+    rebuilt = []
+    for step in range(samplers[0].micro_steps):
+        for r, m in enumerate(micro):
+            rebuilt += streams[r][step * m : (step + 1) * m]
+    assert rebuilt == list(epoch)
+    assert sorted(set(epoch)) == list(range(n))  # padding repeats, never invents
+    other = ProportionalSampler(n, micro, 0, shuffle=True, seed=4)
+    other.set_epoch(2)
+    assert list(other) != streams[0]  # set_epoch reshuffles
+
+
+def test_proportional_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError):
+        ProportionalSampler(10, [2, 2], 2)
+    with pytest.raises(ValueError):
+        ProportionalSampler(10, [2, 0], 0)

@@ -1,0 +1,42 @@
+"""Jobs in SQLite: they outlive the process, and a restart settles interrupted ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.worker.store import INTERRUPTED, JobStore
+
+
+def test_jobs_survive_reopening_and_running_ones_fail_on_recovery(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    store = JobStore(path)
+    store.create("done", {"body": {"x": 1}})
+    assert store.start("done")
+    store.finish("done", "succeeded", result={"passed": True})
+    store.create("running", {"body": {}})
+    store.start("running")
+    store.create("queued", {"body": {}})
+    store.close()
+
+    store = JobStore(path)
+    assert store.recover() == ["queued"]
+    done = store.get("done")
+    assert done is not None and done["status"] == "succeeded" and done["result"] == {"passed": True}
+    running = store.get("running")
+    assert running is not None and running["status"] == "failed" and running["error"] == INTERRUPTED
+    assert running["finished_at"] is not None
+    assert [j["id"] for j in store.recent(10)] == ["queued", "running", "done"]
+    assert [j["id"] for j in store.recent(10, "failed")] == ["running"]
+    store.close()
+
+
+def test_a_cancelled_job_is_not_started_or_overwritten(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    store.create("a", {"body": {}})
+    store.finish("a", "cancelled", error="cancelled before it started")
+    assert not store.start("a")
+    store.finish("a", "succeeded", result={"passed": True})
+    job = store.get("a")
+    assert job is not None and job["status"] == "cancelled" and job["result"] is None
+    assert store.get("missing") is None
+    store.close()
