@@ -1,0 +1,204 @@
+"""Answers people can paste: plan exports, training schedules (with charts) and elastic plans.
+
+Thin: every number comes from app.core (exports, schedule, elastic); charts from app.charts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+
+from app.api.deps import require_json
+from app.api.problems import PROBLEM_RESPONSES
+from app.core.elastic import elastic_plan
+from app.core.errors import PlanError
+from app.core.exports import EXPORTERS, ExportInput
+from app.core.planner import plan
+from app.core.schedule import schedule
+from app.schemas.exports import (
+    ELASTIC_REQUEST_EXAMPLE,
+    ElasticCountOut,
+    ElasticLearningRateOut,
+    ElasticOut,
+    ElasticRequestIn,
+    ExportOptionsIn,
+    ScheduleOut,
+    ScheduleRequestIn,
+)
+from app.schemas.plans import EXAMPLES, PROBLEM_EXAMPLE, PlanRequestIn, ProblemOut
+
+router = APIRouter(prefix="/v1/plans", tags=["exports"])
+
+_UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
+    422: {
+        "model": ProblemOut,
+        "description": "Invalid or infeasible values, or a plan the format cannot express, with suggestions.",
+        "content": {"application/problem+json": {"example": PROBLEM_EXAMPLE}},
+    },
+}
+
+
+def _export_examples() -> dict[int | str, dict[str, Any]]:
+    """Response examples are real exports of the homogeneous request example."""
+    request = PlanRequestIn.model_validate(EXAMPLES["dataset_and_lr"]["value"]).to_core()
+    the_plan = plan(request)
+    content: dict[str, dict[str, Any]] = {}
+    for fmt, exporter in EXPORTERS.items():
+        out = exporter(ExportInput(request, the_plan))
+        content.setdefault(out.media_type, {"examples": {}})["examples"][fmt] = {
+            "summary": f"{fmt} ({out.filename})",
+            "value": out.text,
+        }
+    return {
+        200: {"description": "The export, ready to paste or save.", "content": content},
+        404: {
+            "model": ProblemOut,
+            "description": "Unknown format; the detail lists the known ones.",
+            "content": {
+                "application/problem+json": {
+                    "example": {
+                        "type": "urn:batchplan:problem:http-404",
+                        "title": "Not found",
+                        "status": 404,
+                        "detail": f"unknown export format 'ray'; known formats: {', '.join(EXPORTERS)}",
+                    }
+                }
+            },
+        },
+        **PROBLEM_RESPONSES,
+        **_UNPROCESSABLE,
+    }
+
+
+@router.post(
+    "/export/{format}",
+    summary="Export a plan for a launcher or trainer",
+    responses=_export_examples(),
+    response_class=Response,
+    dependencies=[Depends(require_json)],
+)
+async def export_plan(
+    format: str,
+    request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
+    options: Annotated[ExportOptionsIn, Query()],
+) -> Response:
+    """The same body as POST /v1/plans; the answer is text to paste: `torchrun` and `slurm`
+    scripts, a Kubeflow `kubernetes` PyTorchJob, a `deepspeed` config, an `accelerate` config,
+    `hf-trainer` TrainingArguments, `lightning` Trainer arguments, or a `python` DDP loop.
+
+    Plans with uneven per-replica micro-batches are refused (422, with the nearest even split
+    in `suggestions`) by formats that take one batch size for every process: deepspeed,
+    accelerate, hf-trainer, lightning. torchrun, slurm and python carry the per-rank table.
+    """
+    exporter = EXPORTERS.get(format)
+    if exporter is None:
+        shown = re.sub(r"[^A-Za-z0-9_.-]", "?", format[:40])
+        raise HTTPException(404, f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}")
+    core_request = request.to_core()
+    out = exporter(ExportInput(core_request, plan(core_request), options.to_core()))
+    return Response(
+        out.text,
+        media_type=out.media_type,
+        headers={"Content-Disposition": f'inline; filename="{out.filename}"'},
+    )
+
+
+def _nested(err: PlanError) -> PlanError:
+    """Planner errors point into the plan request, which sits under /plan here."""
+    err.pointer = "/plan" + err.pointer
+    return err
+
+
+_SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The series as JSON, or with `?format=png|svg` a chart of it.",
+        "content": {
+            "image/png": {"schema": {"type": "string", "format": "binary"}},
+            "image/svg+xml": {"schema": {"type": "string"}},
+        },
+    },
+    **PROBLEM_RESPONSES,
+    **_UNPROCESSABLE,
+}
+
+
+@router.post(
+    "/schedule",
+    summary="Batch ramp-up and learning-rate schedule of a plan",
+    responses=_SCHEDULE_RESPONSES,
+    response_model=ScheduleOut,
+    dependencies=[Depends(require_json)],
+)
+async def plan_schedule(
+    body: ScheduleRequestIn,
+    format: Annotated[Literal["json", "png", "svg"], Query(description="json, or a chart")] = "json",
+) -> Any:
+    """Step by step: the global batch and accumulation under Megatron-style ramp-up
+    (`--rampup-batch-size start increment samples`) and the lr (linear warmup from the plan's
+    `warmup_start_lr`, then cosine or linear decay to `min_lr`). The series is downsampled to
+    at most `max_points` points, keeping the steps where the batch changes."""
+    core_request = body.plan.to_core()
+    try:
+        the_plan = plan(core_request)
+    except PlanError as err:
+        raise _nested(err) from None
+    result = schedule(the_plan, body.to_core())
+    if format == "json":
+        return ScheduleOut.model_validate(result)
+    from app.charts import MEDIA_TYPES, schedule_chart  # matplotlib loads only when a chart is asked for
+
+    title = (
+        f"{the_plan.world_size} GPUs, data-parallel {the_plan.data_parallel_size}, "
+        f"global batch {the_plan.global_batch_size}, {result.train_steps} steps"
+    )
+    # Drawing takes tens of milliseconds: off the event loop.
+    image = await run_in_threadpool(schedule_chart, result, format, title)
+    return Response(image, media_type=MEDIA_TYPES[format])
+
+
+@router.post(
+    "/elastic",
+    summary="One global batch for a range of GPU counts (DeepSpeed elasticity)",
+    responses={**PROBLEM_RESPONSES, **_UNPROCESSABLE},
+    dependencies=[Depends(require_json)],
+)
+async def plan_elastic(
+    body: Annotated[
+        ElasticRequestIn,
+        Body(
+            openapi_examples={
+                "deepspeed": {"summary": "DeepSpeed's own example", "value": ELASTIC_REQUEST_EXAMPLE}
+            }
+        ),
+    ],
+) -> ElasticOut:
+    """DeepSpeed's elasticity v0.1 search: the candidate global batch (at most
+    `max_global_batch_size`) that the most data-parallel GPU counts in [min_gpus, max_gpus]
+    divide into whole micro-batches; for each count, the largest allowed micro-batch and the
+    accumulation. The lr stays fixed across counts because the global batch does."""
+    result = await run_in_threadpool(elastic_plan, body.to_core())
+    lr = result.learning_rate
+    return ElasticOut(
+        global_batch_size=result.global_batch_size,
+        valid_gpus=list(result.valid_gpus),
+        counts=[ElasticCountOut.model_validate(c) for c in result.counts],
+        candidates=list(result.candidates),
+        coverage=result.coverage,
+        learning_rate=ElasticLearningRateOut.model_validate(lr) if lr else None,
+        warnings=list(result.warnings),
+        deepspeed={
+            "elasticity": {
+                "enabled": True,
+                "max_train_batch_size": body.max_global_batch_size,
+                "micro_batch_sizes": body.micro_batch_sizes,
+                "min_gpus": body.min_gpus,
+                "max_gpus": body.max_gpus,
+                "prefer_larger_batch": body.prefer_larger,
+                "version": 0.1,
+            }
+        },
+    )

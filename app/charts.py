@@ -1,0 +1,62 @@
+"""Charts of a training schedule, drawn with matplotlib's Agg backend (no display needed).
+
+Kept out of app.core: matplotlib is a heavy, optional dependency, and the core is pure.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # a server has no display
+
+# Figure, not pyplot: no global figure registry, so charts can be drawn in worker threads.
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from app.core.schedule import Schedule
+
+MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
+
+
+def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
+    """The global batch (and accumulation) and the learning rate against the optimizer step."""
+    steps = [p.step for p in schedule.points]
+    rows = 2 if schedule.peak_lr is not None else 1
+    fig = Figure(figsize=(9, 3.2 * rows + 0.6))
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)
+    ax = axes[0][0]
+    ax.step(steps, [p.global_batch_size for p in schedule.points], where="post", color="tab:blue")
+    ax.set_ylabel("global batch (samples)", color="tab:blue")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    twin = ax.twinx()
+    twin.step(
+        steps,
+        [p.gradient_accumulation_steps for p in schedule.points],
+        where="post",
+        color="tab:orange",
+        linestyle="--",
+    )
+    twin.set_ylabel("accumulation steps", color="tab:orange")
+    # Headroom so the dashed line does not sit exactly on the solid one.
+    twin.set_ylim(0, max(p.gradient_accumulation_steps for p in schedule.points) * 1.3)
+    twin.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title("Global batch size (solid) and gradient accumulation (dashed)")
+    if rows == 2:
+        lr_ax = axes[1][0]
+        lr_ax.plot(steps, [p.lr for p in schedule.points], color="tab:green")
+        if schedule.warmup_steps:
+            lr_ax.axvline(schedule.warmup_steps, color="grey", linestyle=":", label="end of warmup")
+            lr_ax.legend(loc="upper right")
+        lr_ax.set_ylabel("learning rate")
+        lr_ax.set_ylim(bottom=0)
+        lr_ax.grid(alpha=0.3)
+        lr_ax.set_title(f"Learning rate: linear warmup, then {schedule.decay} decay")
+    axes[-1][0].set_xlabel("optimizer step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=100)
+    return buffer.getvalue()

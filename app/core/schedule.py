@@ -1,0 +1,245 @@
+"""Training schedules: batch-size ramp-up and the learning-rate warmup and decay, step by step.
+
+Ramp-up follows Megatron-LM's `--rampup-batch-size <start> <increment> <samples>`: the global
+batch starts at `start` and grows by `increment` each time another
+`samples / ((target - start) / increment)` samples have been consumed, reaching the target
+once `samples` samples are consumed. The micro-batch and data-parallel size stay fixed, so
+every stage's batch must be a whole multiple of `micro x data_parallel_size`; what changes is
+the number of accumulated micro-batches (Megatron's "number of micro-batches").
+
+The learning rate warms up linearly from `warmup_start_lr` to the plan's `lr` over
+`warmup_steps` optimizer steps, then decays (cosine, linear, or not at all) to `min_lr` at the
+last step. It is a function of the step, not of the current batch: the ramp does not rescale it.
+
+The run is held as a handful of constant-batch stages, so a run of 10**12 steps costs no more
+than one of 10, and the series handed back is downsampled to at most `max_points` points.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.core.errors import InfeasiblePlan, InvalidValue
+from app.core.models import MAX_SAFE_INTEGER, Plan
+
+MAX_POINTS = 5000
+MAX_STAGES = 100_000
+
+
+class Decay(StrEnum):
+    COSINE = "cosine"
+    LINEAR = "linear"
+    CONSTANT = "constant"
+
+
+@dataclass(frozen=True, slots=True)
+class Rampup:
+    start_batch_size: int
+    batch_size_increment: int
+    rampup_samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    train_steps: int | None = None  # default: the plan's total_optimizer_steps (needs dataset.epochs)
+    rampup: Rampup | None = None
+    decay: Decay = Decay.COSINE
+    min_lr: float = 0.0
+    max_points: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    first_step: int
+    steps: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePoint:
+    step: int
+    consumed_samples: int  # before this step
+    global_batch_size: int
+    gradient_accumulation_steps: int
+    lr: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    train_steps: int
+    train_samples: int
+    rampup_steps: int
+    warmup_steps: int
+    peak_lr: float | None
+    min_lr: float | None
+    decay: str
+    stages: tuple[Stage, ...]
+    points: tuple[SchedulePoint, ...]
+    downsampled: bool
+    warnings: tuple[str, ...]
+
+
+def lr_at(
+    step: int, *, start: float, peak: float, floor: float, warmup: int, total: int, decay: Decay
+) -> float:
+    """The learning rate used for optimizer step `step` (0-based)."""
+    if step < warmup:
+        return start + (peak - start) * step / warmup
+    span = total - 1 - warmup
+    if decay is Decay.CONSTANT or span <= 0:
+        return peak
+    progress = min((step - warmup) / span, 1.0)
+    if decay is Decay.LINEAR:
+        return peak - (peak - floor) * progress
+    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _ramp_stages(plan: Plan, rampup: Rampup, steps: int) -> list[Stage]:
+    target = plan.global_batch_size
+    unit = plan.global_batch_size // plan.gradient_accumulation_steps  # micro x data-parallel size
+    start, increment, ramp_samples = (
+        rampup.start_batch_size,
+        rampup.batch_size_increment,
+        rampup.rampup_samples,
+    )
+    for name, value in (("start_batch_size", start), ("batch_size_increment", increment)):
+        if value % unit:
+            low, high = value // unit * unit, (value // unit + 1) * unit
+            raise InfeasiblePlan(
+                f"rampup.{name} {value} is not a multiple of micro-batch x data-parallel size = {unit}: "
+                f"every stage's batch must split into whole micro-batches",
+                pointer=f"/rampup/{name}",
+                suggestions={name: [v for v in (low, high) if 0 < v <= target]},
+            )
+    if start >= target:
+        raise InvalidValue(
+            f"rampup.start_batch_size {start} must be below the global batch {target}",
+            pointer="/rampup/start_batch_size",
+            suggestions={"start_batch_size": [unit] if unit < target else []},
+        )
+    if (target - start) % increment:
+        raise InfeasiblePlan(
+            f"the ramp from {start} to {target} is not a whole number of increments of {increment}",
+            pointer="/rampup/batch_size_increment",
+            suggestions={"batch_size_increment": [target - start]},
+        )
+    increments = (target - start) // increment
+    if increments > MAX_STAGES:
+        raise InvalidValue(
+            f"the ramp has {increments} stages; at most {MAX_STAGES}",
+            pointer="/rampup/batch_size_increment",
+        )
+    # Megatron: stage k holds while consumed < (k + 1) x samples_per_increment; from
+    # ramp_samples consumed on, the target batch runs.
+    per_increment = ramp_samples / increments
+    stages: list[Stage] = []
+    step, consumed = 0, 0
+    for k in range(increments):
+        batch = start + k * increment
+        limit = math.ceil((k + 1) * per_increment)  # first sample count that leaves stage k
+        if consumed >= limit:
+            continue
+        n = min(math.ceil((limit - consumed) / batch), steps - step)
+        if n <= 0:
+            break
+        stages.append(Stage(step, n, batch, batch // unit))
+        step, consumed = step + n, consumed + n * batch
+    if step < steps:
+        stages.append(Stage(step, steps - step, target, plan.gradient_accumulation_steps))
+    return stages
+
+
+def _pick_steps(stages: list[Stage], total: int, max_points: int, marks: list[int]) -> tuple[list[int], bool]:
+    if total <= max_points:
+        return list(range(total)), False
+    # Where the batch changes or warmup ends is where a chart bends: keep those steps (and the
+    # one before each), up to a quarter of the points, and spread the rest evenly.
+    edges = {s.first_step for s in stages} | {s.first_step - 1 for s in stages if s.first_step} | set(marks)
+    kept = sorted(e for e in edges if 0 <= e < total)[: max_points // 4]
+    spread = max(max_points - len(kept), 2)
+    even = {round(i * (total - 1) / (spread - 1)) for i in range(spread)}
+    return sorted(even | set(kept)), True
+
+
+def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
+    if not 2 <= spec.max_points <= MAX_POINTS:
+        raise InvalidValue(f"max_points must be from 2 to {MAX_POINTS}", pointer="/max_points")
+    steps = spec.train_steps
+    if steps is None:
+        steps = plan.sampler.total_optimizer_steps if plan.sampler else None
+        if steps is None:
+            raise InvalidValue(
+                "give train_steps, or plan.dataset with epochs so the run length can be counted",
+                pointer="/train_steps",
+            )
+    if not 1 <= steps <= MAX_SAFE_INTEGER:
+        raise InvalidValue(f"train_steps must be from 1 to {MAX_SAFE_INTEGER}", pointer="/train_steps")
+    if spec.rampup is not None and plan.split != "even":
+        raise InvalidValue(
+            "ramp-up needs an even split: a proportional (mixed-cluster) plan fixes each replica's "
+            "share of one global batch",
+            pointer="/rampup",
+        )
+    if spec.rampup is not None:
+        stages = _ramp_stages(plan, spec.rampup, steps)
+    else:
+        stages = [Stage(0, steps, plan.global_batch_size, plan.gradient_accumulation_steps)]
+    lr_plan = plan.learning_rate
+    warnings = []
+    if lr_plan is not None and not (math.isfinite(spec.min_lr) and 0 <= spec.min_lr <= lr_plan.lr):
+        raise InvalidValue(
+            f"min_lr must be from 0 to the peak learning rate {lr_plan.lr!r}", pointer="/min_lr"
+        )
+    warmup = lr_plan.warmup_steps if lr_plan else 0
+    if lr_plan is not None and warmup >= steps:
+        warnings.append(f"warmup ({warmup} steps) covers the whole run ({steps} steps): the lr never decays")
+    ramp_steps = sum(s.steps for s in stages if s.global_batch_size != plan.global_batch_size)
+    if spec.rampup is not None and ramp_steps >= steps:
+        warnings.append(f"the run ends during ramp-up: the batch never reaches {plan.global_batch_size}")
+
+    starts = [s.first_step for s in stages]
+    consumed_before = [0]
+    for s in stages:
+        consumed_before.append(consumed_before[-1] + s.steps * s.global_batch_size)
+    picked, downsampled = _pick_steps(stages, steps, spec.max_points, [warmup] if warmup else [])
+    points = []
+    for step in picked:
+        i = bisect.bisect_right(starts, step) - 1
+        stage = stages[i]
+        lr = None
+        if lr_plan is not None:
+            lr = lr_at(
+                step,
+                start=lr_plan.warmup_start_lr,
+                peak=lr_plan.lr,
+                floor=spec.min_lr,
+                warmup=warmup,
+                total=steps,
+                decay=spec.decay,
+            )
+        points.append(
+            SchedulePoint(
+                step=step,
+                consumed_samples=consumed_before[i] + (step - stage.first_step) * stage.global_batch_size,
+                global_batch_size=stage.global_batch_size,
+                gradient_accumulation_steps=stage.gradient_accumulation_steps,
+                lr=lr,
+            )
+        )
+    return Schedule(
+        train_steps=steps,
+        train_samples=consumed_before[-1],
+        rampup_steps=ramp_steps,
+        warmup_steps=warmup,
+        peak_lr=lr_plan.lr if lr_plan else None,
+        min_lr=spec.min_lr if lr_plan else None,
+        decay=spec.decay.value,
+        stages=tuple(stages),
+        points=tuple(points),
+        downsampled=downsampled,
+        warnings=tuple(warnings),
+    )

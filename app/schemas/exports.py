@@ -1,0 +1,256 @@
+"""HTTP models of the export, schedule and elastic endpoints, with Swagger examples."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.core import elastic as core_elastic
+from app.core import schedule as core_schedule
+from app.core.exports import ExportOptions
+from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
+from app.schemas.plans import EXAMPLES as PLAN_EXAMPLES
+from app.schemas.plans import LearningRateIn, PlanRequestIn
+
+Count = Annotated[int, Field(strict=True, ge=1, le=MAX_SAFE_INTEGER)]
+GpuCount = Annotated[int, Field(strict=True, ge=1, le=MAX_WORLD_SIZE)]
+
+
+class ExportOptionsIn(BaseModel):
+    """Query parameters of POST /v1/plans/export/{format}."""
+
+    script: str = Field(
+        "train.py",
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_./-]+$",
+        description="The training script torchrun starts on every node.",
+    )
+    job_name: str = Field(
+        "batchplan",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Slurm job name and PyTorchJob name (an RFC 1123 label).",
+    )
+    image: str = Field(
+        ExportOptions().image,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_./:@-]+$",
+        description="Container image of the PyTorchJob.",
+    )
+    port: int = Field(29500, ge=1024, le=65535, description="Rendezvous (master) port.")
+
+    def to_core(self) -> ExportOptions:
+        return ExportOptions(script=self.script, job_name=self.job_name, image=self.image, port=self.port)
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+class RampupIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"start_batch_size": 32, "batch_size_increment": 32, "rampup_samples": 200000}]
+        },
+    )
+
+    start_batch_size: Count
+    batch_size_increment: Count
+    rampup_samples: Count = Field(description="Samples consumed before the batch reaches its target.")
+
+
+class ScheduleRequestIn(BaseModel):
+    """A plan and how its run unfolds: Megatron-style batch ramp-up, lr warmup and decay."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "plan": PLAN_EXAMPLES["dataset_and_lr"]["value"],
+                    "rampup": {
+                        "start_batch_size": 128,
+                        "batch_size_increment": 128,
+                        "rampup_samples": 5000000,
+                    },
+                    "decay": "cosine",
+                    "min_lr": 0.0,
+                }
+            ]
+        },
+    )
+
+    plan: PlanRequestIn
+    train_steps: Count | None = Field(
+        None, description="Optimizer steps in the run; default: the plan's total_optimizer_steps."
+    )
+    rampup: RampupIn | None = None
+    decay: core_schedule.Decay = core_schedule.Decay.COSINE
+    min_lr: float = Field(0.0, ge=0, allow_inf_nan=False, description="The lr at the last step.")
+    max_points: int = Field(
+        500, ge=2, le=core_schedule.MAX_POINTS, strict=True, description="Most points in the series."
+    )
+
+    def to_core(self) -> core_schedule.ScheduleSpec:
+        r = self.rampup
+        return core_schedule.ScheduleSpec(
+            train_steps=self.train_steps,
+            rampup=core_schedule.Rampup(r.start_batch_size, r.batch_size_increment, r.rampup_samples)
+            if r
+            else None,
+            decay=self.decay,
+            min_lr=self.min_lr,
+            max_points=self.max_points,
+        )
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class StageOut(_Out):
+    first_step: int
+    steps: int
+    global_batch_size: int
+    gradient_accumulation_steps: int
+
+
+class SchedulePointOut(_Out):
+    step: int = Field(description="Optimizer step, from 0.")
+    consumed_samples: int = Field(description="Samples consumed before this step.")
+    global_batch_size: int
+    gradient_accumulation_steps: int
+    lr: float | None
+
+
+SCHEDULE_EXAMPLE: dict[str, Any] = {
+    "train_steps": 1000,
+    "train_samples": 504000,
+    "rampup_steps": 31,
+    "warmup_steps": 100,
+    "peak_lr": 0.2,
+    "min_lr": 0.0,
+    "decay": "cosine",
+    "stages": [
+        {"first_step": 0, "steps": 16, "global_batch_size": 256, "gradient_accumulation_steps": 1},
+        {"first_step": 16, "steps": 984, "global_batch_size": 512, "gradient_accumulation_steps": 2},
+    ],
+    "points": [
+        {
+            "step": 0,
+            "consumed_samples": 0,
+            "global_batch_size": 256,
+            "gradient_accumulation_steps": 1,
+            "lr": 0.1,
+        }
+    ],
+    "downsampled": True,
+    "warnings": [],
+}
+
+
+class ScheduleOut(_Out):
+    model_config = ConfigDict(from_attributes=True, json_schema_extra={"examples": [SCHEDULE_EXAMPLE]})
+
+    train_steps: int
+    train_samples: int
+    rampup_steps: int
+    warmup_steps: int
+    peak_lr: float | None
+    min_lr: float | None
+    decay: str
+    stages: list[StageOut] = Field(description="Runs of steps with one global batch.")
+    points: list[SchedulePointOut]
+    downsampled: bool = Field(description="True when the series holds a subset of the steps.")
+    warnings: list[str]
+
+
+# ----------------------------------------------------------------------------- elastic
+
+ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {
+    "min_gpus": 32,
+    "max_gpus": 1500,
+    "micro_batch_sizes": [8, 12, 16, 17],
+    "max_global_batch_size": 10000,
+    "prefer_larger": True,
+    "learning_rate": {"base_lr": 0.0003, "base_batch_size": 256, "optimizer": "adamw"},
+}
+
+
+class ElasticRequestIn(BaseModel):
+    """DeepSpeed-style elasticity: one global batch for a range of data-parallel GPU counts."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [ELASTIC_REQUEST_EXAMPLE]})
+
+    min_gpus: GpuCount = Field(description="Fewest data-parallel GPUs the job may run on.")
+    max_gpus: GpuCount = Field(description="Most data-parallel GPUs the job may run on.")
+    micro_batch_sizes: list[Annotated[int, Field(strict=True, ge=1, le=core_elastic.MAX_MICRO_BATCH)]] = (
+        Field(
+            min_length=1,
+            max_length=core_elastic.MAX_MICRO_CHOICES,
+            description="Micro-batches a GPU may take.",
+        )
+    )
+    max_global_batch_size: Count = Field(description="The target: the global batch is at most this.")
+    prefer_larger: bool = Field(True, strict=True, description="Break ties toward the larger batch.")
+    learning_rate: LearningRateIn | None = None
+
+    def to_core(self) -> core_elastic.ElasticRequest:
+        lr = self.learning_rate
+        from app.core.models import LearningRateSpec
+
+        return core_elastic.ElasticRequest(
+            min_gpus=self.min_gpus,
+            max_gpus=self.max_gpus,
+            micro_batch_sizes=tuple(self.micro_batch_sizes),
+            max_global_batch_size=self.max_global_batch_size,
+            prefer_larger=self.prefer_larger,
+            learning_rate=LearningRateSpec(**lr.model_dump()) if lr else None,
+        )
+
+
+class ElasticCountOut(_Out):
+    gpus: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+
+
+class ElasticLearningRateOut(_Out):
+    rule: str
+    base_lr: float
+    base_batch_size: int
+    factor: float
+    lr: float = Field(description="The same at every GPU count: the global batch does not change.")
+
+
+class ElasticOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "global_batch_size": 9792,
+                    "valid_gpus": [32, 34, 36],
+                    "counts": [{"gpus": 32, "micro_batch_size": 17, "gradient_accumulation_steps": 18}],
+                    "candidates": [9792],
+                    "coverage": 0.0157,
+                    "learning_rate": None,
+                    "warnings": [],
+                    "deepspeed": {"elasticity": {"enabled": True, "max_train_batch_size": 10000}},
+                }
+            ]
+        },
+    )
+
+    global_batch_size: int
+    valid_gpus: list[int]
+    counts: list[ElasticCountOut] = Field(description="Per GPU count: batch = micro x accumulation x gpus.")
+    candidates: list[int] = Field(description="The batches DeepSpeed's search considers.")
+    coverage: float = Field(description="Share of the counts in [min_gpus, max_gpus] that work.")
+    learning_rate: ElasticLearningRateOut | None
+    warnings: list[str]
+    deepspeed: dict[str, Any] = Field(description="The `elasticity` block for a DeepSpeed config.")

@@ -1,0 +1,347 @@
+"""Exports, checked by the tools that consume them: PyYAML, bash -n, torchrun's own argument
+parser, Python's parser, and DeepSpeed's batch rule."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.distributed.run import get_args_parser
+
+from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, export, to_yaml
+from app.core.models import PlanRequest
+from app.core.planner import plan
+from app.schemas.plans import EXAMPLES, PlanRequestIn
+
+
+def _request(body: dict[str, Any]) -> PlanRequest:
+    return PlanRequestIn.model_validate(body).to_core()
+
+
+def _input(body: dict[str, Any]) -> ExportInput:
+    request = _request(body)
+    return ExportInput(request, plan(request))
+
+
+EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
+MIXED = EXAMPLES["mixed"]["value"]
+# Two node groups of the same shape, split unevenly by throughput: ranks must be pinned.
+PINNED = {
+    "topology": {
+        "node_groups": [
+            {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0},
+            {"name": "a100", "num_nodes": 1, "gpus_per_node": 8, "relative_throughput": 1.0},
+        ]
+    },
+    "global_batch_size": 1000,
+}
+SINGLE = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64}
+UNEVEN_FORMATS = ["deepspeed", "accelerate", "hf-trainer", "lightning"]
+
+
+# ----------------------------------------------------------------------------- DeepSpeed
+
+
+def _deepspeed_batch_assertion(config: dict[str, Any], dp_world_size: int) -> None:
+    """DeepSpeed's own rule (runtime/config.py `_batch_assertion`): the three numbers are
+    positive and train_batch_size == micro x accumulation x data-parallel world size."""
+    train, micro, accum = (
+        config["train_batch_size"],
+        config["train_micro_batch_size_per_gpu"],
+        config["gradient_accumulation_steps"],
+    )
+    assert train > 0 and micro > 0 and accum > 0
+    assert train == micro * accum * dp_world_size
+
+
+@pytest.mark.parametrize("name", sorted(EVEN))
+def test_deepspeed_config_satisfies_deepspeed_batch_rule(name: str) -> None:
+    x = _input(EVEN[name])
+    out = export("deepspeed", x)
+    assert out.media_type == "application/json"
+    config = json.loads(out.text)
+    # DeepSpeed's "world size" here is the data-parallel size, not the GPU count.
+    _deepspeed_batch_assertion(config, x.plan.data_parallel_size)
+    assert config["train_batch_size"] == x.plan.global_batch_size
+
+
+def test_deepspeed_scheduler_warms_up_from_the_plans_start_lr_to_its_lr() -> None:
+    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    config = json.loads(export("deepspeed", x).text)
+    lr = x.plan.learning_rate
+    assert lr is not None and x.plan.sampler is not None
+    assert config["optimizer"] == {"type": "SGD", "params": {"lr": lr.lr}}
+    sched = config["scheduler"]
+    assert sched["type"] == "WarmupDecayLR"
+    assert sched["params"] == {
+        "warmup_min_lr": lr.warmup_start_lr,
+        "warmup_max_lr": lr.lr,
+        "warmup_num_steps": lr.warmup_steps,
+        "warmup_type": "linear",  # DeepSpeed's default is "log"
+        "total_num_steps": x.plan.sampler.total_optimizer_steps,
+    }
+
+
+def test_deepspeed_adam_carries_the_sqrt_rules_betas() -> None:
+    x = _input(EXAMPLES["megatron"]["value"])
+    config = json.loads(export("deepspeed", x).text)
+    adam = x.plan.learning_rate.adam  # type: ignore[union-attr]
+    assert adam is not None
+    assert config["optimizer"]["type"] == "AdamW"
+    assert config["optimizer"]["params"]["betas"] == [adam.beta1, adam.beta2]
+    assert config["scheduler"]["type"] == "WarmupLR"  # no dataset: no run length to decay over
+
+
+# ----------------------------------------------------------------------------- uneven plans
+
+
+@pytest.mark.parametrize("fmt", UNEVEN_FORMATS)
+@pytest.mark.parametrize("body", [MIXED, PINNED], ids=["mixed", "pinned"])
+def test_uneven_plan_is_refused_with_a_feasible_even_alternative(fmt: str, body: dict[str, Any]) -> None:
+    x = _input(body)
+    assert x.plan.micro_batch_size is None
+    with pytest.raises(ExportUnsupported) as caught:
+        export(fmt, x)
+    err = caught.value
+    assert "different micro-batches" in err.detail
+    suggestions = err.suggestions
+    assert suggestions["global_batch_size"], "the nearest even split is named"
+    for global_batch, micro in zip(
+        suggestions["global_batch_size"], suggestions["micro_batch_size"], strict=True
+    ):
+        alternative = plan(_request({**body, "global_batch_size": global_batch, "micro_batch_size": micro}))
+        assert alternative.split == "even" and alternative.global_batch_size == global_batch
+        # ... and the alternative exports, unless the format also needs one node shape.
+        alt_request = _request({**body, "global_batch_size": global_batch, "micro_batch_size": micro})
+        try:
+            export(fmt, ExportInput(alt_request, alternative))
+        except ExportUnsupported as other:
+            assert "GPUs per node" in other.detail and fmt in ("accelerate", "lightning")
+
+
+# ----------------------------------------------------------------------------- YAML
+
+
+def test_kubernetes_manifest_parses_and_matches_the_cluster() -> None:
+    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    manifest = yaml.safe_load(export("kubernetes", x).text)
+    assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
+    specs = manifest["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 1
+    assert manifest["spec"]["nprocPerNode"] == "8"
+    container = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "pytorch"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    args = get_args_parser().parse_args(container["command"][1:])
+    assert args.nnodes == "2" and args.nproc_per_node == "8"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["MICRO_BATCH_SIZE"] == "32"
+
+
+def test_kubernetes_refuses_node_groups_of_different_shapes() -> None:
+    with pytest.raises(ExportUnsupported, match="GPUs per node"):
+        export("kubernetes", _input(MIXED))
+
+
+def test_accelerate_config_parses_with_total_process_count() -> None:
+    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    config = yaml.safe_load(export("accelerate", x).text)
+    assert config["num_machines"] == 2 and config["num_processes"] == 16
+    assert config["mixed_precision"] == "no"  # quoted: a bare `no` is YAML 1.1 false
+    assert config["distributed_type"] == "MULTI_GPU"
+
+
+yaml_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+yaml_values = st.recursive(
+    yaml_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_.]{0,8}", fullmatch=True), yaml_values, min_size=1, max_size=5
+    )
+)
+def test_hand_written_yaml_reads_back_identically_with_pyyaml(value: dict[str, Any]) -> None:
+    assert yaml.safe_load(to_yaml(value)) == value
+
+
+# ----------------------------------------------------------------------------- shell
+
+
+def _run_launcher(text: str, tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
+    """Run a launch script with a fake torchrun that records its argv, as bash expands it."""
+    fake = tmp_path / "torchrun"
+    fake.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -c "import json,sys; print(json.dumps(sys.argv[1:]))" "$@"\n'
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    script = tmp_path / "launch.sh"
+    script.write_text(text)
+    result = subprocess.run(
+        ["bash", str(script)],
+        env={"PATH": f"{tmp_path}:{os.environ['PATH']}", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_single_node_torchrun_parses_with_torchs_parser(tmp_path: Path) -> None:
+    [argv] = _run_launcher(export("torchrun", _input(SINGLE)).text, tmp_path, {})
+    args = get_args_parser().parse_args(argv)
+    assert args.standalone and args.nproc_per_node == "4" and args.training_script == "train.py"
+
+
+def test_multi_node_torchrun_uses_c10d(tmp_path: Path) -> None:
+    [argv] = _run_launcher(
+        export("torchrun", _input(EVEN["homogeneous"])).text, tmp_path, {"MASTER_ADDR": "10.0.0.1"}
+    )
+    args = get_args_parser().parse_args(argv)
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "8", "c10d")
+    assert args.rdzv_endpoint == "10.0.0.1:29500"
+
+
+def test_multi_node_torchrun_refuses_to_start_without_master_addr(tmp_path: Path) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as caught:
+        _run_launcher(export("torchrun", _input(EVEN["homogeneous"])).text, tmp_path, {})
+    assert "MASTER_ADDR" in caught.value.stderr
+
+
+def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
+    text = export("torchrun", _input(MIXED)).text
+    parser = get_args_parser()
+    for node_rank, nproc in [(0, "8"), (1, "8"), (2, "4")]:
+        [argv] = _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": str(node_rank)})
+        args = parser.parse_args(argv)
+        assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("3", nproc, node_rank)
+        assert args.rdzv_backend == "static"
+    with pytest.raises(subprocess.CalledProcessError):
+        _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": "3"})
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(
+    "body", [SINGLE, EVEN["homogeneous"], MIXED, PINNED], ids=["single", "even", "mixed", "pinned"]
+)
+def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> None:
+    out = export("slurm", _input(body))
+    script = tmp_path / out.filename
+    script.write_text(out.text)
+    subprocess.run(["bash", "-n", str(script)], check=True, capture_output=True, timeout=10)
+    directives = [line for line in out.text.splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --ntasks-per-node=1" in directives
+    if body is EVEN["homogeneous"]:
+        assert {"#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8"} <= set(directives)
+    if body is MIXED:
+        assert "#SBATCH hetjob" in directives
+
+
+def test_sbatch_torchrun_line_parses(tmp_path: Path) -> None:
+    text = export("slurm", _input(EVEN["homogeneous"])).text
+    srun = text[text.index("srun ") :].replace("\\\n", " ")
+    # Expand the job's variables as Slurm would, then hand the words to torchrun's parser.
+    expanded = subprocess.run(
+        ["bash", "-c", f"printf '%s\\n' {srun.removeprefix('srun --kill-on-bad-exit=1 ')}"],
+        env={"SLURM_NNODES": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "SLURM_JOB_ID": "7"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")[:-1]
+    args = get_args_parser().parse_args(expanded[1:])
+    assert (args.nnodes, args.nproc_per_node, args.rdzv_endpoint, args.rdzv_id) == ("2", "8", "n1:29500", "7")
+
+
+# ----------------------------------------------------------------------------- Python texts
+
+
+def _call_kwargs(text: str, name: str) -> dict[str, Any]:
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
+            return {
+                k.arg: ast.literal_eval(k.value) for k in node.keywords if isinstance(k.value, ast.Constant)
+            }
+    raise AssertionError(f"no call to {name}")
+
+
+def test_hf_training_arguments_give_the_global_batch() -> None:
+    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    kwargs = _call_kwargs(export("hf-trainer", x).text, "TrainingArguments")
+    lr = x.plan.learning_rate
+    assert lr is not None
+    # The Trainer's batch is per device x accumulation x world size.
+    assert kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"] * 16 == 512
+    assert kwargs["learning_rate"] == lr.lr and kwargs["warmup_steps"] == lr.warmup_steps
+    assert kwargs["dataloader_drop_last"] is False
+
+
+def test_lightning_trainer_and_loader() -> None:
+    x = _input(EXAMPLES["round_down"]["value"])
+    text = export("lightning", x).text
+    trainer = _call_kwargs(text, "Trainer")
+    assert trainer == {
+        "accelerator": "gpu",
+        "devices": 8,
+        "num_nodes": 2,
+        "strategy": "ddp",
+        "accumulate_grad_batches": x.plan.gradient_accumulation_steps,
+        "use_distributed_sampler": True,
+    }
+    assert _call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size
+
+
+@pytest.mark.parametrize("name", ["homogeneous", "dataset_and_lr", "round_down", "mixed"])
+def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
+    x = _input(EXAMPLES[name]["value"])
+    text = export("python", x).text
+    tree = ast.parse(text)
+    constants = {
+        t.id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for t in node.targets
+        if isinstance(t, ast.Name) and t.id.isupper() and isinstance(node.value, ast.Constant | ast.List)
+    }
+    assert constants["GLOBAL_BATCH_SIZE"] == x.plan.global_batch_size
+    groups = constants["REPLICA_GROUPS"]
+    assert sum(
+        (stop - start) * micro for start, stop, micro, _ in groups
+    ) * x.plan.gradient_accumulation_steps == (x.plan.global_batch_size)
+    imports = "from app.worker.samplers import ProportionalSampler" in text
+    assert imports == (x.plan.split == "proportional")
+
+
+def test_python_skeleton_refuses_model_parallel_plans() -> None:
+    with pytest.raises(ExportUnsupported, match="data-parallel only"):
+        export("python", _input(EXAMPLES["megatron"]["value"]))
+
+
+def test_every_registered_format_exports_the_homogeneous_example() -> None:
+    x = _input(EVEN["homogeneous"])
+    for fmt in EXPORTERS:
+        out = export(fmt, x)
+        assert out.format == fmt and out.text.endswith("\n")

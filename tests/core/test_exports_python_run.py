@@ -1,0 +1,112 @@
+"""The python export's DDP skeleton, run for real: torchrun, 2 gloo processes on CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.exports import ExportInput, export
+from app.core.planner import plan
+from app.schemas.plans import PlanRequestIn
+
+REPO = Path(__file__).resolve().parents[2]
+
+EVEN = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 2},
+    "global_batch_size": 12,
+    "micro_batch_size": 3,
+    "dataset": {"num_samples": 100, "epochs": 2},
+    "learning_rate": {"base_lr": 0.05, "base_batch_size": 6, "rule": "linear", "warmup_steps": 2},
+}
+UNEVEN = {
+    "topology": {
+        "node_groups": [
+            {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 2.0},
+            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 1.0},
+        ]
+    },
+    "global_batch_size": 18,
+    "gradient_accumulation_steps": 3,
+    "learning_rate": {"base_lr": 0.01, "optimizer": "adamw"},
+}
+
+
+def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    request = PlanRequestIn.model_validate(body).to_core()
+    script = tmp_path / f"{name}.py"
+    script.write_text(export("python", ExportInput(request, plan(request))).text)
+    env = {
+        **os.environ,
+        "BATCHPLAN_TOY": "1",
+        "PYTHONPATH": str(REPO),  # the uneven skeleton imports app.worker.samplers
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            "--max-steps",
+            "3",
+            "--log-every",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, so _finish can end every rank
+    )
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _finish(proc: subprocess.Popen[str]) -> str:
+    """The run's output; on a hang, torchrun and all its ranks are killed, never left behind."""
+    try:
+        out, _ = proc.communicate(timeout=120)
+        return out
+    finally:
+        _kill(proc)
+
+
+@pytest.mark.slow
+def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) -> None:
+    # Both at once: each torchrun spends most of its time importing torch.
+    runs = {name: _start(body, tmp_path, name) for name, body in (("even", EVEN), ("uneven", UNEVEN))}
+    outputs = {}
+    try:
+        for name, proc in runs.items():
+            outputs[name] = _finish(proc)
+    finally:
+        for proc in runs.values():
+            _kill(proc)
+    for name, proc in runs.items():
+        out = outputs[name]
+        assert proc.returncode == 0, f"{name}:\n{out}"
+        assert "step 3 loss" in out and "done: 3 optimizer steps" in out, out
+    # The even plan's warmup: lr 0.05 x 12/6 = 0.1, from 0.05 over 2 steps.
+
+
+@pytest.mark.slow
+def test_skeleton_refuses_a_world_size_the_plan_was_not_made_for(tmp_path: Path) -> None:
+    body = {**EVEN, "topology": {"num_nodes": 1, "gpus_per_node": 4}}
+    proc = _start(body, tmp_path, "wrong")
+    out = _finish(proc)
+    assert proc.returncode != 0
+    assert "this plan is for 4 processes, not 2" in out
