@@ -11,16 +11,14 @@ import time
 import uuid
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import Metrics
 from app.api.problems import MEDIA_TYPE, PROBLEM_TYPE
+from app.logging_setup import request_id_var
 
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _problem_bytes(status: int, title: str, detail: str) -> bytes:
@@ -46,6 +44,7 @@ class ServiceMiddleware:
         given = headers.get(b"x-request-id", b"")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex.encode()
         scope.setdefault("state", {})["request_id"] = request_id.decode()
+        request_id_var.set(scope["state"]["request_id"])  # for every log line of this request
         status_holder = {"status": 500}
 
         async def send_with_id(message: Message) -> None:
@@ -71,14 +70,13 @@ class ServiceMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
-                    raise _TooLarge
+                    # An HTTPException is what FastAPI lets through its body parsing
+                    # untouched (anything else becomes a 400), and the app's handler
+                    # renders it as problem+json.
+                    raise HTTPException(413, f"the body is over the limit of {self.max_body} bytes")
             return message
 
-        try:
-            await self.app(scope, limited_receive, send_with_id)
-        except _TooLarge:
-            await self._reject(send_with_id, request_id, scope)
-            status_holder["status"] = 413
+        await self.app(scope, limited_receive, send_with_id)
         self._observe(scope, status_holder["status"], started)
 
     async def _reject(self, send: Send, request_id: bytes, scope: Scope) -> None:

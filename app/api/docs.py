@@ -1,0 +1,54 @@
+"""Swagger UI at /docs and ReDoc at /redoc, with their assets served by the app itself.
+
+The JavaScript and CSS come from the `fastapi-offline` package (the Swagger UI and ReDoc
+bundles, kept up to date there), so the pages work where no CDN can be reached. This is
+FastAPI's "self-hosting JavaScript and CSS for docs" recipe with the files from that package.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+STATIC_URL = "/static-offline-docs"
+
+
+def install_docs(app: FastAPI, *, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
+    """Serve the docs pages and their assets; build `app` with `docs_url=None, redoc_url=None`."""
+    assert app.docs_url is None and app.redoc_url is None, "FastAPI's CDN-backed pages are still on"
+    openapi_url = app.openapi_url or "/openapi.json"
+    oauth2_redirect_url = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
+    static_dir = files("fastapi_offline") / "static"
+    app.mount(STATIC_URL, StaticFiles(directory=str(static_dir)), name="static-offline-docs")
+
+    @app.get(docs_url, include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{openapi_url}",
+            title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=f"{root}{oauth2_redirect_url}",
+            swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{STATIC_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+            swagger_ui_parameters=app.swagger_ui_parameters,
+        )
+
+    @app.get(oauth2_redirect_url, include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get(redoc_url, include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_redoc_html(
+            openapi_url=f"{root}{openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{STATIC_URL}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+            with_google_fonts=False,
+        )
