@@ -1,0 +1,161 @@
+"""`batchplan check`: a real 2-replica gloo check, on a real server with the worker and locally."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import API_KEY, Invoke, Server
+
+from app.cli import _show_check
+from app.client import BatchplanClient, ProblemError
+
+PLAN = ["--gpus-per-node", "2", "-b", "16", "-m", "4"]  # 2 replicas, accumulation 2
+
+
+def _assert_passed_output(stdout: str) -> None:
+    lines = stdout.splitlines()
+    assert lines[0].startswith("PASSED: the DDP gradient matches")
+    assert "gloo on cpu: 2 processes for 2 replicas (1 per process)" in stdout
+    assert any(line.strip().startswith("detected") for line in lines)
+
+
+@pytest.mark.slow
+def test_check_on_a_server(run: Invoke, worker_server: Server) -> None:
+    out = run("check", *PLAN, "--backend", "gloo", "--url", worker_server.url, "--api-key", API_KEY)
+    assert out.exit_code == 0, out.stderr
+    _assert_passed_output(out.stdout)
+    # Not a terminal: plain progress lines on stderr, one per status change.
+    assert out.stderr.startswith("check ") and ("running" in out.stderr or "succeeded" in out.stderr)
+
+
+@pytest.mark.slow
+def test_check_json_from_a_request_file_with_the_key_from_the_environment(
+    run: Invoke, worker_server: Server, tmp_path: Path
+) -> None:
+    request = tmp_path / "check.json"
+    request.write_text(
+        json.dumps(
+            {
+                "plan": {
+                    "topology": {
+                        "node_groups": [
+                            {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 2.0},
+                            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1},
+                        ]
+                    },
+                    "global_batch_size": 30,
+                },
+                "dtype": "float32",
+            }
+        )
+    )
+    out = run(
+        "check",
+        "--request",
+        str(request),
+        "--seed",
+        "3",
+        "--json",
+        "--url",
+        worker_server.url,
+        env={"BATCHPLAN_API_KEY": API_KEY},
+    )
+    assert out.exit_code == 0, out.stderr
+    job = json.loads(out.stdout)
+    assert job["status"] == "succeeded" and job["result"]["passed"] is True
+    assert job["result"]["dtype"] == "float32" and job["result"]["split"] == "proportional"
+    assert job["request"]["seed"] == 3
+
+
+@pytest.mark.slow
+def test_check_errors_on_a_server(run: Invoke, worker_server: Server) -> None:
+    no_key = run("check", *PLAN, "--url", worker_server.url)
+    assert no_key.exit_code == 2 and "API key" in no_key.stderr and "--api-key" in no_key.stderr
+    infeasible = ["check", "--gpus-per-node", "2", "-b", "15", "-m", "4"]
+    remote = run(*infeasible, "--url", worker_server.url, "--api-key", API_KEY)
+    local = run(*infeasible)
+    assert remote.exit_code == local.exit_code == 2
+    assert remote.stderr == local.stderr
+    assert "try global_batch_size" in remote.stderr
+
+
+@pytest.mark.slow
+def test_client_check_lifecycle(worker_server: Server) -> None:
+    body = {
+        "plan": {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 8},
+        "backend": "gloo",
+    }
+    with BatchplanClient(worker_server.url, api_key=API_KEY) as client:
+        assert client.host()["ready"] is True
+        job = client.submit_check(body)
+        assert job["status"] in ("queued", "running")
+        seen: list[str] = []
+        done = client.wait_check(
+            job["id"], timeout=30, poll=0.05, on_progress=lambda j, _: seen.append(j["status"])
+        )
+        assert done["status"] == "succeeded" and done["result"]["passed"] is True
+        assert seen[-1] == "succeeded"
+        assert job["id"] in [c["id"] for c in client.list_checks(limit=10)]
+        with pytest.raises(ProblemError) as finished:
+            client.cancel_check(job["id"])
+        assert finished.value.status == 409
+        with pytest.raises(ProblemError) as missing:
+            client.get_check("no-such-check")
+        assert missing.value.status == 404
+
+
+@pytest.mark.slow
+def test_host_command(run: Invoke, worker_server: Server) -> None:
+    out = run("host", "--url", worker_server.url, "--api-key", API_KEY)
+    assert out.exit_code == 0, out.stderr
+    host = json.loads(out.stdout)
+    assert host["worker_enabled"] is True and "gloo" in host["backends"]
+
+
+def test_check_against_a_server_without_the_worker(run: Invoke, server: Server) -> None:
+    out = run("check", *PLAN, "--url", server.url)
+    assert out.exit_code == 2
+    assert "the worker is disabled on this server" in out.stderr
+
+
+@pytest.mark.slow
+def test_check_locally(run: Invoke) -> None:
+    out = run("check", *PLAN, "--backend", "gloo", "--timeout", "60")
+    assert out.exit_code == 0, out.stderr
+    _assert_passed_output(out.stdout)
+    assert out.stderr.startswith("local check (2 processes)")
+
+
+def test_local_check_validates_like_the_server(run: Invoke) -> None:
+    out = run("check", *PLAN, "--timeout", "0")
+    assert out.exit_code == 2 and out.stderr.startswith("error: /timeout_s: Input should be greater than 0")
+    too_many = run("check", *PLAN, "--processes", "3")
+    assert too_many.exit_code == 2 and "between 1 and the 2 replicas" in too_many.stderr
+
+
+def test_exit_status_of_a_finished_check(capsys: pytest.CaptureFixture[str]) -> None:
+    """0 when the plan held, 1 when the check ran and it did not, 2 when the check did not run.
+    (A correct planner never fails a real check, so the 1 is shown on a result as the worker reports it.)"""
+    result = {
+        "passed": False,
+        "backend": "gloo",
+        "device": "cpu",
+        "processes": 2,
+        "data_parallel_size": 2,
+        "replicas_per_process": 1,
+        "max_abs_diff": 0.5,
+        "rel_l2": 0.3,
+        "tolerance": 1e-10,
+        "controls": [{"name": "sum_without_scaling", "rel_l2": 7.0, "detected": True}],
+        "timings_s": {},
+    }
+    job = {"id": "x", "status": "succeeded", "result": result, "error": None}
+    assert _show_check(job, as_json=False) == 1
+    assert capsys.readouterr().out.startswith("FAILED: the DDP gradient does NOT match")
+    assert _show_check({**job, "result": {**result, "passed": True, "rel_l2": 0.0}}, as_json=False) == 0
+    assert (
+        _show_check({"id": "x", "status": "failed", "result": None, "error": "rank died"}, as_json=True) == 2
+    )
+    assert "check x failed: rank died" in capsys.readouterr().err

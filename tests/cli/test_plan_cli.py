@@ -1,0 +1,279 @@
+"""`batchplan plan` / `export`: the same output computed here and by a real server."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import ROOT, Invoke, Run, Server, free_port
+
+from app.core.exports import EXPORTERS
+
+MIXED = {
+    "topology": {
+        "node_groups": [
+            {
+                "name": "h100",
+                "num_nodes": 2,
+                "gpus_per_node": 8,
+                "relative_throughput": 2.0,
+                "max_micro_batch_size": 64,
+            },
+            {
+                "name": "a100",
+                "num_nodes": 1,
+                "gpus_per_node": 4,
+                "relative_throughput": 1.0,
+                "max_micro_batch_size": 32,
+            },
+        ]
+    },
+    "global_batch_size": 1000,
+    "dataset": {"num_samples": 100000},
+}
+
+FLAG_REQUESTS = {
+    "homogeneous": ["--num-nodes", "2", "--gpus-per-node", "8", "-b", "512"],
+    "dataset_and_lr": [
+        "--num-nodes",
+        "2",
+        "-b",
+        "512",
+        "--num-samples",
+        "1281167",
+        "--epochs",
+        "90",
+        "--base-lr",
+        "0.1",
+        "--warmup-epochs",
+        "5",
+    ],
+    "round_down": ["--num-nodes", "2", "-b", "1000", "-m", "32", "--divisibility", "round_down"],
+    "megatron": [
+        "--num-nodes",
+        "4",
+        "--tensor",
+        "4",
+        "--pipeline",
+        "2",
+        "-b",
+        "1024",
+        "--max-micro-batch-size",
+        "16",
+        "--base-lr",
+        "3e-4",
+        "--optimizer",
+        "adamw",
+        "--warmup-steps",
+        "2000",
+    ],
+    "node_group_flags": [
+        "--node-group",
+        "h100:2:8:2.0:64",
+        "--node-group",
+        "a100:1:4:1:32",
+        "-b",
+        "1000",
+        "--num-samples",
+        "100000",
+    ],
+    "balance_sum": [
+        "--gpus-per-node",
+        "6",
+        "-b",
+        "100",
+        "--divisibility",
+        "balance",
+        "--loss-reduction",
+        "sum",
+    ],
+}
+
+
+@pytest.fixture
+def mixed_file(tmp_path: Path) -> Path:
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(MIXED))
+    return path
+
+
+def both(run: Invoke, server: Server, *args: str) -> tuple[Run, Run]:
+    local = run(*args)
+    remote = run(*args, "--url", server.url)
+    return local, remote
+
+
+@pytest.mark.parametrize("name", FLAG_REQUESTS)
+def test_local_and_server_give_identical_json(run: Invoke, server: Server, name: str) -> None:
+    local, remote = both(run, server, "plan", *FLAG_REQUESTS[name], "--json")
+    assert local.exit_code == remote.exit_code == 0, (local.stderr, remote.stderr)
+    assert local.stdout == remote.stdout
+    assert json.loads(local.stdout)["global_batch_size"] > 0
+
+
+def test_mixed_cluster_from_a_request_file(run: Invoke, server: Server, mixed_file: Path) -> None:
+    local, remote = both(run, server, "plan", "--request", str(mixed_file), "--format", "json")
+    assert local.exit_code == remote.exit_code == 0, (local.stderr, remote.stderr)
+    assert local.stdout == remote.stdout
+    result = json.loads(local.stdout)
+    assert result["world_size"] == 20 and result["micro_batch_size"] is None
+    assert [g["node_group"] for g in result["replica_groups"]] == ["h100", "h100", "a100"]
+    # --node-group flags build the same request
+    flags = run("plan", *FLAG_REQUESTS["node_group_flags"], "--json")
+    assert json.loads(flags.stdout) == result
+
+
+def test_table_is_the_default_and_the_same_both_ways(run: Invoke, server: Server, mixed_file: Path) -> None:
+    local, remote = both(run, server, "plan", "--request", str(mixed_file))
+    assert local.exit_code == remote.exit_code == 0
+    assert local.stdout == remote.stdout
+    assert "world size 20, model-parallel 1, data-parallel 20" in local.stdout
+    assert "micro per group" in local.stdout
+    assert "a100" in local.stdout and "sampler proportional" in local.stdout
+
+
+ERRORS = {
+    "infeasible": ["plan", "--num-nodes", "2", "-b", "1000", "-m", "32"],
+    "schema": ["plan", "-b", "0"],
+    "both_topologies": ["plan", "--node-group", "a:1:8", "--num-nodes", "2", "-b", "64"],
+    "bad_group_value": ["plan", "--node-group", "a:0:8", "-b", "64"],
+    "model_parallel": ["plan", "--gpus-per-node", "6", "--tensor", "4", "-b", "64"],
+    "unknown_format": ["plan", "--format", "ray", "-b", "64"],
+    "bad_export_option": ["export", "slurm", "-b", "64", "--job-name", "Not_A_Label"],
+    "export_unsupported": [
+        "export",
+        "deepspeed",
+        "--node-group",
+        "h:1:2:2",
+        "--node-group",
+        "a:1:2",
+        "-b",
+        "60",
+    ],
+    "warmup_needs_dataset": ["plan", "-b", "64", "--base-lr", "0.1", "--warmup-epochs", "1"],
+}
+
+
+@pytest.mark.parametrize("name", ERRORS)
+def test_errors_are_the_same_both_ways(run: Invoke, server: Server, name: str) -> None:
+    local, remote = both(run, server, *ERRORS[name])
+    assert local.exit_code == remote.exit_code == 2
+    assert local.stdout == remote.stdout == ""
+    assert local.stderr == remote.stderr
+    assert local.stderr.startswith("error: ")
+
+
+def test_errors_print_the_suggestions(run: Invoke) -> None:
+    out = run(*ERRORS["infeasible"])
+    assert out.exit_code == 2
+    assert out.stderr.splitlines() == [
+        "error: global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512",
+        "  try global_batch_size: 1024, 512, 1536",
+    ]
+    model_parallel = run(*ERRORS["model_parallel"])
+    assert "  try world_size: 4, 8, 16" in model_parallel.stderr.splitlines()
+    unsupported = run(*ERRORS["export_unsupported"])
+    assert "try " in unsupported.stderr
+
+
+def test_a_malformed_node_group_is_a_usage_error(run: Invoke) -> None:
+    out = run("plan", "--node-group", "h100:2", "-b", "64")
+    assert out.exit_code == 2
+    assert "NAME:NODES:GPUS_PER_NODE" in out.stderr
+    assert run("plan", "--node-group", "h100:2:x", "-b", "64").exit_code == 2
+
+
+def test_request_file_errors(run: Invoke, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    out = run("plan", "--request", str(bad))
+    assert out.exit_code == 2 and "is not valid JSON" in out.stderr
+    missing = run("plan", "--request", str(tmp_path / "nope.json"))
+    assert missing.exit_code == 2 and "cannot read" in missing.stderr
+
+
+def test_an_unreachable_server_exits_2(run: Invoke) -> None:
+    out = run("plan", "-b", "64", "--url", f"http://127.0.0.1:{free_port()}")
+    assert out.exit_code == 2
+    assert out.stderr.startswith("error: cannot reach http://127.0.0.1:")
+
+
+@pytest.mark.parametrize("fmt", list(EXPORTERS))
+def test_every_export_format_is_the_same_both_ways(run: Invoke, server: Server, fmt: str) -> None:
+    args = [
+        "--num-nodes",
+        "2",
+        "-b",
+        "512",
+        "--num-samples",
+        "1281167",
+        "--base-lr",
+        "0.1",
+        "--warmup-epochs",
+        "5",
+        "--script",
+        "main.py",
+        "--job-name",
+        "resnet",
+        "--master-port",
+        "29600",
+    ]
+    local, remote = both(run, server, "plan", "--format", fmt, *args)
+    assert local.exit_code == remote.exit_code == 0, (local.stderr, remote.stderr)
+    assert local.stdout == remote.stdout
+    assert run("export", fmt, *args).stdout == local.stdout
+    text = local.stdout
+    if fmt == "deepspeed":
+        assert json.loads(text)["train_batch_size"] == 512
+    elif fmt in ("kubernetes", "accelerate"):
+        assert yaml.safe_load(text)
+    elif fmt in ("python", "hf-trainer", "lightning"):
+        ast.parse(text)
+    else:
+        assert "main.py" in text and "29600" in text
+
+
+def test_export_to_a_file(run: Invoke, tmp_path: Path) -> None:
+    target = tmp_path / "ds.json"
+    out = run("export", "deepspeed", "-b", "64", "-o", str(target))
+    assert out.exit_code == 0 and out.stdout == ""
+    assert json.loads(target.read_text())["train_batch_size"] == 64
+
+
+def test_the_installed_entry_point(server: Server, mixed_file: Path) -> None:
+    """Once as a real process: the `batchplan` script that `pip install -e .` puts in the venv."""
+    exe = Path(sys.executable).parent / "batchplan"
+    assert exe.exists(), "pip install -e . puts it there"
+    local = subprocess.run(
+        [str(exe), "plan", "--request", str(mixed_file), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    remote = subprocess.run(
+        [str(exe), "plan", "--request", str(mixed_file), "--json", "--url", server.url],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert local.returncode == remote.returncode == 0, (local.stderr, remote.stderr)
+    assert local.stdout == remote.stdout
+    failing = subprocess.run(
+        [str(exe), "plan", "--num-nodes", "2", "-b", "1000", "-m", "32"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert failing.returncode == 2
+    assert "try global_batch_size: 1024, 512, 1536" in failing.stderr
