@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import multiprocessing
+import signal
 import threading
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
@@ -28,6 +29,8 @@ PRELOAD = ["app.worker.rank_server"]
 # A fork warms up in tens of milliseconds once start() returns (the fork server has done the
 # imports by then); one that takes this long is stuck and gets replaced.
 WARM_UP_TIMEOUT_S = 15.0
+# How long a rank killed by SIGTERM/SIGINT waits before it is replaced (see RankPool._dead).
+SHUTDOWN_GRACE_S = 2.0
 
 
 class RankDied(RuntimeError):
@@ -128,6 +131,7 @@ class RankPool:
         self.host_info: dict[str, Any] = {}
         self.spawn_error: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: set[BaseProcess] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -135,24 +139,38 @@ class RankPool:
         for _ in range(self.size):
             self._spawn_soon()
 
-    def _spawn_soon(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._spawn())
+    def _spawn_soon(self, delay: float = 0.0) -> None:
+        task = asyncio.get_running_loop().create_task(self._spawn(delay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _spawn(self) -> None:
+    async def _spawn(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self.stopping:
+            return
         loop = asyncio.get_running_loop()
         ctx = _fork_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         process = ctx.Process(target=entry.serve, args=(child_conn,), daemon=True, name="batchplan-rank")
+        # The first start launches the fork server and waits for its imports: seconds. It
+        # runs in a thread that a cancelled task cannot stop, so its process is tracked here
+        # and ended by stop() even when the task that asked for it is gone.
+        starting = asyncio.ensure_future(asyncio.to_thread(process.start))
+        self._starting.add(process)
         try:
-            # The first start launches the fork server and waits for its imports: seconds.
-            await asyncio.to_thread(process.start)
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            await asyncio.wait([starting])
+            with contextlib.suppress(Exception):
+                process.kill()
+            raise
         except Exception as err:
             self.spawn_error = f"could not start a rank process: {err}"
             log.exception("rank process start failed")
             return
         finally:
+            self._starting.discard(process)
             child_conn.close()
         rank = RankProcess(process, parent_conn, loop)
         rank.on_ready.append(self._ready)
@@ -179,8 +197,14 @@ class RankPool:
             # Died while idle: replace it now. A busy one is replaced when its check releases it.
             self._remove(rank)
             if not self.stopping:
-                log.warning("idle %s; replacing it", rank.describe_death())
-                self._spawn_soon()
+                death = rank.describe_death()
+                log.warning("idle %s; replacing it", death)
+                # A SIGTERM or SIGINT usually reached the whole process group (Ctrl-C, a
+                # container stop): the server itself is about to shut down, and a rank
+                # forked now would outlive it. Replace it only if the server stays up.
+                code = rank.process.exitcode
+                by_shutdown_signal = code is not None and -code in (signal.SIGTERM, signal.SIGINT)
+                self._spawn_soon(delay=SHUTDOWN_GRACE_S if by_shutdown_signal else 0.0)
         self._notify()
 
     def _remove(self, rank: RankProcess) -> None:
@@ -200,8 +224,14 @@ class RankPool:
 
     async def stop(self) -> None:
         self.stopping = True
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        # Each cancelled spawn ends the process it was starting before it finishes.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for process in list(self._starting):
+            with contextlib.suppress(Exception):
+                process.kill()
         ranks = list(self.processes)
         for rank in ranks:
             with contextlib.suppress(Exception):
