@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.plans import PlanRequestIn
+from app.schemas.types import WHOLE
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
@@ -22,7 +23,7 @@ class RendezvousIn(BaseModel):
         examples=["node0.example:29400"],
         description="HOST:PORT; the first node on HOST serves the rendezvous there.",
     )
-    nnodes: Annotated[int, Field(strict=True, ge=1, le=4096)] = Field(description="Nodes taking part.")
+    nnodes: Annotated[int, Field(ge=1, le=4096), WHOLE] = Field(description="Nodes taking part.")
     run_id: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
         examples=["job-4711"],
@@ -39,7 +40,7 @@ class CheckRequestIn(BaseModel):
         description="auto: NCCL with one rank per GPU when the host has enough GPUs, else gloo on CPU.",
     )
     dtype: Literal["float64", "float32"] = "float64"
-    seed: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] = Field(
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1), WHOLE] = Field(
         0, description="Seeds the model's weights, the synthetic data and (without a dataset) the shuffle."
     )
     timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = Field(

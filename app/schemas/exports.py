@@ -12,9 +12,10 @@ from app.core.exports import ExportOptions
 from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
 from app.schemas.plans import EXAMPLES as PLAN_EXAMPLES
 from app.schemas.plans import LearningRateIn, PlanRequestIn
+from app.schemas.types import WHOLE
 
-Count = Annotated[int, Field(strict=True, ge=1, le=MAX_SAFE_INTEGER)]
-GpuCount = Annotated[int, Field(strict=True, ge=1, le=MAX_WORLD_SIZE)]
+Count = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
+GpuCount = Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE), WHOLE]
 
 
 class ExportOptionsIn(BaseModel):
@@ -91,8 +92,8 @@ class ScheduleRequestIn(BaseModel):
     rampup: RampupIn | None = None
     decay: core_schedule.Decay = core_schedule.Decay.COSINE
     min_lr: float = Field(0.0, ge=0, allow_inf_nan=False, description="The lr at the last step.")
-    max_points: int = Field(
-        500, ge=2, le=core_schedule.MAX_POINTS, strict=True, description="Most points in the series."
+    max_points: Annotated[int, Field(ge=2, le=core_schedule.MAX_POINTS), WHOLE] = Field(
+        500, description="Most points in the series."
     )
 
     def to_core(self) -> core_schedule.ScheduleSpec:
@@ -188,12 +189,10 @@ class ElasticRequestIn(BaseModel):
 
     min_gpus: GpuCount = Field(description="Fewest data-parallel GPUs the job may run on.")
     max_gpus: GpuCount = Field(description="Most data-parallel GPUs the job may run on.")
-    micro_batch_sizes: list[Annotated[int, Field(strict=True, ge=1, le=core_elastic.MAX_MICRO_BATCH)]] = (
-        Field(
-            min_length=1,
-            max_length=core_elastic.MAX_MICRO_CHOICES,
-            description="Micro-batches a GPU may take.",
-        )
+    micro_batch_sizes: list[Annotated[int, Field(ge=1, le=core_elastic.MAX_MICRO_BATCH), WHOLE]] = Field(
+        min_length=1,
+        max_length=core_elastic.MAX_MICRO_CHOICES,
+        description="Micro-batches a GPU may take.",
     )
     max_global_batch_size: Count = Field(description="The target: the global batch is at most this.")
     prefer_larger: bool = Field(True, strict=True, description="Break ties toward the larger batch.")

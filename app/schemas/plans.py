@@ -8,12 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from app.core import models as core
 from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
+from app.schemas.types import WHOLE
 
 MAX_NODE_GROUPS = 10_000
 
 # Strict: JSON `true` or "32" is not a batch size.
-Count = Annotated[int, Field(strict=True, ge=1, le=MAX_SAFE_INTEGER)]
-GpuCount = Annotated[int, Field(strict=True, ge=1, le=MAX_WORLD_SIZE)]
+Count = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
+GpuCount = Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE), WHOLE]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -67,7 +68,16 @@ class TopologyIn(_In):
                         {"name": "a100", "num_nodes": 1, "gpus_per_node": 4, "relative_throughput": 1.0},
                     ]
                 },
-            ]
+            ],
+            # The two forms, as the validator below enforces them, so that schema-driven
+            # clients (and fuzzers) know which requests are valid.
+            "oneOf": [
+                {"required": ["num_nodes", "gpus_per_node"], "not": {"required": ["node_groups"]}},
+                {
+                    "required": ["node_groups"],
+                    "not": {"anyOf": [{"required": ["num_nodes"]}, {"required": ["gpus_per_node"]}]},
+                },
+            ],
         },
     )
 
@@ -130,9 +140,9 @@ class DatasetIn(_In):
 
     num_samples: Count
     shuffle: bool = Field(True, strict=True)
-    seed: Annotated[int, Field(strict=True, ge=0, le=MAX_SAFE_INTEGER)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] = 0
     drop_last: bool = Field(False, strict=True)
-    epochs: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] | None = None
+    epochs: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
 
 
 Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
@@ -159,7 +169,7 @@ class LearningRateIn(_In):
     rule: core.LRRule = core.LRRule.AUTO
     optimizer: core.Optimizer = core.Optimizer.SGD
     warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
-    warmup_steps: Annotated[int, Field(strict=True, ge=0, le=MAX_SAFE_INTEGER)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
     betas: tuple[Beta, Beta] = (0.9, 0.999)
     eps: PositiveFloat = 1e-8
 

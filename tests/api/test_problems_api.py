@@ -37,11 +37,18 @@ def assert_field_error(response: Any, pointer: str, status: int = 422) -> dict[s
     return body
 
 
+def test_whole_numbers_written_as_floats_are_counts(client: TestClient) -> None:
+    # JSON Schema's "integer" admits 2.0, and the OpenAPI schema says "integer".
+    body = {"topology": {"num_nodes": 2.0, "gpus_per_node": 8}, "global_batch_size": 512.0}
+    response = client.post("/v1/plans", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["global_batch_size"] == 512 and response.json()["world_size"] == 16
+
+
 WRONG_VALUES = [
     # (request body, pointer of the field at fault)
     (base(global_batch_size="512"), "/global_batch_size"),
     (base(global_batch_size=True), "/global_batch_size"),
-    (base(global_batch_size=512.0), "/global_batch_size"),
     (base(global_batch_size=512.5), "/global_batch_size"),
     (base(global_batch_size=0), "/global_batch_size"),
     (base(global_batch_size=-16), "/global_batch_size"),
@@ -55,7 +62,7 @@ WRONG_VALUES = [
     ({"topology": {"num_nodes": "2", "gpus_per_node": 8}, "global_batch_size": 512}, "/topology/num_nodes"),
     ({"topology": {"num_nodes": 2, "gpus_per_node": 0}, "global_batch_size": 512}, "/topology/gpus_per_node"),
     ({"topology": {"num_nodes": True, "gpus_per_node": 8}, "global_batch_size": 512}, "/topology/num_nodes"),
-    ({"topology": {"num_nodes": 2.0, "gpus_per_node": 8}, "global_batch_size": 512}, "/topology/num_nodes"),
+    ({"topology": {"num_nodes": 2.5, "gpus_per_node": 8}, "global_batch_size": 512}, "/topology/num_nodes"),
     (base(parallelism={"tensor": 0}), "/parallelism/tensor"),
     (base(parallelism={"pipeline": "2"}), "/parallelism/pipeline"),
     (base(dataset={"num_samples": 0}), "/dataset/num_samples"),
