@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from app.api import checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
+from app.api.deps import require_planner_key
 from app.api.docs import install_docs
 from app.api.metrics import Metrics
 from app.api.middleware import ServiceMiddleware
@@ -21,6 +27,42 @@ DESCRIPTION = """Tells distributed PyTorch jobs how to split their batch: per-re
 micro-batch, gradient accumulation, `DistributedSampler` settings, loss scales and the
 scaled learning rate, for homogeneous and mixed GPU clusters. Errors are RFC 9457
 `application/problem+json` with the field at fault and the nearest valid values."""
+
+
+def _on_shutdown_signals(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call `callback` on the event loop as soon as SIGTERM or SIGINT arrives, then hand the
+    signal on to the server's own handler; returns a function that undoes it.
+
+    uvicorn runs the lifespan shutdown only after it has stopped serving, waited for open
+    requests and background tasks; the worker hears of the shutdown here instead, at once,
+    before its rank processes (which a group-wide SIGTERM ends too) can be replaced or a new
+    check accepted. Only where the server installed Python handlers (uvicorn does) and only
+    in the main thread (a TestClient runs the lifespan elsewhere): a default disposition is
+    left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    installed: dict[int, Any] = {}
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(callback)
+            previous(signum, frame)
+
+        installed[sig] = (handler, previous)
+        signal.signal(sig, handler)
+
+    def undo() -> None:
+        for sig, (handler, previous) in installed.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, previous)
+
+    return undo
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -43,16 +85,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     queue_size=settings.queue_size,
                     check_timeout_s=settings.check_timeout_s,
                     concurrent_checks=settings.concurrent_checks,
+                    max_check_samples=settings.max_check_samples,
+                    rendezvous_hosts=tuple(settings.rendezvous_hosts),
                 ),
             )
+            service.observers.append(app.state.metrics.observe_check)
             await service.start()
         app.state.checks = service
+        undo_signals = _on_shutdown_signals(service.begin_shutdown) if service is not None else None
         try:
             yield
         finally:
-            app.state.checks = None
+            if undo_signals is not None:
+                undo_signals()
             if service is not None:
+                service.begin_shutdown()  # new submissions get 503 while the rest stops
                 await service.stop()
+            app.state.checks = None
 
     app = FastAPI(
         title="batchplan",
@@ -64,11 +113,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_docs(app)
     app.state.settings = settings
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(lambda: app.state.checks)
     app.state.checks = None
     install_problem_handlers(app)
-    app.include_router(exports.router)
-    app.include_router(plans.router)
+    # BATCHPLAN_PROTECT_PLANNER: the API key on /v1/plans* too (the worker's routes always
+    # require it when it is set; see app.api.checks).
+    planner_auth = [Depends(require_planner_key)] if settings.protect_planner else []
+    app.include_router(exports.router, dependencies=planner_auth)
+    app.include_router(plans.router, dependencies=planner_auth)
     app.include_router(ops.router)
     app.include_router(checks.router)
     if settings.cors_origins:

@@ -29,3 +29,10 @@ class Settings(BaseSettings):
     queue_size: int = Field(16, ge=1, description="Checks that may wait; more get 429.")
     check_timeout_s: float = Field(120.0, gt=0, le=3600)
     concurrent_checks: int = Field(1, ge=1, le=8)
+    max_check_samples: int = Field(
+        1 << 20, ge=1, description="Largest global batch or dataset a check holds in memory; more get 422."
+    )
+    rendezvous_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts a multi-node check may rendezvous at; empty: this host and loopback.",
+    )

@@ -13,7 +13,7 @@ from app.api.problems import PROBLEM_RESPONSES
 from app.core.errors import InvalidValue, PlanError
 from app.schemas.checks import CHECK_EXAMPLES, CheckJobOut, CheckListOut, CheckRequestIn, HostOut, JobStatus
 from app.schemas.plans import ProblemOut
-from app.worker.service import AlreadyFinished, CheckService, QueueFull
+from app.worker.service import AlreadyFinished, CheckService, QueueFull, ShuttingDown
 from app.worker.spec import SpecError
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
@@ -24,7 +24,7 @@ _PROBLEMS = {
     404: {"model": ProblemOut, "description": "No such check."},
     422: {"model": ProblemOut, "description": "Invalid or uncheckable request, naming the field."},
     429: {"model": ProblemOut, "description": "The queue is full; see Retry-After."},
-    503: {"model": ProblemOut, "description": "The worker is disabled on this server."},
+    503: {"model": ProblemOut, "description": "The worker is disabled, or the server is shutting down."},
 }
 
 
@@ -69,6 +69,16 @@ async def create_check(
         raise dataclasses.replace(err, pointer="/plan" + err.pointer) from None
     except SpecError as err:
         raise InvalidValue(err.detail, pointer=err.pointer) from None
+    if body.rendezvous is not None:
+        host = body.rendezvous.endpoint.rsplit(":", 1)[0].strip("[]").lower()
+        allowed = service.limits.allowed_rendezvous_hosts()
+        if host not in allowed:
+            # The worker connects to (or serves) the endpoint: only hosts the operator named.
+            raise InvalidValue(
+                f"rendezvous host {host!r} is not one this worker may join; allowed: "
+                f"{', '.join(sorted(allowed))} (set BATCHPLAN_RENDEZVOUS_HOSTS)",
+                pointer="/rendezvous/endpoint",
+            )
     try:
         job = await service.submit(
             body.model_dump(mode="json"),
@@ -78,6 +88,8 @@ async def create_check(
         )
     except QueueFull as full:
         raise HTTPException(429, str(full), headers={"Retry-After": str(full.retry_after)}) from None
+    except ShuttingDown as down:
+        raise HTTPException(503, str(down), headers={"Retry-After": str(down.retry_after)}) from None
     response.headers["Location"] = f"/v1/checks/{job['id']}"
     return CheckJobOut.from_job(job)
 

@@ -44,3 +44,9 @@ async def require_api_key(request: Request) -> None:
             "send the API key as Authorization: Bearer <key> or X-API-Key",
             headers={"WWW-Authenticate": 'Bearer realm="batchplan"'},
         )
+
+
+async def require_planner_key(request: Request) -> None:
+    """The API key on /v1/plans* as well, when BATCHPLAN_PROTECT_PLANNER=true."""
+    if request.app.state.settings.protect_planner:
+        await require_api_key(request)

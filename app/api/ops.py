@@ -15,9 +15,13 @@ async def livez() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Ready to serve")
-def readyz(request: Request) -> dict[str, object]:
-    """Ready as soon as the planner is; `worker` says whether the rank processes are warm."""
+def readyz(request: Request, response: Response) -> dict[str, object]:
+    """Ready as soon as the planner is; `worker` says whether the rank processes are warm.
+    503 once a shutdown has begun, so that a load balancer stops sending checks."""
     service = getattr(request.app.state, "checks", None)
+    if service is not None and service.shutting_down:
+        response.status_code = 503
+        return {"status": "shutting down", "planner": True, "worker": {"enabled": True, "ready": False}}
     worker: dict[str, object] = {"enabled": service is not None}
     if service is not None:
         host = service.host()

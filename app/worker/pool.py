@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import multiprocessing
@@ -31,10 +32,16 @@ PRELOAD = ["app.worker.rank_server"]
 WARM_UP_TIMEOUT_S = 15.0
 # How long a rank killed by SIGTERM/SIGINT waits before it is replaced (see RankPool._dead).
 SHUTDOWN_GRACE_S = 2.0
+# The exit code multiprocessing reports for a fork when the fork server that would have
+# told its real status is gone (popen_forkserver.Popen.poll).
+FORK_SERVER_GONE = 255
 
 
 class RankDied(RuntimeError):
-    pass
+    def __init__(self, message: str, by_shutdown_signal: bool = False) -> None:
+        super().__init__(message)
+        # Killed by SIGTERM/SIGINT: most likely the whole process group is being stopped.
+        self.by_shutdown_signal = by_shutdown_signal
 
 
 class RankError(RuntimeError):
@@ -98,11 +105,11 @@ class RankProcess:
 
     async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.dead:
-            raise RankDied(self.describe_death())
+            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         await asyncio.to_thread(self.conn.send, msg)
         reply = await self.inbox.get()
         if reply["op"] == "dead":
-            raise RankDied(self.describe_death())
+            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         if reply["op"] == "error":
             raise RankError(str(reply["error"]))
         return reply
@@ -112,6 +119,12 @@ class RankProcess:
         code = self.process.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
         return f"rank process {self.pid} {how}"
+
+    def killed_by_shutdown_signal(self) -> bool:
+        """Ended by SIGTERM/SIGINT, or with its status lost because the fork server (which
+        reports it) died first: what a signal to the whole process group looks like."""
+        code = self.process.exitcode
+        return code is not None and (-code in (signal.SIGTERM, signal.SIGINT) or code == FORK_SERVER_GONE)
 
     def kill(self) -> None:
         with contextlib.suppress(Exception):
@@ -140,7 +153,8 @@ class RankPool:
             self._spawn_soon()
 
     def _spawn_soon(self, delay: float = 0.0) -> None:
-        task = asyncio.get_running_loop().create_task(self._spawn(delay))
+        # A fresh context: a replacement is not part of the check (job id) that asked for it.
+        task = asyncio.get_running_loop().create_task(self._spawn(delay), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -202,9 +216,7 @@ class RankPool:
                 # A SIGTERM or SIGINT usually reached the whole process group (Ctrl-C, a
                 # container stop): the server itself is about to shut down, and a rank
                 # forked now would outlive it. Replace it only if the server stays up.
-                code = rank.process.exitcode
-                by_shutdown_signal = code is not None and -code in (signal.SIGTERM, signal.SIGINT)
-                self._spawn_soon(delay=SHUTDOWN_GRACE_S if by_shutdown_signal else 0.0)
+                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
         self._notify()
 
     def _remove(self, rank: RankProcess) -> None:
@@ -218,7 +230,7 @@ class RankPool:
             async with self.changed:
                 self.changed.notify_all()
 
-        task = asyncio.get_running_loop().create_task(notify())
+        task = asyncio.get_running_loop().create_task(notify(), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -279,7 +291,8 @@ class RankPool:
                 continue
             self._remove(rank)
             if not self.stopping:
-                self._spawn_soon()
+                # As in _dead: a rank that a SIGTERM/SIGINT ended waits out the grace.
+                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
         self._notify()
 
     def describe(self) -> list[dict[str, Any]]:

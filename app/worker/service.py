@@ -13,17 +13,27 @@ import math
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.core.models import PlanRequest
 from app.core.planner import plan
-from app.worker.pool import RankDied, RankError, RankPool
+from app.logging_setup import job_id_var
+from app.worker.pool import SHUTDOWN_GRACE_S, RankDied, RankError, RankPool
 from app.worker.spec import CheckSpec, SpecError, spec_from_plan
-from app.worker.store import CANCELLED, FAILED, FINISHED, SUCCEEDED, JobStore
+from app.worker.store import CANCELLED, FAILED, FINISHED, INTERRUPTED, SUCCEEDED, JobStore
 
 log = logging.getLogger("batchplan.worker")
+
+# What a check that the shutdown stopped records (status failed).
+# Tries to write a finished job (about 30 s in all) before giving up on the database.
+FINISH_ATTEMPTS = 9
+SHUTTING_DOWN = "server shutting down: " + INTERRUPTED
+
+# Called with (status, passed or None, seconds the check ran) whenever a check finishes.
+FinishObserver = Callable[[str, bool | None, float], None]
 
 
 class QueueFull(Exception):
@@ -36,6 +46,15 @@ class AlreadyFinished(Exception):
     pass
 
 
+class ShuttingDown(Exception):
+    """The server is shutting down: no new checks."""
+
+    retry_after = 5
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down and takes no new checks; retry on another worker")
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_replicas_per_check: int
@@ -43,6 +62,16 @@ class Limits:
     queue_size: int
     check_timeout_s: float
     concurrent_checks: int
+    # A rank holds the epoch's index list and the global batch in memory.
+    max_check_samples: int = 1 << 20
+    # Hosts a rendezvous endpoint may name; empty: this host's own names and loopback.
+    rendezvous_hosts: tuple[str, ...] = ()
+
+    def allowed_rendezvous_hosts(self) -> set[str]:
+        if self.rendezvous_hosts:
+            return {h.lower() for h in self.rendezvous_hosts}
+        names = {"127.0.0.1", "::1", "localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
+        return names
 
 
 def free_port() -> int:
@@ -60,10 +89,25 @@ class CheckService:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
+        # Every _execute task until it has recorded its job: stop() waits for these, not for
+        # _running, which a runner cancelled by begin_shutdown() empties before that.
+        self._executing: set[asyncio.Task[None]] = set()
         self._submitted: dict[str, float] = {}
         self._runners: list[asyncio.Task[None]] = []
         self._stopping = False
+        self._stopped = False
         self._mean_check_s = 1.0
+        self.observers: list[FinishObserver] = []
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._stopping
+
+    def queue_depth(self) -> int:
+        return len(self._queued)
+
+    def running_count(self) -> int:
+        return len(self._running)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -79,14 +123,31 @@ class CheckService:
         self.pool.start()
         self._runners = [asyncio.create_task(self._runner()) for _ in range(self.limits.concurrent_checks)]
 
-    async def stop(self) -> None:
+    def begin_shutdown(self) -> None:
+        """The first step of a shutdown, safe to call early (from a SIGTERM) and repeatedly:
+        refuse new checks, start no more rank processes, cancel the running checks (each
+        records SHUTTING_DOWN). Queued checks stay queued in the database and run after a
+        restart. `stop()` then waits for all of it and ends every process."""
+        if self._stopping:
+            return
         self._stopping = True
+        self.pool.stopping = True
+        log.info(
+            "shutting down: %d running checks cancelled, %d queued kept for the next start",
+            len(self._running),
+            len(self._queued),
+        )
         for runner in self._runners:
             runner.cancel()
-        running = list(self._running.values())
-        for task in running:
+        for task in self._running.values():
             task.cancel()
-        await asyncio.gather(*self._runners, *running, return_exceptions=True)
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.begin_shutdown()
+        await asyncio.gather(*self._runners, *self._executing, return_exceptions=True)
         await self.pool.stop()
         await asyncio.to_thread(self.store.close)
 
@@ -110,6 +171,21 @@ class CheckService:
                 f"checks at most {self.limits.max_replicas_per_check}",
                 "/plan/topology",
             )
+        cap = self.limits.max_check_samples
+        if spec.global_batch_size > cap:
+            raise SpecError(
+                f"a check materialises the global batch: {spec.global_batch_size} samples is more "
+                f"than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself "
+                f"has no such limit, so check a smaller global batch with the same split",
+                "/plan/global_batch_size",
+            )
+        if request.dataset is not None and request.dataset.num_samples > cap:
+            raise SpecError(
+                f"a check builds the epoch's index list: dataset.num_samples {request.dataset.num_samples} "
+                f"is more than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); leave the "
+                f"dataset out to check the first step alone",
+                "/plan/dataset/num_samples",
+            )
         if nnodes > spec.data_parallel_size:
             raise SpecError(
                 f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
@@ -128,6 +204,8 @@ class CheckService:
     async def submit(
         self, body: dict[str, Any], spec: CheckSpec, timeout_s: float, rendezvous: dict[str, Any] | None
     ) -> dict[str, Any]:
+        if self._stopping:
+            raise ShuttingDown
         if len(self._queued) >= self.limits.queue_size:
             busy = len(self._queued) + len(self._running)
             wait = math.ceil(self._mean_check_s * busy / self.limits.concurrent_checks)
@@ -135,8 +213,16 @@ class CheckService:
         job_id = uuid.uuid4().hex
         payload = {"body": body, "spec": spec.to_json(), "timeout_s": timeout_s, "rendezvous": rendezvous}
         job = await asyncio.to_thread(self.store.create, job_id, payload)
+        if self._stopping:  # the shutdown began while the job was written: it runs after a restart
+            log.info("check %s queued during shutdown; it runs after a restart", job_id)
+            return job
         self._submitted[job_id] = time.monotonic()
         self._enqueue(job_id)
+        token = job_id_var.set(job_id)
+        try:
+            log.info("check %s queued", job_id)
+        finally:
+            job_id_var.reset(token)
         return job
 
     def _enqueue(self, job_id: str) -> None:
@@ -198,7 +284,13 @@ class CheckService:
             self._queued.discard(job_id)
             if not await asyncio.to_thread(self.store.start, job_id):
                 continue
-            task = asyncio.create_task(self._execute(job_id))
+            token = job_id_var.set(job_id)  # the task copies the context: every line about the job
+            try:
+                task = asyncio.create_task(self._execute(job_id))
+            finally:
+                job_id_var.reset(token)
+            self._executing.add(task)
+            task.add_done_callback(self._executing.discard)
             self._running[job_id] = task
             try:
                 await asyncio.wait({task})
@@ -209,6 +301,7 @@ class CheckService:
         started = time.monotonic()
         timeout = self.limits.check_timeout_s
         status, result, error = FAILED, None, None
+        log.info("check %s started", job_id)
         try:
             job = await self.get(job_id)
             assert job is not None
@@ -229,18 +322,70 @@ class CheckService:
             )
         except asyncio.CancelledError:
             if self._stopping:
-                error = "the server stopped while this check was running; submit it again"
+                error = SHUTTING_DOWN
             else:
                 status, error = CANCELLED, "cancelled while running; its ranks were killed and replaced"
         except (RankDied, RankError) as err:
             error = f"{err}; the check's ranks were killed and replaced"
+            if isinstance(err, RankDied) and err.by_shutdown_signal:
+                # A SIGTERM to the whole process group (Ctrl-C, docker stop, systemd) reaches
+                # the ranks as soon as the server: say so if the server's shutdown follows.
+                error = await self._shutdown_follows(error)
         except Exception as err:
             log.exception("check %s failed", job_id)
             error = f"internal error: {type(err).__name__}: {err}"
         finally:
             self._submitted.pop(job_id, None)
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
+        if self._stopping and status == FAILED and error is not None and not error.startswith(SHUTTING_DOWN):
+            error = f"{SHUTTING_DOWN} ({error})"
+        seconds = time.monotonic() - started
+        passed = bool(result.get("passed")) if status == SUCCEEDED and result is not None else None
+        log.info(
+            "check %s %s%s",
+            job_id,
+            status,
+            f": {error}" if error else "",
+            extra={"status": status, "passed": passed, "duration_s": round(seconds, 6)},
+        )
+        for observer in self.observers:
+            with contextlib.suppress(Exception):
+                observer(status, passed, seconds)
+        await self._record(job_id, status, result, error)
+
+    async def _record(
+        self, job_id: str, status: str, result: dict[str, Any] | None, error: str | None
+    ) -> None:
+        """Write a finished job, retrying while the database is locked or failing: a result
+        is never dropped quietly. If every try fails the job stays `running` on disk, and
+        the next start reports it failed with that reason."""
+        delay = 0.25
+        for attempt in range(1, FINISH_ATTEMPTS + 1):
+            try:
+                await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
+                return
+            except Exception:
+                log.exception(
+                    "check %s: recording its %s result failed (try %d of %d)",
+                    job_id,
+                    status,
+                    attempt,
+                    FINISH_ATTEMPTS,
+                )
+            if self._stopping and attempt >= 2:
+                break  # a shutdown has seconds, not half a minute; the restart reports the job
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 4.0)
+        log.error("check %s: its %s result could not be recorded; it is lost", job_id, status)
+
+    async def _shutdown_follows(self, error: str) -> str:
+        """`error`, or SHUTTING_DOWN when the server starts shutting down within the grace."""
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        try:
+            while not self._stopping and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            pass  # stop() cancels the running checks: that is the shutdown too
+        return SHUTTING_DOWN if self._stopping else error
 
     async def _run(self, job_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         spec = CheckSpec.from_json(payload["spec"])

@@ -1,0 +1,186 @@
+"""SIGTERM to a real uvicorn server with warm ranks and a running check: the server exits
+promptly, leaves no process of its session behind, and the check is recorded as stopped by
+the shutdown. Once to uvicorn alone (`kill PID`), once to the whole process group (what
+Ctrl-C, `docker stop` and systemd do: the ranks and the fork server get it at the same time)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from ops_helpers import HOST, ROOT, free_port, image_env, running, uvicorn_argv, wait_until_live
+
+pytestmark = pytest.mark.slow
+
+EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+EXIT_LIMIT_S = 15.0
+ORPHAN_GRACE_S = 3.0
+
+
+def _request(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"http://{HOST}:{port}{path}", data=data, method=method)
+    if data is not None:
+        request.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), json.loads(err.read() or b"null")
+
+
+def _wait(predicate: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if value := predicate():
+                return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+def session_processes(sid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process in session `sid` (zombies are gone already)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            # the fields after the parenthesised command: state ppid pgrp session ...
+            state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+            if int(session) != sid or state == "Z":
+                continue
+            cmdline = (
+                Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            )
+        except (OSError, ValueError, IndexError):
+            continue
+        found.append((int(entry), cmdline.strip()))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _env(db: Path, processes: int) -> dict[str, str]:
+    env = image_env(db.parent)
+    env |= {
+        "BATCHPLAN_JOBS_DB": str(db),
+        "BATCHPLAN_PROCESSES_PER_HOST": str(processes),
+        "BATCHPLAN_LOG_FORMAT": "json",
+        "BATCHPLAN_LOG_LEVEL": "info",
+        "BATCHPLAN_CHECK_TIMEOUT_S": "120",
+    }
+    env.pop("BATCHPLAN_API_KEY", None)
+    return env
+
+
+def _blocker(port: int) -> dict[str, Any]:
+    """A 2-node check whose second node never joins: it stays running."""
+    rendezvous = {"endpoint": f"{HOST}:{free_port()}", "nnodes": 2, "run_id": f"lonely-{time.time_ns()}"}
+    status, _, job = _request(port, "POST", "/v1/checks", {"plan": EVEN_2, "rendezvous": rendezvous})
+    assert status == 202, job
+    return job  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("target", ["uvicorn", "group"])
+def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite3"
+    port = free_port()
+    log = tmp_path / "server.log"
+    with running(uvicorn_argv(port), _env(db, 2), ROOT, log) as server:
+        wait_until_live(server, port, log)
+
+        def warm() -> bool:
+            ready = _request(port, "GET", "/readyz")[2]["worker"]
+            return bool(ready.get("ready")) and ready["warm_processes"] == 2
+
+        _wait(warm, "two warm ranks", 60, log)
+        ranks = {p["pid"] for p in _request(port, "GET", "/v1/host")[2]["processes"]}
+        job = _blocker(port)
+        _wait(
+            lambda: _request(port, "GET", f"/v1/checks/{job['id']}")[2]["status"] == "running",
+            "running",
+            30,
+            log,
+        )
+        assert len(session_processes(server.pid)) >= 4, "uvicorn, the fork server and two ranks"
+
+        sent = time.monotonic()
+        if target == "group":
+            os.killpg(server.pid, signal.SIGTERM)
+        else:
+            os.kill(server.pid, signal.SIGTERM)
+        try:
+            code = server.wait(timeout=EXIT_LIMIT_S)
+        except subprocess.TimeoutExpired as err:
+            raise AssertionError(
+                f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
+            ) from err
+        took = time.monotonic() - sent
+        assert code in (0, -signal.SIGTERM), code  # uvicorn re-raises the signal it shut down for
+
+        deadline = time.monotonic() + ORPHAN_GRACE_S
+        while (left := session_processes(server.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"processes outlived the server: {left}\n{log.read_text()[-3000:]}"
+        assert not [pid for pid in ranks if _alive(pid)], "the warm ranks are gone"
+
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    messages = [r["message"] for r in lines]
+    assert any(m.startswith("shutting down:") for m in messages), messages[-20:]
+    finished = next(r for r in lines if r["message"].startswith(f"check {job['id']} failed"))
+    assert finished["job_id"] == job["id"]
+    began = next(i for i, m in enumerate(messages) if m.startswith("shutting down:"))
+    replaced = [m for m in messages[began:] if "replacing it" in m]
+    assert not replaced, f"no rank is started once the shutdown began: {replaced}"
+
+    # A restarted server on the same database reports the check stopped by the shutdown.
+    port = free_port()
+    log = tmp_path / "restarted.log"
+    with running(uvicorn_argv(port), _env(db, 1), ROOT, log) as restarted:
+        wait_until_live(restarted, port, log)
+        status, _, stored = _request(port, "GET", f"/v1/checks/{job['id']}")
+        assert status == 200 and stored["status"] == "failed", stored
+        assert stored["error"].startswith("server shutting down"), stored["error"]
+        assert stored["finished_at"] is not None
+    assert took < EXIT_LIMIT_S
+
+
+def test_no_new_checks_once_the_shutdown_began(tmp_path: Path) -> None:
+    """In-process: after begin_shutdown (what SIGTERM triggers), POST /v1/checks is a 503
+    problem with Retry-After, /readyz is 503, and reads still work."""
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", processes_per_host=1, log_level="warning")
+    with TestClient(create_app(settings)) as client:
+        service = client.app.state.checks  # type: ignore[attr-defined]
+        service.begin_shutdown()
+        response = client.post("/v1/checks", json={"plan": EVEN_2})
+        assert response.status_code == 503 and response.headers["content-type"] == "application/problem+json"
+        assert int(response.headers["retry-after"]) >= 1 and "shutting down" in response.json()["detail"]
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/v1/checks").status_code == 200
+        assert client.post("/v1/plans", json=EVEN_2).status_code == 200

@@ -1,0 +1,150 @@
+"""What a hostile client must not be able to make the worker do.
+
+- run anything but the project's own model: no request field reaches an import, eval or
+  unpickling, and unknown fields (a model name, a module path) are refused;
+- allocate huge tensors: sizes that would make the check materialise a huge batch or epoch
+  are refused with 422 before the job is queued;
+- spawn a shell: no subprocess with shell=True, no os.system, in app/.
+
+Nothing here runs a rank: the check endpoints are served by a service that stores jobs and
+never runs them (conftest.queued_only_client).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+APP = Path(__file__).resolve().parents[2] / "app"
+TWO = {"num_nodes": 1, "gpus_per_node": 2}
+
+
+def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            out.append((ast.unparse(node.func), node))
+    return out
+
+
+def test_no_shell_eval_exec_pickle_or_dynamic_import_in_the_app() -> None:
+    forbidden = {"eval", "exec", "os.system", "os.popen", "pickle.loads", "pickle.load", "__import__"}
+    forbidden |= {"importlib.import_module", "import_module", "marshal.loads", "compile"}
+    found = []
+    for path in sorted(APP.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for name, call in _calls(tree):
+            if name in forbidden:
+                found.append(f"{path.relative_to(APP.parent)}:{call.lineno} {name}")
+            for keyword in call.keywords:
+                if keyword.arg == "shell" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+                ):
+                    found.append(f"{path.relative_to(APP.parent)}:{call.lineno} {name}(shell=...)")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if any(n in ("pickle", "marshal", "dill", "cloudpickle", "shelve") for n in names):
+                    found.append(f"{path.relative_to(APP.parent)}:{node.lineno} imports {names}")
+    assert found == []
+
+
+def test_the_worker_builds_only_its_own_model() -> None:
+    """The model is fixed in app/worker/model.py; nothing of the request names it."""
+    source = (APP / "worker" / "model.py").read_text()
+    assert "nn.Sequential(nn.Linear(INPUTS, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, OUTPUTS))" in source
+    from app.worker.spec import CheckSpec
+
+    fields = set(CheckSpec.__dataclass_fields__)
+    assert not fields & {"model", "module", "script", "code", "path", "callable"}
+    spec_json = CheckSpec(1, 1, 1, "mean", "even", (), 1, True, 0, False, 1).to_json()
+    with pytest.raises(TypeError):  # a spec with an extra key does not load
+        CheckSpec.from_json(spec_json[:-1] + ', "model": "os.system"}')
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"model": "torchvision.models.resnet50"},
+        {"model_path": "/tmp/evil.pt"},
+        {"module": "subprocess:run"},
+        {"code": "import os; os.system('id')"},
+        {"plan": {"topology": TWO, "global_batch_size": 16, "model": "x"}},
+        {"plan": {"topology": {**TWO, "init": "os.system"}, "global_batch_size": 16}},
+    ],
+)
+def test_unknown_model_or_code_fields_are_refused(queued_only_client: Any, extra: dict[str, Any]) -> None:
+    body = {"plan": {"topology": TWO, "global_batch_size": 16}, **extra}
+    response = queued_only_client.post("/v1/checks", json=body)
+    assert response.status_code == 422, response.text
+    assert "Extra inputs are not permitted" in response.text
+    assert queued_only_client.get("/v1/checks").json()["checks"] == []
+
+
+def test_replica_cap_is_enforced_before_queueing(queued_only_client: Any) -> None:
+    body = {"plan": {"topology": {"num_nodes": 1024, "gpus_per_node": 8}, "global_batch_size": 8192}}
+    response = queued_only_client.post("/v1/checks", json=body)
+    assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/plan/topology"
+
+
+def test_timeout_above_the_server_cap_is_refused(queued_only_client: Any) -> None:
+    response = queued_only_client.post(
+        "/v1/checks", json={"plan": {"topology": TWO, "global_batch_size": 16}, "timeout_s": 3600}
+    )
+    assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/timeout_s"
+
+
+HUGE = [
+    # micro-batch 2^40 on 2 replicas: the check would build a 2^41-sample batch and epoch
+    pytest.param({"topology": TWO, "micro_batch_size": 2**40}, "/plan/", id="micro-batch-2^40"),
+    pytest.param({"topology": TWO, "global_batch_size": 2**30}, "/plan/", id="global-batch-2^30"),
+    # a dataset of 2^53-1 samples: the rank builds torch.randperm(num_samples).tolist()
+    pytest.param(
+        {"topology": TWO, "global_batch_size": 16, "dataset": {"num_samples": 2**53 - 1}},
+        "/plan/dataset/num_samples",
+        id="dataset-2^53-1",
+    ),
+    pytest.param(
+        {"topology": TWO, "global_batch_size": 16, "dataset": {"num_samples": 10**9}},
+        "/plan/dataset/num_samples",
+        id="dataset-10^9",
+    ),
+]
+
+
+@pytest.mark.parametrize("plan, pointer", HUGE)
+def test_memory_heavy_checks_are_refused_before_any_tensor(
+    queued_only_client: Any, plan: dict[str, Any], pointer: str
+) -> None:
+    response = queued_only_client.post("/v1/checks", json={"plan": plan})
+    jobs = queued_only_client.get("/v1/checks").json()["checks"]
+    for job in jobs:  # never let an accepted one run anywhere
+        queued_only_client.delete(f"/v1/checks/{job['id']}")
+    assert response.status_code == 422, response.text
+    assert any(e["pointer"].startswith(pointer) for e in response.json()["errors"])
+    assert jobs == []
+
+
+def test_the_same_sizes_are_fine_for_the_planner(queued_only_client: Any) -> None:
+    """The planner is arithmetic only: huge sizes cost nothing there and are planned."""
+    for param in HUGE:
+        plan = param.values[0]
+        response = queued_only_client.post("/v1/plans", json=plan)
+        assert response.status_code == 200, response.text
+
+
+def test_a_rendezvous_may_only_name_hosts_the_operator_allowed(queued_only_client: Any) -> None:
+    """The worker connects to (or serves) the endpoint: an arbitrary host would let a client
+    make the server probe other machines."""
+    body = {
+        "plan": {"topology": TWO, "global_batch_size": 16},
+        "rendezvous": {"endpoint": "10.0.0.1:29400", "nnodes": 2, "run_id": "probe"},
+    }
+    response = queued_only_client.post("/v1/checks", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["pointer"] == "/rendezvous/endpoint"
+    assert "BATCHPLAN_RENDEZVOUS_HOSTS" in response.json()["detail"]
+    assert queued_only_client.get("/v1/checks").json()["checks"] == []
