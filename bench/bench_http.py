@@ -102,7 +102,12 @@ def start_server(port: int, cpu: int | None) -> subprocess.Popen[bytes]:
     ]
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    # The server logs every request (access lines, as deployed); they go to a file, not
+    # into the figures.
+    log = open(Path(tempfile.gettempdir()) / f"bench-server-{port}.log", "wb")  # noqa: SIM115
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def stop_server(proc: subprocess.Popen[bytes] | None) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 
-from app.api.deps import require_api_key, require_json
+from app.api.deps import require_api_key
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.errors import InvalidValue, PlanError
 from app.schemas.checks import CHECK_EXAMPLES, CheckJobOut, CheckListOut, CheckRequestIn, HostOut, JobStatus
@@ -43,7 +43,6 @@ Service = Annotated[CheckService, Depends(_service)]
     status_code=202,
     summary="Check a plan with a real DDP step",
     responses=_PROBLEMS,
-    dependencies=[Depends(require_json)],
 )
 async def create_check(
     body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],

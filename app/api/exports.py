@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi import APIRouter, Body, HTTPException, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from app.api.deps import require_json
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.elastic import elastic_plan
 from app.core.errors import PlanError
@@ -79,7 +78,6 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
     summary="Export a plan for a launcher or trainer",
     responses=_export_examples(),
     response_class=Response,
-    dependencies=[Depends(require_json)],
 )
 async def export_plan(
     format: str,
@@ -131,7 +129,6 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     summary="Batch ramp-up and learning-rate schedule of a plan",
     responses=_SCHEDULE_RESPONSES,
     response_model=ScheduleOut,
-    dependencies=[Depends(require_json)],
 )
 async def plan_schedule(
     body: ScheduleRequestIn,
@@ -164,7 +161,6 @@ async def plan_schedule(
     "/elastic",
     summary="One global batch for a range of GPU counts (DeepSpeed elasticity)",
     responses={**PROBLEM_RESPONSES, **_UNPROCESSABLE},
-    dependencies=[Depends(require_json)],
 )
 async def plan_elastic(
     body: Annotated[

@@ -29,6 +29,25 @@ def _problem_bytes(status: int, title: str, detail: str) -> bytes:
     ).encode()
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _not_json(headers: dict[bytes, bytes], length: int) -> str | None:
+    """Why a request body is not JSON, or None. Every body this API takes is JSON; saying so
+    here, before routing, gives a 400 that names the content type instead of a schema error,
+    and costs the hot path less than a FastAPI dependency."""
+    content_type = headers.get(b"content-type")
+    if content_type is None:
+        # Without a content type FastAPI would not parse the body (a CSRF guard).
+        if length or b"chunked" in headers.get(b"transfer-encoding", b""):
+            return "send the body with Content-Type: application/json"
+        return None
+    media = content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return None
+    return f"send the body as application/json, not {media or 'nothing'}"
+
+
 class ServiceMiddleware:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, metrics: Metrics) -> None:
         self.app = app
@@ -58,9 +77,20 @@ class ServiceMiddleware:
         except ValueError:
             length = 0
         if length > self.max_body:
-            await self._reject(send_with_id, request_id, scope)
+            await self._reject(
+                send_with_id,
+                413,
+                "Request body too large",
+                f"the body is over the limit of {self.max_body} bytes",
+            )
             self._observe(scope, 413, started)
             return
+        if scope.get("method") in _BODY_METHODS:
+            wrong = _not_json(headers, length)
+            if wrong:
+                await self._reject(send_with_id, 400, "The request body is not JSON", wrong)
+                self._observe(scope, 400, started)
+                return
 
         received = 0
 
@@ -79,14 +109,12 @@ class ServiceMiddleware:
         await self.app(scope, limited_receive, send_with_id)
         self._observe(scope, status_holder["status"], started)
 
-    async def _reject(self, send: Send, request_id: bytes, scope: Scope) -> None:
-        body = _problem_bytes(
-            413, "Request body too large", f"the body is over the limit of {self.max_body} bytes"
-        )
+    async def _reject(self, send: Send, status: int, title: str, detail: str) -> None:
+        body = _problem_bytes(status, title, detail)
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", MEDIA_TYPE.encode()),
                     (b"content-length", str(len(body)).encode()),

@@ -237,3 +237,23 @@ def test_openapi_documents_the_422_problem(openapi: dict[str, Any]) -> None:
     assert {"type", "title", "status", "detail"} <= set(component["properties"])
     example = problem.get("example") or next(iter(problem.get("examples", {}).values()), {}).get("value")
     assert example and example["status"] == 422
+
+
+def test_the_served_json_is_exactly_the_documented_model() -> None:
+    """/v1/plans writes its JSON straight from the core dataclass (plan_json) for speed; it
+    must be byte for byte what the documented PlanOut model would write."""
+    from app.core.planner import plan
+    from app.schemas.plans import EXAMPLES, PlanOut, PlanRequestIn, plan_json
+
+    bodies = [example["value"] for example in EXAMPLES.values()] + [
+        {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "global_batch_size": 100,
+            "divisibility": "balance",
+            "dataset": {"num_samples": 1000, "drop_last": True},
+            "learning_rate": {"base_lr": 1e-3, "optimizer": "adam", "warmup_epochs": 0.5},
+        },
+    ]
+    for body in bodies:
+        result = plan(PlanRequestIn.model_validate(body).to_core())
+        assert plan_json(result) == PlanOut.model_validate(result).model_dump_json().encode()

