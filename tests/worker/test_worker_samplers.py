@@ -68,3 +68,26 @@ def test_proportional_rejects_bad_arguments() -> None:
         ProportionalSampler(10, [2, 2], 2)
     with pytest.raises(ValueError):
         ProportionalSampler(10, [2, 0], 0)
+
+
+@pytest.mark.parametrize("n", [1, 7, 29, 30, 31, 97, 1000])
+@pytest.mark.parametrize("drop_last", [True, False])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_proportional_epoch_sees_every_sample_once_but_as_the_plan_pads_or_drops(
+    n: int, drop_last: bool, shuffle: bool
+) -> None:
+    from collections import Counter
+
+    micro = [5, 9, 8, 10]
+    plan = proportional_sampler(DatasetSpec(num_samples=n, drop_last=drop_last), 4, sum(micro), 1)
+    seen: Counter[int] = Counter()
+    for r in range(len(micro)):
+        sampler = ProportionalSampler(n, micro, r, shuffle=shuffle, seed=7, drop_last=drop_last)
+        sampler.set_epoch(3)
+        seen.update(sampler)
+    assert set(seen) <= set(range(n))
+    assert sum(seen.values()) == plan.total_size
+    repeats = sum(count - 1 for count in seen.values())
+    never = n - len(seen)
+    assert repeats == plan.padded_samples  # padding repeats indices, nothing else does
+    assert never == plan.dropped_samples  # drop_last leaves exactly these out
