@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,14 +23,10 @@ from typing import Any
 
 import httpx
 
+from app.worker.gradcheck import torchrun_argv
+from app.worker.service import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def plan(replicas: int) -> dict[str, Any]:
@@ -61,23 +56,7 @@ def cold_torchrun(replicas: int) -> tuple[float, dict[str, Any]]:
     request = json.dumps({"plan": plan(replicas)})
     started = time.perf_counter()
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(replicas),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{free_port()}",
-            "-m",
-            "app.worker.gradcheck",
-            "--request",
-            request,
-        ],
+        torchrun_argv(request, nproc_per_node=replicas, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
         cwd=ROOT,
         capture_output=True,
         text=True,

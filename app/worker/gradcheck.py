@@ -326,6 +326,17 @@ def _read_request(args: argparse.Namespace) -> dict[str, Any]:
     return data
 
 
+def torchrun_argv(request: str, *, nproc_per_node: int, rdzv_endpoint: str, nnodes: int = 1) -> list[str]:
+    """The command that runs this program under torchrun on one node of a check (the one
+    spelled in the module docstring); rank 0 prints the result JSON."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint,
+        "-m", "app.worker.gradcheck", "--request", request,
+    ]  # fmt: skip
+
+
 def main(argv: Iterator[str] | None = None) -> int:
     """Entry point under torchrun: rank, world and rendezvous come from its environment."""
     from app.worker.request import spec_from_request

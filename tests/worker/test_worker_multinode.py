@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,19 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
+from app.worker.gradcheck import torchrun_argv
+from app.worker.service import free_port
+
 pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 2}, "global_batch_size": 32, "micro_batch_size": 4}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def alive(pid: int) -> bool:
@@ -185,23 +180,7 @@ def test_the_rank_program_under_torchrun_prints_the_result() -> None:
         }
     )
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            "2",
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{free_port()}",
-            "-m",
-            "app.worker.gradcheck",
-            "--request",
-            request,
-        ],
+        torchrun_argv(request, nproc_per_node=2, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -229,23 +208,7 @@ def test_nccl_on_every_gpu() -> None:
         }
     )
     completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(gpus),
-            "--rdzv-backend",
-            "c10d",
-            "--rdzv-endpoint",
-            f"127.0.0.1:{free_port()}",
-            "-m",
-            "app.worker.gradcheck",
-            "--request",
-            request,
-        ],
+        torchrun_argv(request, nproc_per_node=gpus, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
         cwd=ROOT,
         capture_output=True,
         text=True,
