@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +24,8 @@ from app.api.middleware import ServiceMiddleware
 from app.api.problems import install_problem_handlers
 from app.logging_setup import configure_logging
 from app.settings import Settings
+
+log = logging.getLogger("batchplan")
 
 DESCRIPTION = """Tells distributed PyTorch jobs how to split their batch: per-replica
 micro-batch, gradient accumulation, `DistributedSampler` settings, loss scales and the
@@ -77,20 +81,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.worker_enabled:
             from app.worker.service import CheckService, Limits
 
-            service = CheckService(
-                settings.jobs_db,
-                Limits(
-                    max_replicas_per_check=settings.max_replicas_per_check,
-                    processes_per_host=settings.processes_per_host,
-                    queue_size=settings.queue_size,
-                    check_timeout_s=settings.check_timeout_s,
-                    concurrent_checks=settings.concurrent_checks,
-                    max_check_samples=settings.max_check_samples,
-                    rendezvous_hosts=tuple(settings.rendezvous_hosts),
-                ),
-            )
-            service.observers.append(app.state.metrics.observe_check)
-            await service.start()
+            try:
+                service = CheckService(
+                    settings.jobs_db,
+                    Limits(
+                        max_replicas_per_check=settings.max_replicas_per_check,
+                        processes_per_host=settings.processes_per_host,
+                        queue_size=settings.queue_size,
+                        check_timeout_s=settings.check_timeout_s,
+                        concurrent_checks=settings.concurrent_checks,
+                        max_check_samples=settings.max_check_samples,
+                        rendezvous_hosts=tuple(settings.rendezvous_hosts),
+                    ),
+                )
+                service.observers.append(app.state.metrics.observe_check)
+                await service.start()
+            except (OSError, sqlite3.Error) as err:
+                # The planner still serves; the worker says why it does not (503 on
+                # /v1/checks*, /readyz) instead of the whole server failing to start.
+                app.state.worker_error = f"the worker could not start: job database {settings.jobs_db}: {err}"
+                log.error("%s", app.state.worker_error)
+                if service is not None:
+                    await service.stop()
+                service = None
         app.state.checks = service
         undo_signals = _on_shutdown_signals(service.begin_shutdown) if service is not None else None
         try:
@@ -115,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics(lambda: app.state.checks)
     app.state.checks = None
+    app.state.worker_error = None  # why an enabled worker did not start, if it did not
     install_problem_handlers(app)
     # BATCHPLAN_PROTECT_PLANNER: the API key on /v1/plans* too (the worker's routes always
     # require it when it is set; see app.api.checks).

@@ -31,7 +31,10 @@ _PROBLEMS = {
 def _service(request: Request) -> CheckService:
     service: CheckService | None = request.app.state.checks
     if service is None:
-        raise HTTPException(503, "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
+        reason = request.app.state.worker_error
+        raise HTTPException(
+            503, reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)"
+        )
     return service
 
 

@@ -22,6 +22,15 @@ def readyz(request: Request, response: Response) -> dict[str, object]:
     if service is not None and service.shutting_down:
         response.status_code = 503
         return {"status": "shutting down", "planner": True, "worker": {"enabled": True, "ready": False}}
+    error = getattr(request.app.state, "worker_error", None)
+    if error is not None:
+        # The deployment asked for a worker and has none: not ready for checks.
+        response.status_code = 503
+        return {
+            "status": "worker unavailable",
+            "planner": True,
+            "worker": {"enabled": True, "ready": False, "error": error},
+        }
     worker: dict[str, object] = {"enabled": service is not None}
     if service is not None:
         host = service.host()
