@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from app.core.models import DatasetSpec, Plan
-from app.core.sampler import distributed_sampler_num_samples
+from app.core.sampler import even_sampler, proportional_sampler
 
 DTYPES = ("float64", "float32")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -99,10 +99,12 @@ def spec_from_plan(
     slices = tuple(
         ReplicaSlice(r.start, r.stop, r.micro_batch_size, r.loss_scale) for r in plan.replica_groups
     )
+    # The epoch as the core's sampler arithmetic lays it out (the plan's own numbers when
+    # the request had a dataset; the synthetic one-batch epoch otherwise).
     if plan.split == "even":
         micro = slices[0].micro_batch_size
-        per_replica = distributed_sampler_num_samples(data.num_samples, dp, data.drop_last)
-        total = per_replica * dp
+        sampler = even_sampler(data, dp, micro, g)
+        per_replica = sampler.num_samples_per_replica or 0
         if per_replica < g * micro:
             raise SpecError(
                 f"each replica's shard holds {per_replica} samples, fewer than one optimizer step "
@@ -110,15 +112,15 @@ def spec_from_plan(
                 "/plan/dataset/num_samples",
             )
     else:
-        per_step = G // g
-        steps = data.num_samples // per_step if data.drop_last else -(-data.num_samples // per_step)
-        total = steps * per_step
+        sampler = proportional_sampler(data, dp, G // g, g)
+        steps = sampler.micro_steps_per_epoch
         if steps < g:
             raise SpecError(
                 f"the epoch holds {steps} micro-steps, fewer than one optimizer step ({g}); "
                 f"give at least {G} samples",
                 "/plan/dataset/num_samples",
             )
+    total = sampler.total_size
     return CheckSpec(
         data_parallel_size=dp,
         global_batch_size=G,
