@@ -54,6 +54,11 @@ class Backend(StrEnum):
     NCCL = "nccl"
 
 
+class Launcher(StrEnum):
+    DIRECT = "direct"
+    TORCHRUN = "torchrun"
+
+
 class DType(StrEnum):
     FLOAT64 = "float64"
     FLOAT32 = "float32"
@@ -506,10 +511,19 @@ def _tail(path: Path, limit: int = 1500) -> str:
 
 
 def run_local_check(
-    body: Json, processes: int, timeout_s: float, on_progress: Callable[[Json, float], None] | None = None
+    body: Json,
+    processes: int,
+    timeout_s: float,
+    on_progress: Callable[[Json, float], None] | None = None,
+    *,
+    model_factory: str | None = None,
+    launcher: str = "direct",
 ) -> Json:
     """Run `python -m app.worker.gradcheck` in `processes` local ranks (gloo on loopback, or
-    NCCL when there is a GPU per rank); returns a job shaped like GET /v1/checks/{id}."""
+    NCCL when there is a GPU per rank); returns a job shaped like GET /v1/checks/{id}.
+
+    `launcher` "direct" starts the ranks itself (fast); "torchrun" starts one torchrun,
+    which starts them, exactly as a job in the user's environment would run."""
     job: Json = {
         "id": "local",
         "status": "running",
@@ -534,20 +548,28 @@ def run_local_check(
         base_env.setdefault("OMP_NUM_THREADS", "1")
         if sys.platform.startswith("linux"):
             base_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
-        argv = [
-            sys.executable,
-            "-m",
-            "app.worker.gradcheck",
-            "--request-file",
-            str(request_file),
-            "--timeout-s",
-            f"{timeout_s:g}",
-        ]
+        extra = ["--timeout-s", f"{timeout_s:g}"]
+        if model_factory:
+            extra += ["--model-factory", model_factory]
+        argv = [sys.executable, "-m", "app.worker.gradcheck", "--request-file", str(request_file), *extra]
+        launches = [{"RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(processes)]
+        if launcher == "torchrun":
+            from app.worker.gradcheck import torchrun_argv
+
+            argv = torchrun_argv(
+                json.dumps(body),
+                nproc_per_node=processes,
+                rdzv_endpoint=f"127.0.0.1:{base_env['MASTER_PORT']}",
+                extra=extra,
+            )
+            launches = [{}]
+            for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+                base_env.pop(key)  # torchrun sets them for its ranks
         ranks: list[subprocess.Popen[bytes]] = []
         started = time.monotonic()
         try:
-            for rank in range(processes):
-                env = {**base_env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+            for rank, launch in enumerate(launches):
+                env = {**base_env, **launch}
                 with (
                     (folder / f"rank{rank}.out").open("wb") as out,
                     (folder / f"rank{rank}.err").open("wb") as err,
@@ -603,11 +625,26 @@ def _check_body(request: Path | None, flags: Json) -> Json:
             body[key] = value.value if isinstance(value, StrEnum) else value
     if flags["timeout"] is not None:
         body["timeout_s"] = flags["timeout"]
+    if flags["model"] is not None:
+        body["model"] = flags["model"]
+    if flags["noise_steps"] is not None or flags["noise_lr"] is not None:
+        noise = body.setdefault("noise_scale", {})
+        if flags["noise_steps"] is not None:
+            noise["steps"] = flags["noise_steps"]
+        if flags["noise_lr"] is not None:
+            noise["learning_rate"] = flags["noise_lr"]
+    if flags["fit_micro_batch"] or flags["fit_memory_bytes"] is not None:
+        fit = body.setdefault("fit_micro_batch", {})
+        if flags["fit_memory_bytes"] is not None:
+            fit["memory_bytes"] = flags["fit_memory_bytes"]
+        if flags["safety_margin"] is not None:
+            fit["safety_margin"] = flags["safety_margin"]
     return body
 
 
-def _prepare_local_check(body: Json) -> tuple[Json, int]:
+def _prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[Json, int]:
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
+    from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
     from app.worker.spec import SpecError, spec_from_plan
 
@@ -615,6 +652,15 @@ def _prepare_local_check(body: Json) -> tuple[Json, int]:
         check = CheckRequestIn.model_validate(body)
     except ValidationError as err:
         _fail(_validation_problem(("body", err)))
+    if model_factory is not None and not TARGET.match(model_factory):
+        _fail({"detail": f"--model-factory {model_factory!r}: write it as package.module:factory"})
+    if check.model != SYNTHETIC:
+        try:
+            registered = parse_models(os.environ.get("BATCHPLAN_CHECK_MODELS", ""))
+        except ValueError as err:
+            _fail({"detail": f"BATCHPLAN_CHECK_MODELS: {err}"})
+        if check.model not in registered:
+            _fail({"detail": unknown_model(check.model, list(registered)) + "; or give --model-factory"})
     if check.rendezvous is not None:
         _fail({"detail": "a multi-node check (rendezvous) needs --url: the worker on every node joins it"})
     try:
@@ -665,8 +711,40 @@ def _show_check(job: Json, as_json: bool) -> int:
             )
         if not result.get("controls"):
             lines.append("  (none applies to this plan)")
+        lines += _model_lines(result)
         typer.echo("\n".join(line.rstrip() for line in lines))
     return 0 if passed else 1
+
+
+def _model_lines(result: Json) -> list[str]:
+    """The model's DDP equivalence, its noise scale and the micro-batch search, when present."""
+    lines: list[str] = []
+    equivalence = result.get("ddp_equivalence")
+    if isinstance(equivalence, dict):
+        lines.append(f"model {result.get('model', 'synthetic')}: {equivalence['summary']}")
+        for finding in equivalence.get("findings", []):
+            mark = "breaks" if finding["breaks_equivalence"] else "note"
+            where = f" ({', '.join(finding['modules'])})" if finding.get("modules") else ""
+            lines.append(f"  {mark:<6} {finding['cause']}{where}: {finding['detail']}")
+            lines.append(f"         fix: {finding['fix']}")
+    noise = result.get("noise_scale")
+    if isinstance(noise, dict):
+        value = noise.get("b_simple")
+        spread = f" +/- {noise['stderr']:.3g}" if noise.get("stderr") is not None else ""
+        shown = f"{value:.4g}{spread} samples" if value is not None else "not measurable"
+        lines.append(f"gradient noise scale B_simple: {shown} over {noise['steps']} steps")
+        lines.append(f"  {noise['recommendation']}")
+    search = result.get("micro_batch_search")
+    if isinstance(search, dict):
+        planned = search["planned"]
+        lines.append(
+            f"largest micro-batch that fits: {search['max_micro_batch_size']}"
+            f"{' (the search limit)' if search.get('hit_limit') else ''} in {search['budget_bytes']} of "
+            f"{search['capacity_bytes']} bytes; planned micro-batch {planned['micro_batch_sizes']} x "
+            f"{planned['gradient_accumulation_steps']} accumulation steps for global batch "
+            f"{planned['global_batch_size']}"
+        )
+    return lines
 
 
 @cli.command()
@@ -700,6 +778,48 @@ def check(
         int | None, typer.Option(help="Weights and data seed (default: 0).", show_default=False)
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A check model by its registered name (BATCHPLAN_CHECK_MODELS; default: synthetic)."
+        ),
+    ] = None,
+    model_factory: Annotated[
+        str | None,
+        typer.Option(
+            help="Local only: train package.module:factory's (model, dataset, loss_fn) in this environment.",
+            show_default=False,
+        ),
+    ] = None,
+    noise_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Steps that measure the gradient noise scale (default: 8 for a registered model or factory, "
+            "else 0).",
+            show_default=False,
+        ),
+    ] = None,
+    noise_lr: Annotated[
+        float | None,
+        typer.Option(help="SGD learning rate between those steps (default: 0).", show_default=False),
+    ] = None,
+    fit_micro_batch: Annotated[
+        bool, typer.Option(help="Find the largest micro-batch that fits one device; re-plan with it.")
+    ] = False,
+    fit_memory_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="The device memory to fit into (needed on CPU; implies --fit-micro-batch).",
+            show_default=False,
+        ),
+    ] = None,
+    safety_margin: Annotated[
+        float | None,
+        typer.Option(help="Fraction of that memory kept free (default: 0.1).", show_default=False),
+    ] = None,
+    launcher: Annotated[
+        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+    ] = Launcher.DIRECT,
     processes: Annotated[
         int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
     ] = None,
@@ -714,6 +834,12 @@ def check(
     """Prove a plan: one real DDP step vs. a single-process gradient (exit 0 passed, 1 failed, 2 error)."""
     flags = dict(locals())
     body = _check_body(request, flags)
+    if model_factory and url:
+        _fail(
+            {"detail": "--model-factory runs your code here; a server runs only registered names (--model)"}
+        )
+    if model_factory and model:
+        _fail({"detail": "give --model (a registered name) or --model-factory, not both"})
     if url:
         with _client_errors(), make_client(url, api_key) as client:
             job = client.submit_check(body)
@@ -731,14 +857,21 @@ def check(
                 typer.echo(f"{label}: cancelled", err=True)
                 raise typer.Exit(130) from None
     else:
-        stored, replicas = _prepare_local_check(body)
+        stored, replicas = _prepare_local_check(body, model_factory)
         count = processes or min(replicas, 4)
         if not 1 <= count <= replicas:
             _fail({"detail": f"--processes must be between 1 and the {replicas} replicas of the plan"})
         label = f"local check ({count} processes)"
         try:
             with Progress(label) as progress:
-                done = run_local_check(stored, count, timeout or 120.0, progress)
+                done = run_local_check(
+                    stored,
+                    count,
+                    timeout or 120.0,
+                    progress,
+                    model_factory=model_factory,
+                    launcher=launcher.value,
+                )
         except KeyboardInterrupt:
             typer.echo(f"{label}: interrupted; its processes were stopped", err=True)
             raise typer.Exit(130) from None

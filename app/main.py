@@ -93,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         max_check_samples=settings.max_check_samples,
                         rendezvous_hosts=tuple(settings.rendezvous_hosts),
                     ),
+                    models=settings.model_registry,
                 )
                 service.observers.append(app.state.metrics.observe_check)
                 await service.start()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.core.model_registry import parse_models
 
 
 class Settings(BaseSettings):
@@ -36,3 +38,18 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Hosts a multi-node check may rendezvous at; empty: this host and loopback.",
     )
+    check_models: str = Field(
+        "",
+        description="Operator check models, `name=package.module:factory` separated by commas; "
+        "requests pick one by name.",
+    )
+
+    @field_validator("check_models")
+    @classmethod
+    def _models_parse(cls, value: str) -> str:
+        parse_models(value)  # a bad entry stops the server at startup, naming it
+        return value
+
+    @property
+    def model_registry(self) -> dict[str, str]:
+        return parse_models(self.check_models)

@@ -11,8 +11,18 @@ from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Res
 from app.api.deps import require_api_key
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.errors import InvalidValue, PlanError
-from app.schemas.checks import CHECK_EXAMPLES, CheckJobOut, CheckListOut, CheckRequestIn, HostOut, JobStatus
+from app.core.model_registry import SYNTHETIC
+from app.schemas.checks import (
+    CHECK_EXAMPLES,
+    CheckJobOut,
+    CheckListOut,
+    CheckModelsOut,
+    CheckRequestIn,
+    HostOut,
+    JobStatus,
+)
 from app.schemas.plans import ProblemOut
+from app.worker.request import check_options
 from app.worker.service import AlreadyFinished, CheckService, QueueFull, ShuttingDown
 from app.worker.spec import SpecError
 
@@ -56,6 +66,8 @@ async def create_check(
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
     nnodes = body.rendezvous.nnodes if body.rendezvous else 1
+    stored = body.model_dump(mode="json")
+    options = check_options(stored, registered=body.model != SYNTHETIC)
     try:
         spec, timeout = await asyncio.to_thread(
             service.prepare,
@@ -65,6 +77,7 @@ async def create_check(
             backend=body.backend,
             timeout_s=body.timeout_s,
             nnodes=nnodes,
+            options=options,
         )
     except PlanError as err:
         # The core names fields of the plan; in this body they sit under /plan.
@@ -83,7 +96,7 @@ async def create_check(
             )
     try:
         job = await service.submit(
-            body.model_dump(mode="json"),
+            stored,
             spec,
             timeout,
             body.rendezvous.model_dump() if body.rendezvous else None,
@@ -124,6 +137,13 @@ async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
     if job is None:
         raise HTTPException(404, f"no check with id {check_id!r}")
     return CheckJobOut.from_job(job)
+
+
+@router.get("/check-models", summary="The models a check can train", responses=_PROBLEMS)
+async def check_models(service: Service) -> CheckModelsOut:
+    """The built-in synthetic model and those the operator registered
+    (BATCHPLAN_CHECK_MODELS); a check request names one in `model`."""
+    return CheckModelsOut.model_validate({"models": service.describe_models()})
 
 
 @router.get("/host", summary="What this worker can run", responses=_PROBLEMS)

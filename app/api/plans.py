@@ -47,7 +47,9 @@ async def create_plan(
     request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
 ) -> Response:
     """Turn a cluster and a wanted global batch into per-replica micro-batches,
-    gradient-accumulation steps, sampler settings, loss scales and a scaled learning rate.
+    gradient-accumulation steps, sampler settings, loss scales and a scaled learning rate;
+    given a measured `gradient_noise_scale`, also the global batch's step and sample
+    efficiency against the critical batch (`efficiency`).
 
     Runs on the event loop: a plan takes well under a millisecond (bench/bench_core.py),
     less than a thread hand-off would cost. The JSON is written straight from the core's

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from app.core.models import LearningRatePlan, LossReduction, Parallelism, ReplicaGroup, SamplerPlan
+from app.core.models import (
+    BatchEfficiency,
+    LearningRatePlan,
+    LossReduction,
+    Parallelism,
+    ReplicaGroup,
+    SamplerPlan,
+)
+from app.core.noise_scale import readable
 
 _MAX_LISTED = 4
 
@@ -24,6 +32,7 @@ def explain(
     sampler: SamplerPlan | None,
     lr: LearningRatePlan | None,
     by_throughput: bool,
+    efficiency: BatchEfficiency | None = None,
 ) -> list[str]:
     mp = parallelism.model_parallel_size
     out = [
@@ -119,5 +128,18 @@ def explain(
         out.append(
             f"One epoch is {sampler.micro_steps_per_epoch} micro-steps and "
             f"{sampler.optimizer_steps_per_epoch} optimizer steps per replica."
+        )
+    if efficiency is not None:
+        e = efficiency
+        noise = readable(e.gradient_noise_scale)
+        if e.gradient_noise_scale_stderr:
+            noise += f" +/- {readable(e.gradient_noise_scale_stderr)}"
+        out.append(
+            f"A gradient noise scale of {noise} samples puts the critical batch near "
+            f"{readable(e.critical_batch_size)} (McCandlish et al. 2018: (S/S_min - 1)(E/E_min - 1) "
+            f"= 1): global batch {global_batch} needs {readable(e.steps_vs_min)}x the fewest "
+            f"possible optimizer steps and {readable(e.samples_vs_min)}x the fewest possible "
+            f"samples, a step efficiency of {readable(e.step_efficiency * 100)}% and a sample "
+            f"efficiency of {readable(e.sample_efficiency * 100)}%."
         )
     return out

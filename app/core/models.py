@@ -109,6 +109,9 @@ class PlanRequest:
     loss_reduction: LossReduction = LossReduction.MEAN
     dataset: DatasetSpec | None = None
     learning_rate: LearningRateSpec | None = None
+    # Samples: B_simple or B_noise, as a gradient check measures it (app.core.noise_scale).
+    gradient_noise_scale: float | None = None
+    gradient_noise_scale_stderr: float | None = None  # only with gradient_noise_scale
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,24 @@ class LearningRatePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchEfficiency:
+    """The plan's global batch against the critical batch B_crit ~ B_noise (McCandlish et
+    al. 2018): (S/S_min - 1)(E/E_min - 1) = 1. Field for field the plan's `efficiency`."""
+
+    batch_size: int  # the global batch that runs
+    gradient_noise_scale: float
+    gradient_noise_scale_stderr: float | None
+    critical_batch_size: float
+    batch_to_critical: float  # B / B_crit
+    steps_vs_min: float  # S / S_min = 1 + B_noise / B
+    samples_vs_min: float  # E / E_min = 1 + B / B_noise
+    step_efficiency: float  # S_min / S
+    sample_efficiency: float  # E_min / E
+    verdict: str  # "near_critical", "above_critical" or "below_critical"
+    recommendation: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     world_size: int
     model_parallel_size: int
@@ -188,3 +209,4 @@ class Plan:
     learning_rate: LearningRatePlan | None
     warnings: tuple[str, ...]
     explanation: tuple[str, ...]
+    efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale

@@ -12,12 +12,14 @@ from app.core.learning_rate import plan_learning_rate
 from app.core.models import (
     MAX_SAFE_INTEGER,
     MAX_WORLD_SIZE,
+    BatchEfficiency,
     LossReduction,
     Plan,
     PlanRequest,
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.noise_scale import efficiency, readable
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
 
@@ -57,6 +59,21 @@ def _check_counts(request: PlanRequest) -> None:
             )
         if not all(0 <= b < 1 for b in lr.betas):
             raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
+    noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
+    if noise is not None and not (math.isfinite(noise) and noise > 0):
+        raise InvalidValue("gradient_noise_scale must be finite and > 0", pointer="/gradient_noise_scale")
+    if stderr is not None:
+        if noise is None:
+            raise InvalidValue(
+                "gradient_noise_scale_stderr is the uncertainty of gradient_noise_scale: give "
+                "the noise scale too",
+                pointer="/gradient_noise_scale",
+            )
+        if not (math.isfinite(stderr) and stderr >= 0):
+            raise InvalidValue(
+                "gradient_noise_scale_stderr must be finite and >= 0",
+                pointer="/gradient_noise_scale_stderr",
+            )
     for pointer, number, low in counts:
         if number is None:
             continue
@@ -140,6 +157,52 @@ def _replica_groups(
     return tuple(groups)
 
 
+def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficiency | None, list[str]]:
+    """The global batch that runs against the request's measured noise scale, and a
+    warning when it is far from the critical batch."""
+    noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
+    if noise is None:
+        return None, []
+    try:
+        e = efficiency(global_batch, noise, stderr)
+    except ValueError:  # the one way past _check_counts: B / B_noise overflows
+        raise InvalidValue(
+            f"gradient_noise_scale {noise:g} is too small for global batch {global_batch}: "
+            f"their ratio overflows",
+            pointer="/gradient_noise_scale",
+        ) from None
+    result = BatchEfficiency(
+        batch_size=e.batch_size,
+        gradient_noise_scale=e.noise_scale,
+        gradient_noise_scale_stderr=None if stderr is None else float(stderr),
+        critical_batch_size=e.critical_batch_size,
+        batch_to_critical=e.batch_to_critical,
+        steps_vs_min=e.steps_vs_min,
+        samples_vs_min=e.samples_vs_min,
+        step_efficiency=e.step_efficiency,
+        sample_efficiency=e.sample_efficiency,
+        verdict=e.verdict,
+        recommendation=e.recommendation,
+    )
+    head = (
+        f"global batch {global_batch} is {readable(e.batch_to_critical)}x the critical batch "
+        f"(gradient noise scale {readable(e.noise_scale)})"
+    )
+    if e.verdict == "above_critical":
+        return result, [
+            f"{head}: it needs {readable(e.samples_vs_min)}x the fewest possible samples "
+            f"({readable(e.sample_efficiency * 100)}% sample efficiency); a global batch near "
+            f"{readable(e.critical_batch_size)} would use the data better"
+        ]
+    if e.verdict == "below_critical":
+        return result, [
+            f"{head}: it needs {readable(e.steps_vs_min)}x the fewest possible optimizer steps "
+            f"({readable(e.step_efficiency * 100)}% step efficiency); a bigger global batch, up "
+            f"to about {readable(e.critical_batch_size)}, would cut them nearly in proportion"
+        ]
+    return result, []
+
+
 def plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
@@ -180,6 +243,8 @@ def plan(request: PlanRequest) -> Plan:
             warnings.append(
                 f"warmup ({lr_plan.warmup_steps} steps) is longer than the whole run ({run} optimizer steps)"
             )
+    batch_efficiency, efficiency_warnings = _efficiency(request, G)
+    warnings += efficiency_warnings
     groups = _replica_groups(request, layout, solution, sampler)
     explanation = explain(
         world=layout.world_size,
@@ -193,6 +258,7 @@ def plan(request: PlanRequest) -> Plan:
         sampler=sampler,
         lr=lr_plan,
         by_throughput=layout.heterogeneous,
+        efficiency=batch_efficiency,
     )
     return Plan(
         world_size=layout.world_size,
@@ -210,4 +276,5 @@ def plan(request: PlanRequest) -> Plan:
         learning_rate=lr_plan,
         warnings=tuple(warnings),
         explanation=tuple(explanation),
+        efficiency=batch_efficiency,
     )

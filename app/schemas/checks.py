@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.model_registry import NAME, SYNTHETIC
 from app.schemas.plans import PlanRequestIn
 from app.schemas.types import WHOLE
 
@@ -31,10 +32,56 @@ class RendezvousIn(BaseModel):
     )
 
 
+class NoiseScaleIn(BaseModel):
+    """Measure the gradient noise scale over a few optimizer steps (McCandlish et al. 2018)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: Annotated[int, Field(ge=0, le=256), WHOLE] = Field(
+        8, description="Optimizer steps, each on a fresh global batch; 0 skips the measurement."
+    )
+    learning_rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
+        0.0, description="Plain SGD between the steps; 0 measures every step at the starting weights."
+    )
+
+
+class FitMicroBatchIn(BaseModel):
+    """Find the largest micro-batch that fits in one device's memory, then re-plan the same
+    global batch with it (more accumulation steps rather than a smaller batch)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_bytes: Annotated[int, Field(ge=1 << 20, le=1 << 50), WHOLE] | None = Field(
+        None,
+        description="The memory to fit into. Default on a GPU: its total memory; a check on CPU needs it.",
+    )
+    safety_margin: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
+        0.1, description="Fraction of memory_bytes kept free (fragmentation, other processes)."
+    )
+    optimizer: Literal["adam", "sgd", "none"] = Field(
+        "adam", description="Whose state the probe step allocates next to the weights and gradients."
+    )
+    max_micro_batch_size: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = Field(
+        65536, description="Where the search stops."
+    )
+
+
 class CheckRequestIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     plan: PlanRequestIn
+    model: str = Field(
+        SYNTHETIC,
+        pattern=NAME.pattern,
+        examples=[SYNTHETIC],
+        description="A check model by its registered name (GET /v1/check-models); operators register "
+        "their own with BATCHPLAN_CHECK_MODELS. Never an import path.",
+    )
+    noise_scale: NoiseScaleIn | None = Field(
+        None,
+        description="Default: measured over 8 steps for a registered model, not for the synthetic one.",
+    )
+    fit_micro_batch: FitMicroBatchIn | None = None
     backend: Literal["auto", "gloo", "nccl"] = Field(
         "auto",
         description="auto: NCCL with one rank per GPU when the host has enough GPUs, else gloo on CPU.",
@@ -57,6 +104,52 @@ class ControlOut(BaseModel):
     detected: bool = Field(description="Its error is far above the tolerance.")
 
 
+class FindingOut(BaseModel):
+    cause: str = Field(
+        description="batch_norm, dropout, stochastic_forward, rank_dependent, unused_parameters, "
+        "rank_dependent_untested or unexplained."
+    )
+    modules: list[str]
+    detail: str
+    fix: str
+    breaks_equivalence: bool
+
+
+class EquivalenceOut(BaseModel):
+    equivalent: bool = Field(
+        description="The DDP step equals the single-process step, and nothing known breaks it."
+    )
+    summary: str
+    findings: list[FindingOut]
+
+
+class NoiseStepOut(BaseModel):
+    step: int
+    gradient_sq: float
+    trace: float
+    b_simple: float | None = Field(description="The estimate after this step.")
+
+
+class NoiseScaleOut(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    b_simple: float | None = Field(description="tr(S)/|G|^2 from the moving averages, in samples.")
+    stderr: float | None = Field(description="Jackknife standard error over the steps.")
+    relative_stderr: float | None
+    steps: int
+    decay: float
+    gradient_sq: float
+    trace: float
+    small_batch: float
+    small_batch_is: Literal["replica", "micro_batch"]
+    big_batch: int
+    learning_rate: float
+    history: list[NoiseStepOut]
+    critical_batch_size: float | None
+    efficiency: dict[str, Any] | None
+    recommendation: str
+
+
 class CheckResultOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -71,6 +164,9 @@ class CheckResultOut(BaseModel):
     tolerance: float
     controls: list[ControlOut]
     timings_s: dict[str, float]
+    model: str = SYNTHETIC
+    ddp_equivalence: EquivalenceOut | None = None
+    noise_scale: NoiseScaleOut | None = None
 
 
 class CheckJobOut(BaseModel):
@@ -89,6 +185,20 @@ class CheckJobOut(BaseModel):
     def from_job(cls, job: dict[str, Any]) -> CheckJobOut:
         stored = job.get("request") or {}
         return cls.model_validate({**job, "request": stored.get("body")})
+
+
+class CheckModelOut(BaseModel):
+    name: str
+    loaded: bool | None = Field(description="null until a rank has built it.")
+    error: str | None
+    description: str | None
+    parameters: int | None
+    dataset_size: int | None
+    default: bool
+
+
+class CheckModelsOut(BaseModel):
+    models: list[CheckModelOut]
 
 
 class CheckListOut(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, model_validator
 
@@ -16,6 +16,9 @@ MAX_NODE_GROUPS = 10_000
 Count = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
 GpuCount = Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE), WHOLE]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# Strict as well: a JSON number (integer or not), never `true` or a string such as "NaN".
+StrictPositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+StrictNonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
 
 
 class _In(BaseModel):
@@ -177,6 +180,21 @@ class LearningRateIn(_In):
 class PlanRequestIn(_In):
     """Only `topology` and one of `global_batch_size` / `micro_batch_size` are required."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            # As the planner enforces it: a standard error needs the noise scale it belongs to.
+            "if": {
+                "required": ["gradient_noise_scale_stderr"],
+                "properties": {"gradient_noise_scale_stderr": {"type": "number"}},
+            },
+            "then": {
+                "required": ["gradient_noise_scale"],
+                "properties": {"gradient_noise_scale": {"type": "number"}},
+            },
+        },
+    )
+
     topology: TopologyIn
     global_batch_size: Count | None = None
     micro_batch_size: Count | None = None
@@ -187,6 +205,18 @@ class PlanRequestIn(_In):
     loss_reduction: core.LossReduction = core.LossReduction.MEAN
     dataset: DatasetIn | None = None
     learning_rate: LearningRateIn | None = None
+    gradient_noise_scale: StrictPositiveFloat | None = Field(
+        None,
+        description="Gradient noise scale in samples: B_simple or B_noise measured by a check "
+        "(`POST /v1/checks`). The plan then reports its global batch's step and sample "
+        "efficiency against the critical batch, about this size (McCandlish et al. 2018).",
+        examples=[4096],
+    )
+    gradient_noise_scale_stderr: StrictNonNegativeFloat | None = Field(
+        None,
+        description="Standard error of `gradient_noise_scale`, in samples; only with it.",
+        examples=[300],
+    )
 
     def to_core(self) -> core.PlanRequest:
         lr = self.learning_rate
@@ -201,6 +231,8 @@ class PlanRequestIn(_In):
             loss_reduction=self.loss_reduction,
             dataset=core.DatasetSpec(**self.dataset.model_dump()) if self.dataset else None,
             learning_rate=core.LearningRateSpec(**lr.model_dump()) if lr else None,
+            gradient_noise_scale=self.gradient_noise_scale,
+            gradient_noise_scale_stderr=self.gradient_noise_scale_stderr,
         )
 
 
@@ -331,6 +363,47 @@ class LearningRateOut(_Out):
     adam: AdamOut | None = None
 
 
+class EfficiencyOut(_Out):
+    model_config = ConfigDict(
+        from_attributes=True,
+        json_schema_extra={
+            "examples": [
+                {
+                    "batch_size": 512,
+                    "gradient_noise_scale": 4096.0,
+                    "gradient_noise_scale_stderr": 300.0,
+                    "critical_batch_size": 4096.0,
+                    "batch_to_critical": 0.125,
+                    "steps_vs_min": 9.0,
+                    "samples_vs_min": 1.125,
+                    "step_efficiency": 0.1111111111111111,
+                    "sample_efficiency": 0.8888888888888888,
+                    "verdict": "below_critical",
+                    "recommendation": "global batch 512 is 0.125x the critical batch (...)",
+                }
+            ]
+        },
+    )
+
+    batch_size: int = Field(description="The global batch that runs (after any rounding).")
+    gradient_noise_scale: float = Field(description="As requested, in samples.")
+    gradient_noise_scale_stderr: float | None = Field(description="As requested; null when not given.")
+    critical_batch_size: float = Field(description="B_crit, about the noise scale, in samples.")
+    batch_to_critical: float = Field(description="batch_size / critical_batch_size.")
+    steps_vs_min: float = Field(
+        description="S/S_min = 1 + B_noise/B: optimizer steps against the fewest possible (B -> infinity)."
+    )
+    samples_vs_min: float = Field(
+        description="E/E_min = 1 + B/B_noise: samples against the fewest possible (B -> 0)."
+    )
+    step_efficiency: float = Field(description="S_min/S; step_efficiency + sample_efficiency = 1.")
+    sample_efficiency: float = Field(description="E_min/E.")
+    verdict: Literal["near_critical", "above_critical", "below_critical"] = Field(
+        description="near_critical while the batch is within 2x of the critical batch either way."
+    )
+    recommendation: str
+
+
 class PlanOut(_Out):
     world_size: int
     model_parallel_size: int
@@ -347,6 +420,9 @@ class PlanOut(_Out):
     learning_rate: LearningRateOut | None = None
     warnings: list[str]
     explanation: list[str]
+    efficiency: EfficiencyOut | None = Field(
+        None, description="Step and sample efficiency of the global batch; null without gradient_noise_scale."
+    )
 
 
 PROBLEM_EXAMPLE: dict[str, JsonValue] = {
@@ -450,6 +526,15 @@ EXAMPLES: dict[str, dict[str, Any]] = {
             "global_batch_size": 1000,
             "micro_batch_size": 32,
             "divisibility": "round_down",
+        },
+    },
+    "noise_scale": {
+        "summary": "A measured gradient noise scale: how efficient is this global batch?",
+        "value": {
+            "topology": {"num_nodes": 4, "gpus_per_node": 8},
+            "global_batch_size": 1024,
+            "gradient_noise_scale": 4096,
+            "gradient_noise_scale_stderr": 300,
         },
     },
 }

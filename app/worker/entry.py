@@ -6,7 +6,7 @@ from __future__ import annotations
 from multiprocessing.connection import Connection
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
     from app.worker.rank_server import serve as serve_ranks
 
-    serve_ranks(conn)
+    serve_ranks(conn, describe)

@@ -67,6 +67,7 @@ class RankProcess:
         self.dead = False
         self.on_ready: list[Any] = []
         self.on_death: list[Any] = []
+        self.on_models: list[Any] = []
 
     @property
     def pid(self) -> int | None:
@@ -92,6 +93,10 @@ class RankProcess:
             self.ready = True
             for callback in self.on_ready:
                 callback(self)
+            return
+        if msg.get("op") == "models":
+            for callback in self.on_models:
+                callback(msg["models"])
             return
         self.inbox.put_nowait(msg)
 
@@ -136,8 +141,12 @@ class RankProcess:
 
 
 class RankPool:
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, models: dict[str, str] | None = None) -> None:
         self.size = size
+        # Registered check models: one rank builds each to describe it (models_info).
+        self.models = dict(models or {})
+        self.models_info: dict[str, dict[str, Any]] = {}
+        self._describing = False
         self.processes: list[RankProcess] = []
         self.stopping = False
         self.changed = asyncio.Condition()
@@ -166,7 +175,11 @@ class RankPool:
         loop = asyncio.get_running_loop()
         ctx = _fork_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=entry.serve, args=(child_conn,), daemon=True, name="batchplan-rank")
+        describe = self.models if self.models and not self.models_info and not self._describing else None
+        self._describing = self._describing or describe is not None
+        process = ctx.Process(
+            target=entry.serve, args=(child_conn, describe), daemon=True, name="batchplan-rank"
+        )
         # The first start launches the fork server and waits for its imports: seconds. It
         # runs in a thread that a cancelled task cannot stop, so its process is tracked here
         # and ended by stop() even when the task that asked for it is gone.
@@ -189,6 +202,9 @@ class RankPool:
         rank = RankProcess(process, parent_conn, loop)
         rank.on_ready.append(self._ready)
         rank.on_death.append(self._dead)
+        if describe is not None:
+            rank.on_models.append(self._described)
+            rank.on_death.append(self._describer_died)
         if self.stopping:
             rank.kill()
             return
@@ -205,6 +221,15 @@ class RankPool:
     def _ready(self, rank: RankProcess) -> None:
         self.host_info = {k: v for k, v in rank.info.items() if k not in ("op", "pid")}
         self._notify()
+
+    def _described(self, info: dict[str, dict[str, Any]]) -> None:
+        self.models_info = info
+        self._describing = False
+        self._notify()
+
+    def _describer_died(self, rank: RankProcess) -> None:
+        if not self.models_info:
+            self._describing = False  # the next spawn describes them
 
     def _dead(self, rank: RankProcess) -> None:
         if rank in self.processes and not rank.busy:

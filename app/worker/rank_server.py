@@ -29,6 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from app.worker import gradcheck, rendezvous
 from app.worker.model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.spec import CheckSpec
+from app.worker.workload import FactoryError, Registered, load
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
@@ -138,7 +139,11 @@ class RankServer:
             )
             setup = time.perf_counter() - started
             try:
-                result = gradcheck.run_check(spec, rank, world, device, backend, nnodes=msg["nnodes"])
+                # Built once the group exists: a factory may ask for its rank.
+                workload = load(spec.model, msg.get("model_target"), spec.seed)
+                result = gradcheck.run_check(
+                    spec, rank, world, device, backend, nnodes=msg["nnodes"], workload=workload
+                )
             finally:
                 dist.destroy_process_group()
             if result is not None:
@@ -150,10 +155,29 @@ class RankServer:
         return {"op": "result", "result": result}
 
 
-def serve(conn: Connection) -> None:
+def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each registered model as its factory builds it, or why it cannot be built."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, target in models.items():
+        try:
+            out[name] = {"loaded": True, "error": None, **Registered(name, target, 0).describe()}
+        except FactoryError as err:
+            out[name] = {"name": name, "loaded": False, "error": str(err)}
+    return out
+
+
+def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
     _exit_with_parent()
+    if "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun does for several ranks on one host: they share the cores, and a
+        # thread pool per rank oversubscribes them (a tiny matmul took 10 ms with two
+        # threads per rank here, 0.02 ms with one).
+        torch.set_num_threads(1)
     _warm_up()
     conn.send({"op": "ready", **_host_info()})
+    if describe:
+        # After "ready": a slow factory must not count against the warm-up deadline.
+        conn.send({"op": "models", "models": describe_models(describe)})
     server = RankServer()
     while True:
         try:

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.models import PlanRequest
 from app.core.planner import plan
 from app.logging_setup import job_id_var
 from app.worker.pool import SHUTDOWN_GRACE_S, RankDied, RankError, RankPool
+from app.worker.request import with_options
 from app.worker.spec import CheckSpec, SpecError, spec_from_plan
 from app.worker.store import CANCELLED, FAILED, FINISHED, INTERRUPTED, SUCCEEDED, JobStore
 
@@ -31,6 +33,8 @@ log = logging.getLogger("batchplan.worker")
 # Tries to write a finished job (about 30 s in all) before giving up on the database.
 FINISH_ATTEMPTS = 9
 SHUTTING_DOWN = "server shutting down: " + INTERRUPTED
+
+ModelList = list[dict[str, Any]]  # a name: CheckService has a method called list
 
 # Called with (status, passed or None, seconds the check ran) whenever a check finishes.
 FinishObserver = Callable[[str, bool | None, float], None]
@@ -82,10 +86,11 @@ def free_port() -> int:
 
 
 class CheckService:
-    def __init__(self, jobs_db: Path, limits: Limits) -> None:
+    def __init__(self, jobs_db: Path, limits: Limits, models: dict[str, str] | None = None) -> None:
         self.limits = limits
+        self.models = dict(models or {})  # registered check models: name -> package.module:factory
         self.store = JobStore(jobs_db)
-        self.pool = RankPool(limits.processes_per_host)
+        self.pool = RankPool(limits.processes_per_host, self.models)
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
@@ -162,9 +167,14 @@ class CheckService:
         backend: str,
         timeout_s: float | None,
         nnodes: int,
+        options: dict[str, Any] | None = None,
     ) -> tuple[CheckSpec, float]:
-        """Plan the request and check it against this host's limits (blocking: run in a thread)."""
+        """Plan the request and check it against this host's limits (blocking: run in a thread).
+        `options`: the model, noise-scale and micro-batch-search fields of the spec."""
         spec = spec_from_plan(plan(request), dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
+        if options:
+            spec = with_options(spec, options)
+        self._check_model(spec, has_dataset=request.dataset is not None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
                 f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
@@ -200,6 +210,38 @@ class CheckService:
                 f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
             )
         return spec, timeout
+
+    def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
+        if spec.model != SYNTHETIC and spec.model not in self.models:
+            raise SpecError(unknown_model(spec.model, list(self.models)), "/model")
+        info = self.pool.models_info.get(spec.model)
+        if info is not None and not info.get("loaded"):
+            raise SpecError(
+                f"check model {spec.model!r} cannot be built on this worker: {info['error']}", "/model"
+            )
+        size = info.get("dataset_size") if info else None
+        if isinstance(size, int) and spec.num_samples > size:
+            pointer = "/plan/dataset/num_samples" if has_dataset else "/plan/global_batch_size"
+            raise SpecError(
+                f"check model {spec.model!r} has {size} samples; the check's epoch needs {spec.num_samples} "
+                f"(without a dataset it is one global batch): use at most {size}",
+                pointer,
+            )
+        if spec.fit is not None and spec.fit.get("memory_bytes") is None:
+            gpus = self.pool.host_info.get("gpus")
+            if gpus == 0 or spec.backend == "gloo":
+                raise SpecError(
+                    "the search for the largest micro-batch runs on this worker's CPU here, whose "
+                    "memory torch cannot size: give the memory of one GPU of the cluster, e.g. "
+                    "85899345920 for 80 GiB",
+                    "/fit_micro_batch/memory_bytes",
+                )
+        if spec.noise_steps and spec.data_parallel_size == 1 and spec.gradient_accumulation_steps == 1:
+            raise SpecError(
+                "the noise scale compares a small batch with a big one: it needs at least 2 data-parallel "
+                "replicas or 2 accumulation steps; send noise_scale.steps 0 to skip it",
+                "/noise_scale/steps",
+            )
 
     async def submit(
         self, body: dict[str, Any], spec: CheckSpec, timeout_s: float, rendezvous: dict[str, Any] | None
@@ -272,7 +314,37 @@ class CheckService:
             "concurrent_checks": self.limits.concurrent_checks,
             "max_replicas_per_check": self.limits.max_replicas_per_check,
             "check_timeout_s": self.limits.check_timeout_s,
+            "models": self.describe_models(),
         }
+
+    def describe_models(self) -> ModelList:
+        """The built-in model and every registered one, with what its factory built (once a
+        rank has built it: `loaded` null until then)."""
+        out: ModelList = [
+            {
+                "name": SYNTHETIC,
+                "loaded": True,
+                "error": None,
+                "description": "the built-in model: an 8-16-4 tanh MLP on synthetic samples, one per index",
+                "parameters": 212,
+                "dataset_size": None,
+                "default": True,
+            }
+        ]
+        for name in sorted(self.models):
+            info = self.pool.models_info.get(name, {})
+            out.append(
+                {
+                    "name": name,
+                    "loaded": info.get("loaded"),
+                    "error": info.get("error"),
+                    "description": info.get("description"),
+                    "parameters": info.get("parameters"),
+                    "dataset_size": info.get("dataset_size"),
+                    "default": False,
+                }
+            )
+        return out
 
     # ------------------------------------------------------------------ running
 
@@ -389,6 +461,8 @@ class CheckService:
 
     async def _run(self, job_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         spec = CheckSpec.from_json(payload["spec"])
+        if spec.model != SYNTHETIC and spec.model not in self.models:
+            raise RankError(f"check model {spec.model!r} is no longer registered on this worker")
         rendezvous = payload.get("rendezvous") or {}
         nnodes = int(rendezvous.get("nnodes", 1))
         dp = spec.data_parallel_size
@@ -418,6 +492,7 @@ class CheckService:
                 "world": joined["world"],
                 "backend": backend,
                 "local_processes": count,
+                "model_target": self.models.get(spec.model),
             }
             try:
                 async with asyncio.TaskGroup() as group:

@@ -52,6 +52,11 @@ class CheckSpec:
     dtype: str = "float64"
     seed: int = 0
     backend: str = "auto"
+    model: str = "synthetic"  # a registered name; the worker resolves it when the check runs
+    noise_steps: int = 0  # optimizer steps that measure the gradient noise scale
+    noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
+    fit: dict[str, Any] | None = None  # find the largest micro-batch that fits, then re-plan
+    plan_request: dict[str, Any] | None = None  # the plan request, for that re-plan
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

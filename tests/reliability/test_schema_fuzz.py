@@ -29,7 +29,7 @@ schema.config.generation.update(
     modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
 )
 
-WORKER_PATHS = ("/v1/checks", "/v1/checks/{check_id}")
+WORKER_PATHS = ("/v1/checks", "/v1/checks/{check_id}", "/v1/check-models")
 PROBLEM = "application/problem+json"
 
 

@@ -1,0 +1,51 @@
+"""Check models an operator registers by name (`BATCHPLAN_CHECK_MODELS`).
+
+A request names a model, never an import path: only what the operator listed can run in the
+worker. Each entry is `name=package.module:factory`; the factory returns `(model, dataset,
+loss_fn)` (see `app.worker.workload`). Pure: the web process parses and validates the
+registry without importing torch or the operator's code.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+
+SYNTHETIC = "synthetic"  # the built-in model, always registered
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+TARGET = re.compile(rf"^{_DOTTED}:{_DOTTED}$")
+
+
+def parse_models(text: str) -> dict[str, str]:
+    """`name=package.module:factory` entries separated by commas or whitespace."""
+    models: dict[str, str] = {}
+    for entry in re.split(r"[,\s]+", text.strip()):
+        if not entry:
+            continue
+        name, sep, target = entry.partition("=")
+        if not sep:
+            raise ValueError(f"check model {entry!r}: write it as name=package.module:factory")
+        if not NAME.match(name):
+            raise ValueError(
+                f"check model name {name!r}: a letter, then up to 63 letters, digits, '_', '.' or '-'"
+            )
+        if name == SYNTHETIC:
+            raise ValueError(f"check model name {SYNTHETIC!r} is the built-in model's; pick another")
+        if not TARGET.match(target):
+            raise ValueError(f"check model {name!r}: target {target!r} is not package.module:factory")
+        if name in models:
+            raise ValueError(f"check model {name!r} is registered twice")
+        models[name] = target
+    return models
+
+
+def unknown_model(name: str, registered: list[str]) -> str:
+    """The 422 detail for a name that is not registered, with the nearest one."""
+    names = [SYNTHETIC, *sorted(registered)]
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return (
+        f"no check model {name!r} on this worker; registered: {', '.join(names)}{hint} "
+        f"(operators register models with BATCHPLAN_CHECK_MODELS=name=package.module:factory)"
+    )

@@ -1,0 +1,185 @@
+"""What a check trains: the built-in synthetic model, or a model an operator registered.
+
+A registered factory is a callable `package.module:factory` that returns
+
+    (model: torch.nn.Module, dataset: torch.utils.data.Dataset, loss_fn)
+
+where `dataset[i]` is an `(input, target)` pair and `loss_fn(output, target)` is the mean
+loss over a batch's samples (as torch's losses are by default). A factory that takes a
+`seed` keyword gets the check's seed; either way the global RNG is seeded with it first.
+The check builds batches with `default_collate`, so the model is called as `model(input)`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from app.core.model_registry import SYNTHETIC
+from app.worker.model import batch_loss, build_model, synthetic_batch
+
+LossFn = Callable[[Any, Any], torch.Tensor]
+
+
+class FactoryError(RuntimeError):
+    """A registered factory that cannot be imported, fails, or returns the wrong things."""
+
+
+def resolve(target: str) -> Callable[..., Any]:
+    module_name, _, attribute = target.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as err:
+        raise FactoryError(f"cannot import {target}: {type(err).__name__}: {err}") from err
+    if not callable(found):
+        raise FactoryError(f"{target} is not callable")
+    factory: Callable[..., Any] = found
+    return factory
+
+
+def _move(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+    """Tensors (in tuples, lists and dicts too) to the device; floating ones to `dtype`."""
+    if isinstance(value, torch.Tensor):
+        cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
+        return value.to(device=device, dtype=cast)
+    if isinstance(value, dict):
+        return {k: _move(v, dtype, device) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_move(v, dtype, device) for v in value)
+    return value
+
+
+class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """The synthetic samples as a dataset (for the micro-batch search): any index is one."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return 1 << 30
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = synthetic_batch(torch.tensor([index]), self.seed, torch.float64, torch.device("cpu"))
+        return x[0], y[0]
+
+
+def _half_squared_error(prediction: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return 0.5 * ((prediction - y) ** 2).sum(dim=1).mean()
+
+
+class Workload:
+    """The synthetic model: deterministic weights and samples, a pure function of the seed."""
+
+    name = SYNTHETIC
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.dataset: Dataset[Any] = SyntheticDataset(seed)
+        self.loss_fn: LossFn = _half_squared_error
+
+    @property
+    def dataset_size(self) -> int | None:
+        return None  # any index is a sample
+
+    def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
+        """A fresh model with the initial weights (`dtype` None: the model's own)."""
+        return build_model(self.seed, dtype or torch.float64, device)
+
+    def batch(
+        self, indices: Sequence[int], dtype: torch.dtype | None, device: torch.device
+    ) -> tuple[Any, Any]:
+        return synthetic_batch(
+            torch.tensor(list(indices), dtype=torch.int64), self.seed, dtype or torch.float64, device
+        )
+
+    def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
+        return batch_loss(module, x, y, reduction)
+
+
+class Registered(Workload):
+    def __init__(self, name: str, target: str, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.name = name
+        self.target = target
+        factory = resolve(target)
+        torch.manual_seed(seed)
+        try:
+            takes_seed = "seed" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            takes_seed = False
+        try:
+            built = factory(seed=seed) if takes_seed else factory()
+        except Exception as err:
+            raise FactoryError(f"{target} raised {type(err).__name__}: {err}") from err
+        if not (isinstance(built, tuple | list) and len(built) == 3):
+            raise FactoryError(
+                f"{target} must return (model, dataset, loss_fn); it returned {type(built).__name__}"
+            )
+        model, dataset, loss_fn = built
+        if not isinstance(model, nn.Module):
+            raise FactoryError(f"{target}: the model is a {type(model).__name__}, not a torch.nn.Module")
+        if not callable(loss_fn):
+            raise FactoryError(f"{target}: the loss function is not callable")
+        try:
+            size = len(dataset)
+        except TypeError as err:
+            raise FactoryError(
+                f"{target}: the dataset has no len(); a check needs a map-style dataset"
+            ) from err
+        self.template = model.train()
+        self.dataset = dataset
+        self.loss_fn = loss_fn
+        self._size = int(size)
+
+    @property
+    def dataset_size(self) -> int | None:
+        return self._size
+
+    def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
+        fresh = copy.deepcopy(self.template).to(device)
+        return fresh.to(dtype) if dtype is not None else fresh
+
+    def batch(
+        self, indices: Sequence[int], dtype: torch.dtype | None, device: torch.device
+    ) -> tuple[Any, Any]:
+        from torch.utils.data import default_collate
+
+        items = [self.dataset[i] for i in indices]
+        x, y = default_collate(items)
+        return _move(x, dtype, device), _move(y, dtype, device)
+
+    def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
+        mean: torch.Tensor = self.loss_fn(module(x), y)
+        return mean if reduction == "mean" else mean * _batch_len(x)
+
+    def describe(self) -> dict[str, Any]:
+        parameters = sum(p.numel() for p in self.template.parameters())
+        doc = inspect.getdoc(resolve(self.target)) or ""
+        return {
+            "name": self.name,
+            "description": doc.split("\n\n")[0].replace("\n", " "),
+            "parameters": parameters,
+            "dataset_size": self._size,
+            "model_class": type(self.template).__name__,
+        }
+
+
+def _batch_len(x: Any) -> int:
+    while isinstance(x, list | tuple | dict):
+        x = next(iter(x.values())) if isinstance(x, dict) else x[0]
+    return int(x.shape[0]) if isinstance(x, torch.Tensor) else 1
+
+
+def load(name: str, target: str | None, seed: int) -> Workload:
+    if name == SYNTHETIC or target is None:
+        return Workload(seed)
+    return Registered(name, target, seed)

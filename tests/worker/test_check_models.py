@@ -1,0 +1,248 @@
+"""Operator-registered check models over HTTP, with real gloo process groups on warm ranks:
+DDP-equivalence findings, the gradient noise scale against a closed form, and the
+micro-batch search feeding a re-plan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.worker import example_models
+from app.worker.memory import probe
+from app.worker.workload import Registered
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = "app.worker.example_models"
+GOOD = [
+    "mlp",
+    "batchnorm_mlp",
+    "dropout_mlp",
+    "rank_dependent_mlp",
+    "unused_parameter_mlp",
+    "quadratic",
+    "wide_mlp",
+]
+BROKEN = {
+    "missing": "app.worker.no_such_module:factory",
+    "not_callable": f"{EXAMPLES}:FEATURES",
+    "wrong_return": f"{EXAMPLES}:quadratic_data",
+}
+FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    registry = [f"{name}={EXAMPLES}:{name}" for name in GOOD] + [f"{n}={t}" for n, t in BROKEN.items()]
+    settings = Settings(
+        jobs_db=Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3",
+        processes_per_host=4,
+        log_level="warning",
+        check_models=",".join(registry),
+    )
+    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            host = test_client.get("/v1/host").json()
+            if host["warm_processes"] >= 4 and all(m["loaded"] is not None for m in host["models"]):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"ranks or models not ready: {host}")
+        yield test_client
+
+
+def check(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 202, response.text
+    location = response.headers["location"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = client.get(location).json()
+        if job["status"] not in ("queued", "running"):
+            assert job["status"] == "succeeded", job
+            result: dict[str, Any] = job["result"]
+            return result
+        time.sleep(0.02)
+    raise AssertionError(f"check stuck: {job}")
+
+
+def problem(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    out: dict[str, Any] = response.json()
+    return out
+
+
+def causes(result: dict[str, Any]) -> set[str]:
+    return {f["cause"] for f in result["ddp_equivalence"]["findings"] if f["breaks_equivalence"]}
+
+
+def test_models_are_listed_with_what_their_factory_built(client: TestClient) -> None:
+    models = {m["name"]: m for m in client.get("/v1/check-models").json()["models"]}
+    assert models["synthetic"]["default"] is True
+    assert models["mlp"]["loaded"] is True
+    assert models["mlp"]["dataset_size"] == example_models.SAMPLES
+    assert models["mlp"]["parameters"] == sum(p.numel() for p in example_models.mlp()[0].parameters())
+    assert models["quadratic"]["description"].startswith("Gaussian samples")
+    assert models["missing"]["loaded"] is False and "cannot import" in models["missing"]["error"]
+    assert models["not_callable"]["loaded"] is False and "not callable" in models["not_callable"]["error"]
+    assert "(model, dataset, loss_fn)" in models["wrong_return"]["error"]
+    # The API names models; it never shows where their code lives.
+    assert "app.worker" not in str(models["mlp"])
+
+
+def test_a_clean_model_is_ddp_equivalent_and_measures_its_noise_scale(client: TestClient) -> None:
+    result = check(client, {"plan": FOUR, "model": "mlp"})
+    assert result["model"] == "mlp"
+    assert result["passed"] and result["gradient_matches"]
+    assert result["ddp_equivalence"]["equivalent"] is True
+    assert result["ddp_equivalence"]["findings"] == []
+    noise = result["noise_scale"]
+    assert noise["steps"] == 8 and noise["small_batch_is"] == "replica"
+    assert noise["small_batch"] == 16 and noise["big_batch"] == 64
+    assert noise["b_simple"] > 0 and noise["stderr"] > 0
+    assert len(noise["history"]) == 8 and noise["history"][-1]["b_simple"] == noise["b_simple"]
+    assert "critical batch" in noise["recommendation"]
+
+
+@pytest.mark.parametrize(
+    ("model", "cause", "gradient_matches"),
+    [
+        ("batchnorm_mlp", "batch_norm", False),
+        ("dropout_mlp", "dropout", False),
+        ("rank_dependent_mlp", "rank_dependent", False),
+        ("unused_parameter_mlp", "unused_parameters", True),
+    ],
+)
+def test_each_known_cause_is_found_and_explained(
+    client: TestClient, model: str, cause: str, gradient_matches: bool
+) -> None:
+    result = check(client, {"plan": FOUR, "model": model, "noise_scale": {"steps": 0}})
+    assert result["gradient_matches"] is gradient_matches
+    assert result["ddp_equivalence"]["equivalent"] is False
+    assert result["passed"] is False
+    assert causes(result) == {cause}
+    assert cause.replace("_", " ") in result["ddp_equivalence"]["summary"]
+    finding = next(f for f in result["ddp_equivalence"]["findings"] if f["cause"] == cause)
+    assert finding["fix"] and finding["detail"]
+    if cause == "unused_parameters":
+        assert finding["modules"] == ["auxiliary_head.weight", "auxiliary_head.bias"]
+    if cause == "batch_norm":
+        assert finding["modules"] == ["1"]
+    assert result["noise_scale"] is None
+
+
+def test_batch_norm_is_equivalent_when_one_micro_batch_is_the_whole_batch(client: TestClient) -> None:
+    one = {"topology": {"num_nodes": 1, "gpus_per_node": 1}, "global_batch_size": 32}
+    result = check(client, {"plan": one, "model": "batchnorm_mlp"})
+    assert result["gradient_matches"] and result["ddp_equivalence"]["equivalent"]
+    [finding] = [f for f in result["ddp_equivalence"]["findings"] if f["cause"] == "batch_norm"]
+    assert finding["breaks_equivalence"] is False
+    # One replica, one micro-batch: no small batch to compare, so no default measurement.
+    assert result["noise_scale"] is None
+
+
+def test_the_noise_scale_matches_its_closed_form(client: TestClient) -> None:
+    """quadratic: per-sample loss 0.5|theta - x|^2, so B_simple = tr(cov x) / |theta - mean x|^2."""
+    data = example_models.quadratic_data(0)
+    truth = example_models.quadratic_noise_scale(data, torch.zeros(example_models.QUADRATIC_DIM))
+    assert truth == pytest.approx(example_models.QUADRATIC_NOISE_SCALE, rel=0.02)
+    plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 128}
+    result = check(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 32}})
+    noise = result["noise_scale"]
+    assert noise["steps"] == 32
+    assert abs(noise["b_simple"] - truth) < 4 * noise["stderr"], noise
+    assert noise["b_simple"] == pytest.approx(truth, rel=0.35)
+    assert noise["relative_stderr"] < 0.35
+    assert noise["efficiency"]["verdict"] == "above_critical"  # 128 is 4x the noise scale
+    assert noise["efficiency"]["steps_vs_min"] == pytest.approx(1 + noise["b_simple"] / 128)
+
+
+def test_one_replica_measures_across_its_accumulation_steps(client: TestClient) -> None:
+    plan = {
+        "topology": {"num_nodes": 1, "gpus_per_node": 1},
+        "global_batch_size": 128,
+        "micro_batch_size": 32,
+    }
+    result = check(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 16}})
+    noise = result["noise_scale"]
+    assert noise["small_batch_is"] == "micro_batch" and noise["small_batch"] == 32
+    assert noise["b_simple"] > 0
+
+
+def test_the_micro_batch_search_replans_through_accumulation(client: TestClient) -> None:
+    plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 512}
+    memory = 4 << 20
+    result = check(
+        client,
+        {
+            "plan": plan,
+            "model": "wide_mlp",
+            "noise_scale": {"steps": 0},
+            "fit_micro_batch": {"memory_bytes": memory},
+        },
+    )
+    search = result["micro_batch_search"]
+    found, planned = search["max_micro_batch_size"], search["planned"]
+    assert search["requested"] == {"micro_batch_sizes": [128], "gradient_accumulation_steps": 1}
+    assert 1 <= found < 128 and not search["hit_limit"]
+    assert search["budget_bytes"] == int(memory * 0.9)
+    # The global batch is kept; accumulation grows instead.
+    [micro] = planned["micro_batch_sizes"]
+    assert planned["global_batch_size"] == 512 and micro <= found
+    assert micro * planned["gradient_accumulation_steps"] * 4 == 512
+    assert result["micro_batch_sizes"] == [micro] and result["gradient_accumulation_steps"] > 1
+    assert result["passed"]
+    # The found size is the boundary: it fits the budget and one more does not.
+    workload = Registered("wide_mlp", f"{EXAMPLES}:wide_mlp")
+    cpu = torch.device("cpu")
+    model = workload.module(None, cpu)
+    at, _ = probe(model, workload.dataset, workload.loss_fn, found, cpu)
+    above, _ = probe(model, workload.dataset, workload.loss_fn, found + 1, cpu)
+    assert at <= search["budget_bytes"] < above
+    # The re-planned request plans the same split on the planner.
+    again = client.post("/v1/plans", json=planned["plan_request"]).json()
+    assert again["micro_batch_size"] == micro
+    assert again["gradient_accumulation_steps"] == planned["gradient_accumulation_steps"]
+
+
+def test_requests_name_models_and_get_422s_that_say_what_to_change(client: TestClient) -> None:
+    near = problem(client, {"plan": FOUR, "model": "mpl"})
+    assert near["errors"][0]["pointer"] == "/model" and "did you mean 'mlp'" in near["detail"]
+    path = problem(client, {"plan": FOUR, "model": "app.worker.example_models:mlp"})
+    assert path["errors"][0]["pointer"] == "/model"
+    broken = problem(client, {"plan": FOUR, "model": "missing"})
+    assert "cannot be built" in broken["detail"] and broken["errors"][0]["pointer"] == "/model"
+    big = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 8192}
+    small = problem(client, {"plan": big, "model": "mlp"})
+    assert small["errors"][0]["pointer"] == "/plan/global_batch_size"
+    assert str(example_models.SAMPLES) in small["detail"]
+    one = {"topology": {"num_nodes": 1, "gpus_per_node": 1}, "global_batch_size": 32}
+    steps = problem(client, {"plan": one, "model": "mlp", "noise_scale": {"steps": 4}})
+    assert steps["errors"][0]["pointer"] == "/noise_scale/steps"
+    cpu = problem(client, {"plan": FOUR, "model": "mlp", "fit_micro_batch": {}})
+    assert cpu["errors"][0]["pointer"] == "/fit_micro_batch/memory_bytes"
+    for bad in ({"steps": -1}, {"steps": 1000}, {"learning_rate": -1}, {"nope": 1}):
+        assert problem(client, {"plan": FOUR, "model": "mlp", "noise_scale": bad})["errors"]
+    for bad_fit in ({"memory_bytes": 10}, {"safety_margin": 1}, {"optimizer": "lion"}):
+        assert problem(client, {"plan": FOUR, "fit_micro_batch": bad_fit})["errors"]
+
+
+def test_the_synthetic_default_is_unchanged(client: TestClient) -> None:
+    result = check(client, {"plan": FOUR})
+    assert result["model"] == "synthetic" and result["passed"]
+    assert result["ddp_equivalence"]["equivalent"] and result["noise_scale"] is None
+    assert result["micro_batch_search"] is None
