@@ -38,18 +38,18 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Hosts a multi-node check may rendezvous at; empty: this host and loopback.",
     )
-    check_models: str = Field(
-        "",
+    check_models: str | None = Field(
+        None,
         description="Operator check models, `name=package.module:factory` separated by commas; "
         "requests pick one by name.",
     )
 
     @field_validator("check_models")
     @classmethod
-    def _models_parse(cls, value: str) -> str:
-        parse_models(value)  # a bad entry stops the server at startup, naming it
+    def _models_parse(cls, value: str | None) -> str | None:
+        parse_models(value or "")  # a bad entry stops the server at startup, naming it
         return value
 
     @property
     def model_registry(self) -> dict[str, str]:
-        return parse_models(self.check_models)
+        return parse_models(self.check_models or "")

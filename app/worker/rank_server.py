@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import sys
@@ -29,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from app.worker import gradcheck, rendezvous
 from app.worker.model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.spec import CheckSpec
-from app.worker.workload import FactoryError, Registered, load
+from app.worker.workload import FactoryError, Registered, Workload, load
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
@@ -94,6 +95,14 @@ def _host_info() -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=4)
+def _workload(name: str, target: str | None, seed: int, rank: int, world: int) -> Workload:
+    """A factory's build, kept for the next check of the same model: a check trains a deep
+    copy of the model, so the build is never changed. Keyed by rank and world as well,
+    since a factory may build per rank."""
+    return load(name, target, seed)
+
+
 class RankServer:
     def __init__(self) -> None:
         self.store: TCPStore | None = None  # the leader's, from "join" to the end of "run"
@@ -140,7 +149,7 @@ class RankServer:
             setup = time.perf_counter() - started
             try:
                 # Built once the group exists: a factory may ask for its rank.
-                workload = load(spec.model, msg.get("model_target"), spec.seed)
+                workload = _workload(spec.model, msg.get("model_target"), spec.seed, rank, world)
                 result = gradcheck.run_check(
                     spec, rank, world, device, backend, nnodes=msg["nnodes"], workload=workload
                 )

@@ -20,6 +20,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.worker import example_models
 from app.worker.memory import probe
+from app.worker.model import build_model
 from app.worker.workload import Registered
 
 pytestmark = pytest.mark.slow
@@ -93,6 +94,8 @@ def causes(result: dict[str, Any]) -> set[str]:
 def test_models_are_listed_with_what_their_factory_built(client: TestClient) -> None:
     models = {m["name"]: m for m in client.get("/v1/check-models").json()["models"]}
     assert models["synthetic"]["default"] is True
+    synthetic = build_model(0, torch.float64, torch.device("cpu"))
+    assert models["synthetic"]["parameters"] == sum(p.numel() for p in synthetic.parameters())
     assert models["mlp"]["loaded"] is True
     assert models["mlp"]["dataset_size"] == example_models.SAMPLES
     assert models["mlp"]["parameters"] == sum(p.numel() for p in example_models.mlp()[0].parameters())

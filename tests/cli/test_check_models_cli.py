@@ -1,0 +1,51 @@
+"""`batchplan check` with the user's own model: a factory run in this environment, directly
+and under torchrun, and a registered name resolved from BATCHPLAN_CHECK_MODELS."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import Invoke
+
+PLAN = ["--gpus-per-node", "2", "-b", "32"]
+EXAMPLES = "app.worker.example_models"
+
+
+@pytest.mark.slow
+def test_a_factory_that_breaks_equivalence_fails_and_says_why(run: Invoke) -> None:
+    out = run("check", *PLAN, "--model-factory", f"{EXAMPLES}:dropout_mlp", "--noise-steps", "0")
+    assert out.exit_code == 1, out.stderr
+    assert "not DDP-equivalent at this split: dropout" in out.stdout
+    assert "fix: run the check with dropout off" in out.stdout
+
+
+@pytest.mark.slow
+def test_a_factory_under_torchrun_measures_its_noise_scale(run: Invoke) -> None:
+    out = run("check", *PLAN, "--model-factory", f"{EXAMPLES}:quadratic", "--launcher", "torchrun", "--json")
+    assert out.exit_code == 0, out.stderr
+    result = json.loads(out.stdout)["result"]
+    assert result["model"] == f"{EXAMPLES}:quadratic"
+    assert result["ddp_equivalence"]["equivalent"] is True
+    assert result["noise_scale"]["steps"] == 8 and result["noise_scale"]["b_simple"] > 0
+
+
+@pytest.mark.slow
+def test_a_registered_name_comes_from_the_environment(run: Invoke) -> None:
+    env = {"BATCHPLAN_CHECK_MODELS": f"ok={EXAMPLES}:mlp"}
+    out = run("check", *PLAN, "--model", "ok", "--noise-steps", "2", env=env)
+    assert out.exit_code == 0, out.stderr
+    assert "model ok: DDP-equivalent at this split" in out.stdout
+    assert "gradient noise scale B_simple" in out.stdout
+
+
+def test_model_errors_say_what_to_change(run: Invoke) -> None:
+    env = {"BATCHPLAN_CHECK_MODELS": f"ok={EXAMPLES}:mlp"}
+    unknown = run("check", *PLAN, "--model", "okk", env=env)
+    assert unknown.exit_code == 2 and "did you mean 'ok'" in unknown.stderr
+    bad = run("check", *PLAN, "--model-factory", "not a target")
+    assert bad.exit_code == 2 and "package.module:factory" in bad.stderr
+    both = run("check", *PLAN, "--model", "ok", "--model-factory", f"{EXAMPLES}:mlp", env=env)
+    assert both.exit_code == 2 and "not both" in both.stderr
+    remote = run("check", *PLAN, "--model-factory", f"{EXAMPLES}:mlp", "--url", "http://127.0.0.1:9")
+    assert remote.exit_code == 2 and "registered names" in remote.stderr
