@@ -22,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.core.models import BatchEfficiency
+
 # A global batch within this factor of the critical one is "near" it: both efficiencies are
 # at least 1/3 there.
 NEAR_FACTOR = 2.0
@@ -139,22 +141,6 @@ def estimate(steps: Sequence[StepEstimate], decay: float = DEFAULT_DECAY) -> Noi
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Efficiency:
-    """What a global batch costs against the critical batch, by (S/S_min - 1)(E/E_min - 1) = 1."""
-
-    batch_size: int
-    noise_scale: float
-    critical_batch_size: float
-    batch_to_critical: float  # B / B_crit
-    steps_vs_min: float  # S / S_min = 1 + B_noise / B
-    samples_vs_min: float  # E / E_min = 1 + B / B_noise
-    step_efficiency: float  # S_min / S
-    sample_efficiency: float  # E_min / E
-    verdict: str  # "near_critical", "above_critical" or "below_critical"
-    recommendation: str
-
-
 def readable(x: float) -> str:
     """A number for a sentence: whole from 1000 up (4096 -> "4096", where `:.3g` writes
     "4.1e+03"), else three significant digits (1.125 -> "1.12"); an exponent only outside
@@ -168,7 +154,7 @@ def readable(x: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def efficiency(batch_size: int, noise_scale: float, stderr: float | None = None) -> Efficiency:
+def efficiency(batch_size: int, noise_scale: float, stderr: float | None = None) -> BatchEfficiency:
     """Where `batch_size` stands against the critical batch `noise_scale` (B_noise, or
     B_simple as its estimate); `stderr`, the noise scale's standard error, only enters the
     text."""
@@ -209,9 +195,10 @@ def efficiency(batch_size: int, noise_scale: float, stderr: float | None = None)
     else:
         verdict = "near_critical"
         advice = "; that is a good trade of steps against samples"
-    return Efficiency(
+    return BatchEfficiency(
         batch_size=batch_size,
-        noise_scale=n,
+        gradient_noise_scale=n,
+        gradient_noise_scale_stderr=None if stderr is None else float(stderr),
         critical_batch_size=n,
         batch_to_critical=ratio,
         steps_vs_min=steps,

@@ -171,36 +171,23 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
             f"their ratio overflows",
             pointer="/gradient_noise_scale",
         ) from None
-    result = BatchEfficiency(
-        batch_size=e.batch_size,
-        gradient_noise_scale=e.noise_scale,
-        gradient_noise_scale_stderr=None if stderr is None else float(stderr),
-        critical_batch_size=e.critical_batch_size,
-        batch_to_critical=e.batch_to_critical,
-        steps_vs_min=e.steps_vs_min,
-        samples_vs_min=e.samples_vs_min,
-        step_efficiency=e.step_efficiency,
-        sample_efficiency=e.sample_efficiency,
-        verdict=e.verdict,
-        recommendation=e.recommendation,
-    )
     head = (
         f"global batch {global_batch} is {readable(e.batch_to_critical)}x the critical batch "
-        f"(gradient noise scale {readable(e.noise_scale)})"
+        f"(gradient noise scale {readable(e.gradient_noise_scale)})"
     )
     if e.verdict == "above_critical":
-        return result, [
+        return e, [
             f"{head}: it needs {readable(e.samples_vs_min)}x the fewest possible samples "
             f"({readable(e.sample_efficiency * 100)}% sample efficiency); a global batch near "
             f"{readable(e.critical_batch_size)} would use the data better"
         ]
     if e.verdict == "below_critical":
-        return result, [
+        return e, [
             f"{head}: it needs {readable(e.steps_vs_min)}x the fewest possible optimizer steps "
             f"({readable(e.step_efficiency * 100)}% step efficiency); a bigger global batch, up "
             f"to about {readable(e.critical_batch_size)}, would cut them nearly in proportion"
         ]
-    return result, []
+    return e, []
 
 
 def plan(request: PlanRequest) -> Plan:

@@ -262,7 +262,7 @@ def test_steps_and_samples_trade_off_as_mccandlish_et_al(noise: float) -> None:
         x = noise / batch
         assert e.steps_vs_min == 1 + x and e.samples_vs_min == 1 + batch / noise
         assert e.batch_to_critical == batch / noise
-        assert (e.batch_size, e.noise_scale, e.critical_batch_size) == (batch, noise, noise)
+        assert (e.batch_size, e.gradient_noise_scale, e.critical_batch_size) == (batch, noise, noise)
         assert e.step_efficiency == 1 / e.steps_vs_min and e.sample_efficiency == 1 / e.samples_vs_min
         # (S/S_min - 1)(E/E_min - 1) = 1, up to the rounding of 1 + x and 1 + 1/x ...
         bound = 4 * U * (2 + x + 1 / x)
