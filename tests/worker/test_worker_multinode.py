@@ -218,3 +218,37 @@ def test_nccl_on_every_gpu() -> None:
     assert completed.returncode == 0, completed.stderr[-2000:]
     result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
     assert result["passed"] and result["backend"] == "nccl" and result["device"] == "cuda"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA GPUs")
+def test_a_factory_on_gpus_finds_equivalence_noise_and_its_micro_batch() -> None:
+    """A registered-style factory under torchrun with NCCL: the equivalence findings, the
+    noise scale and the micro-batch search against the GPU's own memory (no memory_bytes)."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    request = json.dumps(
+        {
+            "plan": {"topology": {"num_nodes": 1, "gpus_per_node": gpus}, "global_batch_size": 64 * gpus},
+            "backend": "nccl",
+            "fit_micro_batch": {"max_micro_batch_size": 4096},
+        }
+    )
+    extra = ["--model-factory", "app.worker.example_models:wide_mlp"]
+    completed = subprocess.run(
+        torchrun_argv(request, nproc_per_node=gpus, rdzv_endpoint=f"127.0.0.1:{free_port()}", extra=extra),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    assert result["backend"] == "nccl" and result["ddp_equivalence"]["equivalent"] is True
+    search = result["micro_batch_search"]
+    assert search["device"].startswith("cuda") and search["capacity_bytes"] > 1 << 30
+    assert search["max_micro_batch_size"] == 64  # a replica's whole share fits an H100-class GPU
+    noise = result["noise_scale"]  # one GPU: one replica, one micro-batch, nothing to compare
+    assert noise is None if gpus == 1 else noise["steps"] == 8
