@@ -1,0 +1,339 @@
+"""Registered check models over HTTP: check time, noise-scale accuracy, the micro-batch search.
+
+    .venv/bin/python bench/bench_models.py [--runs 5] [--seeds 32] [--json out.json]
+
+Starts `uvicorn app.main:app` with 4 warm rank processes and the example models `mlp`,
+`quadratic` and `wide_mlp` registered, then measures, each against a baseline from the same run:
+
+1. Check time on 4 replicas: the synthetic model (baseline), `mlp` without the noise scale,
+   `mlp` with its default 8 noise-scale steps (median of --runs after one discarded run).
+2. The noise-scale estimate of `quadratic` (global batch 128 on 4 replicas) over 8, 16 and 32
+   steps and seeds 0..--seeds−1, against the closed form of the dataset each seed builds.
+3. The micro-batch search of `wide_mlp` in 4 MiB (global batch 512 on 4 replicas), against
+   a linear scan from micro-batch 1 upward with the same probe, run in this process.
+
+Not a test: it prints figures and ratios and always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+import torch
+from _common import machine_line, table
+
+from app.core.micro_batch_search import budget_bytes
+from app.worker import example_models
+from app.worker.memory import probe
+from app.worker.service import free_port
+from app.worker.workload import Registered
+
+ROOT = Path(__file__).resolve().parents[1]
+REPLICAS = 4
+MODELS = {name: f"app.worker.example_models:{name}" for name in ("mlp", "quadratic", "wide_mlp")}
+NOISE_STEPS = (8, 16, 32)
+MEMORY_BYTES, SAFETY_MARGIN = 4 * 1024 * 1024, 0.1
+
+
+def topology() -> dict[str, int]:
+    return {"num_nodes": 1, "gpus_per_node": REPLICAS}
+
+
+CHECK_PLAN = {"topology": topology(), "global_batch_size": 64, "micro_batch_size": 8}
+QUADRATIC_PLAN = {"topology": topology(), "global_batch_size": 128, "micro_batch_size": 32}
+SEARCH_PLAN = {"topology": topology(), "global_batch_size": 512}
+
+
+def check_over_http(client: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """POST /v1/checks, poll its Location until it finishes: (seconds, result)."""
+    started = time.perf_counter()
+    response = client.post("/v1/checks", json=body)
+    response.raise_for_status()
+    location = response.headers["location"]
+    while True:
+        job = client.get(location).json()
+        if job["status"] not in ("queued", "running"):
+            elapsed = time.perf_counter() - started
+            if job["status"] != "succeeded" or not job["result"]["passed"]:
+                raise RuntimeError(f"check failed: {json.dumps(job)[:2000]}")
+            return elapsed, job["result"]
+        time.sleep(0.002)
+
+
+def wait_until_warm(client: httpx.Client, server: subprocess.Popen[bytes], limit_s: float = 300) -> None:
+    """Until /v1/host is ready and every model in it has been built (loaded not null)."""
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}")
+        try:
+            host = client.get("/v1/host").json()
+            models = host.get("models") or []
+            if host["ready"] and models and all(m.get("loaded") is not None for m in models):
+                broken = [m["name"] for m in models if not m["loaded"]]
+                if broken:
+                    raise RuntimeError(f"models failed to load: {broken}")
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the server was not warm after {limit_s} s")
+
+
+def check_times(client: httpx.Client, runs: int) -> dict[str, Any]:
+    cases = {
+        "synthetic": {"plan": CHECK_PLAN},
+        "mlp_noise0": {"plan": CHECK_PLAN, "model": "mlp", "noise_scale": {"steps": 0}},
+        "mlp_noise8": {"plan": CHECK_PLAN, "model": "mlp"},
+    }
+    out: dict[str, Any] = {}
+    for name, body in cases.items():
+        check_over_http(client, body)  # first run of this model: not counted
+        times, noise = [], []
+        for _ in range(runs):
+            elapsed, result = check_over_http(client, body)
+            times.append(elapsed)
+            if "noise_scale" in result["timings_s"]:
+                noise.append(result["timings_s"]["noise_scale"])
+        out[name] = {
+            "median_s": round(statistics.median(times), 4),
+            "min_s": round(min(times), 4),
+            "max_s": round(max(times), 4),
+            "noise_scale_s": round(statistics.median(noise), 4) if noise else None,
+        }
+    base = out["synthetic"]["median_s"]
+    for row in out.values():
+        row["vs_synthetic"] = round(row["median_s"] / base, 2)
+    return out
+
+
+def noise_accuracy(client: httpx.Client, seeds: int) -> dict[str, Any]:
+    zeros = torch.zeros(example_models.QUADRATIC_DIM)
+    # The factory gets the check's seed, so each seed is its own dataset with its own truth.
+    data = example_models.quadratic_data
+    truth = {s: example_models.quadratic_noise_scale(data(s), zeros) for s in range(seeds)}
+    body = {"plan": QUADRATIC_PLAN, "model": "quadratic"}
+    check_over_http(client, {**body, "noise_scale": {"steps": NOISE_STEPS[0]}})  # warm-up
+    out: dict[str, Any] = {
+        "truth_seed0": round(truth[0], 4),
+        "truth_min": round(min(truth.values()), 4),
+        "truth_max": round(max(truth.values()), 4),
+        "seeds": seeds,
+        "by_steps": {},
+    }
+    for steps in NOISE_STEPS:
+        estimates, errors, relative, covered, seconds = [], [], [], 0, []
+        for seed in range(seeds):
+            _, result = check_over_http(client, {**body, "noise_scale": {"steps": steps}, "seed": seed})
+            noise = result["noise_scale"]
+            seconds.append(result["timings_s"]["noise_scale"])
+            estimate, stderr = noise["b_simple"], noise["stderr"]
+            if estimate is None:
+                continue  # no estimate: the "estimates" column counts the runs that gave one
+            estimates.append(estimate)
+            errors.append(abs(estimate - truth[seed]) / truth[seed])
+            if stderr is not None:
+                relative.append(noise["relative_stderr"])
+                covered += abs(estimate - truth[seed]) <= 2 * stderr
+        out["by_steps"][str(steps)] = {
+            "estimates": len(estimates),
+            "median_estimate": round(statistics.median(estimates), 3) if estimates else None,
+            "mean_abs_rel_error": round(statistics.fmean(errors), 4) if errors else None,
+            "median_relative_stderr": round(statistics.median(relative), 4) if relative else None,
+            "coverage_2se": round(covered / seeds, 3),
+            "noise_scale_s": round(statistics.median(seconds), 4),
+        }
+    return out
+
+
+def linear_scan(budget: int) -> dict[str, Any]:
+    """The baseline: probe 1, 2, 3, … until a size does not fit (same probe, same stop level)."""
+    workload = Registered("wide_mlp", MODELS["wide_mlp"])
+    device = torch.device("cpu")
+    model = workload.module(None, device)
+    probe(model, workload.dataset, workload.loss_fn, 1, device, stop_above_bytes=budget)  # warm-up
+    started = time.perf_counter()
+    size, largest = 1, 0
+    while True:
+        peak, error = probe(model, workload.dataset, workload.loss_fn, size, device, stop_above_bytes=budget)
+        if error is not None or peak > budget:
+            break
+        largest, size = size, size + 1
+    return {"max_micro_batch_size": largest, "trials": size, "seconds": time.perf_counter() - started}
+
+
+def micro_batch_search(client: httpx.Client, runs: int) -> dict[str, Any]:
+    body = {
+        "plan": SEARCH_PLAN,
+        "model": "wide_mlp",
+        "noise_scale": {"steps": 0},
+        "fit_micro_batch": {"memory_bytes": MEMORY_BYTES, "safety_margin": SAFETY_MARGIN},
+    }
+    check_over_http(client, body)  # first search in the rank: not counted
+    searches = [check_over_http(client, body)[1]["micro_batch_search"] for _ in range(runs)]
+    budget = budget_bytes(MEMORY_BYTES, SAFETY_MARGIN)
+    scans = [linear_scan(budget) for _ in range(runs)]
+    last, scan = searches[-1], scans[-1]
+    planned = last["planned"]
+    search_s = statistics.median(s["seconds"] for s in searches)
+    scan_s = statistics.median(s["seconds"] for s in scans)
+    return {
+        "budget_bytes": budget,
+        "search": {
+            "max_micro_batch_size": last["max_micro_batch_size"],
+            "trials": len(last["trials"]),
+            "seconds": round(search_s, 4),
+            "same_every_run": len({(s["max_micro_batch_size"], len(s["trials"])) for s in searches}) == 1,
+            "planned_micro_batch_sizes": planned["micro_batch_sizes"],
+            "planned_accumulation": planned["gradient_accumulation_steps"],
+        },
+        "linear_scan": {
+            "max_micro_batch_size": scan["max_micro_batch_size"],
+            "trials": scan["trials"],
+            "seconds": round(scan_s, 4),
+        },
+        "same_size": scan["max_micro_batch_size"] == last["max_micro_batch_size"],
+        "trials_ratio": round(scan["trials"] / len(last["trials"]), 2),
+        "seconds_ratio": round(scan_s / search_s, 2) if search_s > 0 else None,
+    }
+
+
+def report(figures: dict[str, Any]) -> None:
+    runs, checks = figures["runs"], figures["check_time"]
+    print(machine_line())
+    print(
+        f"server: {REPLICAS} warm rank processes, warm after {figures['server_start_until_warm_s']:.1f} s; "
+        f"bench total {figures['bench_s']:.1f} s"
+    )
+    print(f"\n1. check time, {REPLICAS} replicas, global 64, micro 8 (median of {runs} after 1 discarded)")
+    labels = {
+        "synthetic": "synthetic (baseline)",
+        "mlp_noise0": "mlp, noise_scale steps 0",
+        "mlp_noise8": "mlp, noise_scale steps 8",
+    }
+    rows = [
+        [
+            labels[name],
+            f"{row['median_s']:.3f}",
+            f"{row['min_s']:.3f}",
+            f"{row['max_s']:.3f}",
+            f"{row['vs_synthetic']:.2f}x",
+            "-" if row["noise_scale_s"] is None else f"{row['noise_scale_s']:.3f}",
+        ]
+        for name, row in checks.items()
+    ]
+    print(table(["case", "median s", "min s", "max s", "vs synthetic", "noise_scale s"], rows))
+
+    noise = figures["noise_accuracy"]
+    print(
+        f"\n2. noise scale of quadratic, global 128 on {REPLICAS} replicas, seeds 0..{noise['seeds'] - 1}; "
+        f"truth (closed form per seed's dataset) {noise['truth_seed0']:.2f} at seed 0, "
+        f"{noise['truth_min']:.2f}..{noise['truth_max']:.2f} over the seeds"
+    )
+
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    rows = [
+        [
+            steps,
+            f"{row['estimates']}/{noise['seeds']}",
+            num(row["median_estimate"], ".2f"),
+            num(row["mean_abs_rel_error"], ".1%"),
+            num(row["median_relative_stderr"], ".1%"),
+            f"{row['coverage_2se']:.0%}",
+            f"{row['noise_scale_s']:.3f}",
+        ]
+        for steps, row in noise["by_steps"].items()
+    ]
+    headers = ["steps", "estimates", "median B", "mean |err|/truth", "median rel stderr", "cover 2se"]
+    print(table([*headers, "noise s"], rows))
+
+    search = figures["micro_batch_search"]
+    found, scan = search["search"], search["linear_scan"]
+    print(
+        f"\n3. micro-batch search, wide_mlp, {MEMORY_BYTES} bytes (budget {search['budget_bytes']}), "
+        f"global 512 on {REPLICAS} replicas (median seconds of {runs})"
+    )
+    rows = [
+        [label, str(row["max_micro_batch_size"]), str(row["trials"]), f"{row['seconds']:.3f}"]
+        for label, row in (("search (rank, over HTTP)", found), ("linear scan (in-process)", scan))
+    ]
+    print(table(["method", "max micro-batch", "trials", "seconds"], rows))
+    micro = "/".join(str(m) for m in found["planned_micro_batch_sizes"])
+    print(
+        f"planned: micro-batch {micro} x {found['planned_accumulation']} accumulation steps; "
+        f"same size found: {'yes' if search['same_size'] else 'NO'}; "
+        f"linear/search: {search['trials_ratio']}x trials, {search['seconds_ratio']}x seconds"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per case, after one discarded")
+    parser.add_argument("--seeds", type=int, default=32, help="seeds per noise-scale step count")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # as in the rank processes, for the in-process linear scan
+
+    began = time.perf_counter()
+    port = free_port()
+    figures: dict[str, Any] = {"runs": args.runs, "cpus": os.cpu_count(), "processes_per_host": REPLICAS}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            **os.environ,
+            "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
+            "BATCHPLAN_PROCESSES_PER_HOST": str(REPLICAS),
+            "BATCHPLAN_LOG_LEVEL": "warning",
+            "BATCHPLAN_CHECK_MODELS": ",".join(f"{name}={target}" for name, target in MODELS.items()),
+        }
+        server = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+                started = time.perf_counter()
+                wait_until_warm(client, server)
+                figures["server_start_until_warm_s"] = round(time.perf_counter() - started, 3)
+                figures["check_time"] = check_times(client, args.runs)
+                figures["noise_accuracy"] = noise_accuracy(client, args.seeds)
+                figures["micro_batch_search"] = micro_batch_search(client, args.runs)
+        except Exception as err:  # a bench never fails: say what broke and exit 0
+            print(f"bench_models: {type(err).__name__}: {err}", file=sys.stderr)
+            return 0
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+    figures["bench_s"] = round(time.perf_counter() - began, 1)
+    report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
