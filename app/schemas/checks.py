@@ -246,4 +246,15 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             }
         },
     },
+    "registered_model": {
+        "summary": "An operator-registered model: equivalence, noise scale, largest micro-batch",
+        "description": "Needs a model registered as `mlp`: "
+        "BATCHPLAN_CHECK_MODELS=mlp=app.worker.example_models:mlp",
+        "value": {
+            "plan": {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 256},
+            "model": "mlp",
+            "noise_scale": {"steps": 8, "learning_rate": 0.0},
+            "fit_micro_batch": {"memory_bytes": 85899345920, "safety_margin": 0.1, "optimizer": "adam"},
+        },
+    },
 }
