@@ -31,6 +31,7 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
+from app.worker.workload import to_device
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
@@ -387,7 +388,7 @@ def _micro_steps(
     model.train()
     inputs, targets = default_collate(items)
     items.clear()  # the samples' own tensors are not part of the step once collated
-    inputs, targets = _to_device(inputs, device), _to_device(targets, device)
+    inputs, targets = to_device(inputs, device), to_device(targets, device)
     step = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
     try:
         for _ in range(2):
@@ -415,13 +416,3 @@ def _optimizer(name: str, parameters: list[nn.Parameter]) -> torch.optim.Optimiz
     if name == "adamw":
         return torch.optim.AdamW(parameters, lr=1e-3)
     return torch.optim.SGD(parameters, lr=1e-3, momentum=0.9)
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {key: _to_device(item, device) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_to_device(item, device) for item in value)
-    return value

@@ -46,15 +46,15 @@ def resolve(target: str) -> Callable[..., Any]:
     return factory
 
 
-def _move(value: Any, dtype: torch.dtype | None, device: torch.device) -> Any:
+def to_device(value: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
     """Tensors (in tuples, lists and dicts too) to the device; floating ones to `dtype`."""
     if isinstance(value, torch.Tensor):
         cast = dtype if dtype is not None and value.is_floating_point() else value.dtype
         return value.to(device=device, dtype=cast)
     if isinstance(value, dict):
-        return {k: _move(v, dtype, device) for k, v in value.items()}
+        return {k: to_device(v, device, dtype) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return type(value)(_move(v, dtype, device) for v in value)
+        return type(value)(to_device(v, device, dtype) for v in value)
     return value
 
 
@@ -110,7 +110,7 @@ class Registered(Workload):
         super().__init__(seed)
         self.name = name
         self.target = target
-        factory = resolve(target)
+        factory = self.factory = resolve(target)
         torch.manual_seed(seed)
         try:
             takes_seed = "seed" in inspect.signature(factory).parameters
@@ -155,7 +155,7 @@ class Registered(Workload):
 
         items = [self.dataset[i] for i in indices]
         x, y = default_collate(items)
-        return _move(x, dtype, device), _move(y, dtype, device)
+        return to_device(x, device, dtype), to_device(y, device, dtype)
 
     def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
         mean: torch.Tensor = self.loss_fn(module(x), y)
@@ -163,7 +163,7 @@ class Registered(Workload):
 
     def describe(self) -> dict[str, Any]:
         parameters = sum(p.numel() for p in self.template.parameters())
-        doc = inspect.getdoc(resolve(self.target)) or ""
+        doc = inspect.getdoc(self.factory) or ""
         return {
             "name": self.name,
             "description": doc.split("\n\n")[0].replace("\n", " "),
