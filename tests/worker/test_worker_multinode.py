@@ -165,6 +165,26 @@ def test_two_servers_join_one_two_node_check_and_a_killed_server_leaves_nothing(
     assert not [p["pid"] for p in ranks if alive(p["pid"])]
 
 
+def _torchrun(
+    request: str, processes: int, *, extra: tuple[str, ...] | list[str] = (), timeout: int = 300
+) -> Any:
+    """The rank program under a real torchrun on this host; the one result rank 0 prints."""
+    completed = subprocess.run(
+        torchrun_argv(
+            request, nproc_per_node=processes, rdzv_endpoint=f"127.0.0.1:{free_port()}", extra=extra
+        ),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1  # rank 0 alone prints
+    return json.loads(lines[0])
+
+
 def test_the_rank_program_under_torchrun_prints_the_result() -> None:
     request = json.dumps(
         {
@@ -179,18 +199,7 @@ def test_the_rank_program_under_torchrun_prints_the_result() -> None:
             }
         }
     )
-    completed = subprocess.run(
-        torchrun_argv(request, nproc_per_node=2, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1  # rank 0 alone prints
-    result = json.loads(lines[0])
+    result = _torchrun(request, 2, timeout=120)
     assert result["passed"] and result["split"] == "proportional" and result["processes"] == 2
     assert any(c["name"] == "unweighted_mean" and c["detected"] for c in result["controls"])
 
@@ -207,16 +216,7 @@ def test_nccl_on_every_gpu() -> None:
             "backend": "nccl",
         }
     )
-    completed = subprocess.run(
-        torchrun_argv(request, nproc_per_node=gpus, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    result = _torchrun(request, gpus)
     assert result["passed"] and result["backend"] == "nccl" and result["device"] == "cuda"
 
 
@@ -235,17 +235,7 @@ def test_a_factory_on_gpus_finds_equivalence_noise_and_its_micro_batch() -> None
             "fit_micro_batch": {"max_micro_batch_size": 4096},
         }
     )
-    extra = ["--model-factory", "app.worker.example_models:wide_mlp"]
-    completed = subprocess.run(
-        torchrun_argv(request, nproc_per_node=gpus, rdzv_endpoint=f"127.0.0.1:{free_port()}", extra=extra),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    result = _torchrun(request, gpus, extra=["--model-factory", "app.worker.example_models:wide_mlp"])
     assert result["backend"] == "nccl" and result["ddp_equivalence"]["equivalent"] is True
     search = result["micro_batch_search"]
     assert search["device"].startswith("cuda") and search["capacity_bytes"] > 1 << 30
