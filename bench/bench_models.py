@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 import torch
 from _common import machine_line, table
+from bench_checks import check_over_http
 
 from app.core.micro_batch_search import budget_bytes
 from app.worker import example_models
@@ -55,22 +56,6 @@ def topology() -> dict[str, int]:
 CHECK_PLAN = {"topology": topology(), "global_batch_size": 64, "micro_batch_size": 8}
 QUADRATIC_PLAN = {"topology": topology(), "global_batch_size": 128, "micro_batch_size": 32}
 SEARCH_PLAN = {"topology": topology(), "global_batch_size": 512}
-
-
-def check_over_http(client: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """POST /v1/checks, poll its Location until it finishes: (seconds, result)."""
-    started = time.perf_counter()
-    response = client.post("/v1/checks", json=body)
-    response.raise_for_status()
-    location = response.headers["location"]
-    while True:
-        job = client.get(location).json()
-        if job["status"] not in ("queued", "running"):
-            elapsed = time.perf_counter() - started
-            if job["status"] != "succeeded" or not job["result"]["passed"]:
-                raise RuntimeError(f"check failed: {json.dumps(job)[:2000]}")
-            return elapsed, job["result"]
-        time.sleep(0.002)
 
 
 def wait_until_warm(client: httpx.Client, server: subprocess.Popen[bytes], limit_s: float = 300) -> None:
