@@ -109,10 +109,7 @@ def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
     data["max_micro_batch_size"] = min(data.get("max_micro_batch_size") or cap, cap)
     for group in data["topology"].get("node_groups") or []:
         group["max_micro_batch_size"] = min(group.get("max_micro_batch_size") or cap, cap)
-    request = plan_request(data)
-    fresh = spec_from_plan(
-        plan(request), dtype=spec.dtype, seed=spec.seed, backend=spec.backend, dataset=request.dataset
-    )
+    fresh = spec_from_request({"plan": data, "dtype": spec.dtype, "seed": spec.seed, "backend": spec.backend})
     return dataclasses.replace(
         fresh,
         model=spec.model,
