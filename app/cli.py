@@ -33,6 +33,7 @@ from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput
 from app.core.models import Divisibility, LossReduction, LRRule, Optimizer
 from app.core.planner import plan as plan_locally
+from app.core.problems import domain_problem, validation_problem
 from app.schemas.plans import PlanOut, PlanRequestIn
 
 cli = typer.Typer(
@@ -122,29 +123,9 @@ def _fail_client(err: BatchplanError) -> NoReturn:
     _fail({"detail": str(err)})
 
 
-def _handler_problem(handler: Any, exc: Exception) -> Json:
-    """The problem+json the server answers for `exc`, built by its own exception handler."""
-    import asyncio
-
-    response = asyncio.run(handler(None, exc))
-    data: Json = json.loads(bytes(response.body))
-    return data
-
-
 def _validation_problem(*errors: tuple[str, ValidationError]) -> Json:
     """As the server reports schema errors; `where` is FastAPI's location ("body", "query")."""
-    from fastapi.exceptions import RequestValidationError
-
-    from app.api.problems import _validation
-
-    flat = [{**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors()]
-    return _handler_problem(_validation, RequestValidationError(flat))
-
-
-def _plan_problem(err: PlanError) -> Json:
-    from app.api.problems import _plan_error
-
-    return _handler_problem(_plan_error, err)
+    return validation_problem({**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors())
 
 
 @contextlib.contextmanager
@@ -264,7 +245,7 @@ def compute(body: Json, url: str | None, api_key: str | None = None) -> Json:
     except ValidationError as err:
         _fail(_validation_problem(("body", err)))
     except PlanError as err:
-        _fail(_plan_problem(err))
+        _fail(domain_problem(err))
 
 
 def export_text(fmt: str, body: Json, options: Json, url: str | None, api_key: str | None = None) -> str:
@@ -294,7 +275,7 @@ def export_text(fmt: str, body: Json, options: Json, url: str | None, api_key: s
         core_request = request.to_core()
         return exporter(ExportInput(core_request, plan_locally(core_request), export_options.to_core())).text
     except PlanError as err:
-        _fail(_plan_problem(err))
+        _fail(domain_problem(err))
 
 
 # ----------------------------------------------------------------------------- output
@@ -672,13 +653,10 @@ def _prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[
             backend=check.backend,
             dataset=core_request.dataset,
         )
-    except PlanError as err:
-        err.pointer = "/plan" + err.pointer  # it names a field of the plan, which sits under /plan here
-        _fail(_plan_problem(err))
     except SpecError as err:
-        from app.core.errors import InvalidValue
-
-        _fail(_plan_problem(InvalidValue(err.detail, pointer=err.pointer)))
+        _fail(domain_problem(err))
+    except PlanError as err:
+        _fail(domain_problem(err.under("/plan")))  # it names a field of the plan, which sits under /plan here
     return check.model_dump(mode="json"), spec.data_parallel_size
 
 

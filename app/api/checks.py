@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from app.api.deps import require_api_key
 from app.api.problems import PROBLEM_RESPONSES
-from app.core.errors import InvalidValue, PlanError
+from app.core.errors import InvalidValue, PlanError, Unavailable
 from app.core.model_registry import SYNTHETIC
 from app.schemas.checks import (
     CHECK_EXAMPLES,
@@ -23,8 +22,7 @@ from app.schemas.checks import (
 )
 from app.schemas.plans import ProblemOut
 from app.worker.request import check_options
-from app.worker.service import AlreadyFinished, CheckService, QueueFull, ShuttingDown
-from app.worker.spec import SpecError
+from app.worker.service import CheckService
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
 
@@ -42,9 +40,7 @@ def _service(request: Request) -> CheckService:
     service: CheckService | None = request.app.state.checks
     if service is None:
         reason = request.app.state.worker_error
-        raise HTTPException(
-            503, reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)"
-        )
+        raise Unavailable(reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
     return service
 
 
@@ -81,9 +77,7 @@ async def create_check(
         )
     except PlanError as err:
         # The core names fields of the plan; in this body they sit under /plan.
-        raise dataclasses.replace(err, pointer="/plan" + err.pointer) from None
-    except SpecError as err:
-        raise InvalidValue(err.detail, pointer=err.pointer) from None
+        raise err.under("/plan") from None
     if body.rendezvous is not None:
         host = body.rendezvous.endpoint.rsplit(":", 1)[0].strip("[]").lower()
         allowed = service.limits.allowed_rendezvous_hosts()
@@ -94,17 +88,9 @@ async def create_check(
                 f"{', '.join(sorted(allowed))} (set BATCHPLAN_RENDEZVOUS_HOSTS)",
                 pointer="/rendezvous/endpoint",
             )
-    try:
-        job = await service.submit(
-            stored,
-            spec,
-            timeout,
-            body.rendezvous.model_dump() if body.rendezvous else None,
-        )
-    except QueueFull as full:
-        raise HTTPException(429, str(full), headers={"Retry-After": str(full.retry_after)}) from None
-    except ShuttingDown as down:
-        raise HTTPException(503, str(down), headers={"Retry-After": str(down.retry_after)}) from None
+    job = await service.submit(
+        stored, spec, timeout, body.rendezvous.model_dump() if body.rendezvous else None
+    )
     response.headers["Location"] = f"/v1/checks/{job['id']}"
     return CheckJobOut.from_job(job)
 
@@ -119,8 +105,6 @@ async def list_checks(
 @router.get("/checks/{check_id}", summary="One check", responses=_PROBLEMS)
 async def get_check(check_id: str, service: Service) -> CheckJobOut:
     job = await service.get(check_id)
-    if job is None:
-        raise HTTPException(404, f"no check with id {check_id!r}")
     return CheckJobOut.from_job(job)
 
 
@@ -130,12 +114,7 @@ async def get_check(check_id: str, service: Service) -> CheckJobOut:
     responses={**_PROBLEMS, 409: {"model": ProblemOut, "description": "Already finished."}},
 )
 async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
-    try:
-        job = await service.cancel(check_id)
-    except AlreadyFinished as done:
-        raise HTTPException(409, str(done)) from None
-    if job is None:
-        raise HTTPException(404, f"no check with id {check_id!r}")
+    job = await service.cancel(check_id)
     return CheckJobOut.from_job(job)
 
 

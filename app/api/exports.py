@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, HTTPException, Query
+from fastapi import APIRouter, Body, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.elastic import elastic_plan
-from app.core.errors import PlanError
+from app.core.errors import NotFound, PlanError
 from app.core.exports import EXPORTERS, ExportInput
 from app.core.planner import plan
 from app.core.schedule import schedule
@@ -95,7 +95,7 @@ async def export_plan(
     exporter = EXPORTERS.get(format)
     if exporter is None:
         shown = re.sub(r"[^A-Za-z0-9_.-]", "?", format[:40])
-        raise HTTPException(404, f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}")
+        raise NotFound(f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}")
     core_request = request.to_core()
     out = exporter(ExportInput(core_request, plan(core_request), options.to_core()))
     return Response(
@@ -103,12 +103,6 @@ async def export_plan(
         media_type=out.media_type,
         headers={"Content-Disposition": f'inline; filename="{out.filename}"'},
     )
-
-
-def _nested(err: PlanError) -> PlanError:
-    """Planner errors point into the plan request, which sits under /plan here."""
-    err.pointer = "/plan" + err.pointer
-    return err
 
 
 _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -142,7 +136,7 @@ async def plan_schedule(
     try:
         the_plan = plan(core_request)
     except PlanError as err:
-        raise _nested(err) from None
+        raise err.under("/plan") from None
     result = schedule(the_plan, body.to_core())
     if format == "json":
         return ScheduleOut.model_validate(result)

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import Metrics
-from app.api.problems import MEDIA_TYPE, PROBLEM_TYPE
+from app.core.problems import MEDIA_TYPE, problem_body
 from app.logging_setup import request_id_var
 
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
@@ -24,9 +24,7 @@ _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 def _problem_bytes(status: int, title: str, detail: str) -> bytes:
     import json
 
-    return json.dumps(
-        {"type": PROBLEM_TYPE + f"http-{status}", "title": title, "status": status, "detail": detail}
-    ).encode()
+    return json.dumps(problem_body(status, f"http-{status}", title, detail)).encode()
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

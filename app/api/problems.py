@@ -11,10 +11,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import PlanError
-
-PROBLEM_TYPE = "urn:batchplan:problem:"
-MEDIA_TYPE = "application/problem+json"
+from app.core.errors import DomainError
+from app.core.problems import (
+    MEDIA_TYPE,
+    Problem,
+    domain_problem,
+    problem_body,
+    retry_headers,
+    validation_problem,
+)
 
 
 def problem(
@@ -27,76 +32,20 @@ def problem(
     suggestions: dict[str, list[int]] | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    body: dict[str, Any] = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
-    if errors:
-        body["errors"] = errors
-    if suggestions:
-        body["suggestions"] = suggestions
+    body = problem_body(status, slug, title, detail, errors=errors, suggestions=suggestions)
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
 
-def _pointer(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p != "body"]
-    # pydantic names the branch of a nullable field ("int", "list[...]"): not a request path.
-    parts = [
-        p
-        for p in parts
-        if not p.startswith(("function-", "list[", "int", "float", "str", "bool")) or p.isdigit()
-    ]
-    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
-
-
-def _bound(err: dict[str, Any]) -> int | float | None:
-    """The nearest valid value for a range error, when it is a whole bound."""
-    ctx = err.get("ctx") or {}
-    for key in ("ge", "le"):
-        if key in ctx and isinstance(ctx[key], int):
-            return int(ctx[key])
-    if "gt" in ctx and isinstance(ctx["gt"], int) and isinstance(err.get("input"), int):
-        return int(ctx["gt"]) + 1
-    if "lt" in ctx and isinstance(ctx["lt"], int) and isinstance(err.get("input"), int):
-        return int(ctx["lt"]) - 1
-    return None
+def _respond(body: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=body["status"], media_type=MEDIA_TYPE, headers=headers)
 
 
 async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    errors = []
-    suggestions: dict[str, list[int]] = {}
-    malformed = False
-    for err in exc.errors():
-        if err.get("type") == "json_invalid":
-            malformed = True
-        pointer = _pointer(tuple(err.get("loc", ())))
-        message = err.get("msg", "invalid value")
-        errors.append({"pointer": pointer, "detail": message})
-        bound = _bound(err)
-        if bound is not None and pointer:
-            suggestions[pointer.rsplit("/", 1)[1]] = [int(bound)]
-    if malformed:
-        return problem(
-            400, "malformed-body", "The request body is not valid JSON", errors[0]["detail"], errors=errors
-        )
-    first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
-    where = first["pointer"] or "the body"
-    return problem(
-        422,
-        "validation-error",
-        "The request does not match the schema",
-        f"{where}: {first['detail']}",
-        errors=errors,
-        suggestions=suggestions,
-    )
+    return _respond(validation_problem(exc.errors()))
 
 
-async def _plan_error(request: Request, exc: PlanError) -> JSONResponse:
-    return problem(
-        422,
-        exc.slug,
-        exc.title,
-        exc.detail,
-        errors=[{"pointer": e.pointer, "detail": e.detail} for e in exc.errors],
-        suggestions=exc.suggestions,
-    )
+async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
+    return _respond(domain_problem(exc), retry_headers(exc))
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -168,7 +117,7 @@ def _problem_media_types(app: FastAPI) -> Callable[[], dict[str, Any]]:
 def install_problem_handlers(app: FastAPI) -> None:
     app.openapi = _problem_media_types(app)  # type: ignore[method-assign]
     app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
-    app.add_exception_handler(PlanError, _plan_error)  # type: ignore[arg-type]
+    app.add_exception_handler(DomainError, _domain_error)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
     app.add_exception_handler(RecursionError, _too_deep)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)

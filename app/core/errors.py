@@ -1,8 +1,21 @@
-"""Typed errors of the planner. The web layer maps each to an RFC 9457 problem."""
+"""Typed domain errors. Each carries its kind; the web layer maps kinds to HTTP in one table
+(`app.core.problems`), so nothing below the routers knows a status code."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Self
+
+
+class ErrorKind(StrEnum):
+    INVALID = "invalid"  # a value is out of range or contradicts another
+    INFEASIBLE = "infeasible"  # valid values that cannot be met together
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"  # the resource is in a state that forbids the action
+    BUSY = "busy"  # try again later (retry_after)
+    UNAVAILABLE = "unavailable"  # this server cannot do it now, or at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,17 +25,37 @@ class FieldIssue:
 
 
 @dataclass(eq=False)
-class PlanError(Exception):
-    """A request the planner cannot turn into a plan. `slug` names the problem type."""
+class DomainError(Exception):
+    """An error a client can act on. `slug` names the problem type; `pointer` the request field,
+    when there is one; `suggestions` the nearest valid values."""
 
     detail: str
-    pointer: str
+    pointer: str = ""
     suggestions: dict[str, list[int]] = field(default_factory=dict)
-    slug: str = "invalid-plan"
-    title: str = "The plan request is invalid"
+    slug: str = "invalid-request"
+    title: str = "The request is invalid"
+    kind: ErrorKind = ErrorKind.INVALID
+    retry_after: int | None = None  # seconds, for busy and unavailable
 
     def __post_init__(self) -> None:
         super().__init__(self.detail)
+
+    @property
+    def errors(self) -> list[FieldIssue]:
+        return [FieldIssue(self.pointer, self.detail)] if self.pointer else []
+
+    def under(self, prefix: str) -> Self:
+        """The same error with its pointer moved under `prefix`: a plan request nested in a
+        larger body (a check's `/plan`) names its fields from the body's root."""
+        return dataclasses.replace(self, pointer=prefix + self.pointer)
+
+
+@dataclass(eq=False)
+class PlanError(DomainError):
+    """A request the planner cannot turn into a plan."""
+
+    slug: str = "invalid-plan"
+    title: str = "The plan request is invalid"
 
     @property
     def errors(self) -> list[FieldIssue]:
@@ -43,6 +76,7 @@ class InfeasiblePlan(PlanError):
 
     slug: str = "infeasible-plan"
     title: str = "The batch cannot be split as requested"
+    kind: ErrorKind = ErrorKind.INFEASIBLE
 
 
 @dataclass(eq=False)
@@ -51,3 +85,36 @@ class TopologyError(PlanError):
 
     slug: str = "invalid-topology"
     title: str = "The cluster cannot be split into the requested parallel groups"
+    kind: ErrorKind = ErrorKind.INFEASIBLE
+
+
+# The errors below keep the problem types the service has always answered with
+# (`http-<status>`), so clients that match on `type` see no change.
+
+
+@dataclass(eq=False)
+class NotFound(DomainError):
+    slug: str = "http-404"
+    title: str = "Not found"
+    kind: ErrorKind = ErrorKind.NOT_FOUND
+
+
+@dataclass(eq=False)
+class Conflict(DomainError):
+    slug: str = "http-409"
+    title: str = "HTTP error"
+    kind: ErrorKind = ErrorKind.CONFLICT
+
+
+@dataclass(eq=False)
+class Busy(DomainError):
+    slug: str = "http-429"
+    title: str = "Too many requests"
+    kind: ErrorKind = ErrorKind.BUSY
+
+
+@dataclass(eq=False)
+class Unavailable(DomainError):
+    slug: str = "http-503"
+    title: str = "HTTP error"
+    kind: ErrorKind = ErrorKind.UNAVAILABLE

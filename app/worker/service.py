@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.errors import Busy, Conflict, NotFound, Unavailable
 from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.models import PlanRequest
 from app.core.planner import plan
@@ -40,23 +41,21 @@ ModelList = list[dict[str, Any]]  # a name: CheckService has a method called lis
 FinishObserver = Callable[[str, bool | None, float], None]
 
 
-class QueueFull(Exception):
-    def __init__(self, capacity: int, retry_after: int) -> None:
-        super().__init__(f"{capacity} checks are already waiting; retry in about {retry_after} s")
-        self.retry_after = retry_after
+def queue_full(capacity: int, retry_after: int) -> Busy:
+    return Busy(
+        f"{capacity} checks are already waiting; retry in about {retry_after} s", retry_after=retry_after
+    )
 
 
-class AlreadyFinished(Exception):
-    pass
-
-
-class ShuttingDown(Exception):
+def shutting_down() -> Unavailable:
     """The server is shutting down: no new checks."""
+    return Unavailable(
+        "the server is shutting down and takes no new checks; retry on another worker", retry_after=5
+    )
 
-    retry_after = 5
 
-    def __init__(self) -> None:
-        super().__init__("the server is shutting down and takes no new checks; retry on another worker")
+def no_such_check(job_id: str) -> NotFound:
+    return NotFound(f"no check with id {job_id!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +246,11 @@ class CheckService:
         self, body: dict[str, Any], spec: CheckSpec, timeout_s: float, rendezvous: dict[str, Any] | None
     ) -> dict[str, Any]:
         if self._stopping:
-            raise ShuttingDown
+            raise shutting_down()
         if len(self._queued) >= self.limits.queue_size:
             busy = len(self._queued) + len(self._running)
             wait = math.ceil(self._mean_check_s * busy / self.limits.concurrent_checks)
-            raise QueueFull(self.limits.queue_size, max(1, wait))
+            raise queue_full(self.limits.queue_size, max(1, wait))
         job_id = uuid.uuid4().hex
         payload = {"body": body, "spec": spec.to_json(), "timeout_s": timeout_s, "rendezvous": rendezvous}
         job = await asyncio.to_thread(self.store.create, job_id, payload)
@@ -271,18 +270,19 @@ class CheckService:
         self._queued.add(job_id)
         self._queue.put_nowait(job_id)
 
-    async def get(self, job_id: str) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self.store.get, job_id)
+    async def get(self, job_id: str) -> dict[str, Any]:
+        job = await asyncio.to_thread(self.store.get, job_id)
+        if job is None:
+            raise no_such_check(job_id)
+        return job
 
     async def list(self, limit: int, status: str | None) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.store.recent, limit, status)
 
-    async def cancel(self, job_id: str) -> dict[str, Any] | None:
+    async def cancel(self, job_id: str) -> dict[str, Any]:
         job = await self.get(job_id)
-        if job is None:
-            return None
         if job["status"] in FINISHED:
-            raise AlreadyFinished(f"check {job_id} already {job['status']}")
+            raise Conflict(f"check {job_id} already {job['status']}")
         if job_id in self._queued:
             self._queued.discard(job_id)
             await asyncio.to_thread(self.store.finish, job_id, CANCELLED, error="cancelled before it started")
@@ -376,7 +376,6 @@ class CheckService:
         log.info("check %s started", job_id)
         try:
             job = await self.get(job_id)
-            assert job is not None
             payload = job["request"]
             timeout = float(payload["timeout_s"])
             result = await asyncio.wait_for(self._run(job_id, payload), timeout)

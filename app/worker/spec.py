@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
+from app.core.errors import DomainError
 from app.core.models import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
 
@@ -17,13 +18,12 @@ DTYPES = ("float64", "float32")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
-class SpecError(ValueError):
-    """A plan that cannot be checked as asked; `pointer` names the request field."""
+@dataclass(eq=False)
+class SpecError(DomainError):
+    """A plan that cannot be checked as asked; `pointer` names the field of the check request."""
 
-    def __init__(self, detail: str, pointer: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.pointer = pointer
+    slug: str = "invalid-value"
+    title: str = "A value in the request is invalid"
 
 
 @dataclass(frozen=True, slots=True)

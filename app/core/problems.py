@@ -1,0 +1,112 @@
+"""RFC 9457 problem bodies, built the same way for the HTTP API and the CLI.
+
+The one table from an error's kind to its HTTP status lives here, so the routers raise
+domain errors and nothing else, and `batchplan plan` prints the body the server would send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from app.core.errors import DomainError, ErrorKind
+
+PROBLEM_TYPE = "urn:batchplan:problem:"
+MEDIA_TYPE = "application/problem+json"
+
+STATUS_BY_KIND: dict[ErrorKind, int] = {
+    ErrorKind.INVALID: 422,
+    ErrorKind.INFEASIBLE: 422,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.CONFLICT: 409,
+    ErrorKind.BUSY: 429,
+    ErrorKind.UNAVAILABLE: 503,
+}
+
+Problem = dict[str, Any]
+
+
+def problem_body(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    errors: list[dict[str, str]] | None = None,
+    suggestions: Mapping[str, list[int]] | None = None,
+) -> Problem:
+    body: Problem = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
+    if errors:
+        body["errors"] = errors
+    if suggestions:
+        body["suggestions"] = dict(suggestions)
+    return body
+
+
+def domain_problem(err: DomainError) -> Problem:
+    return problem_body(
+        STATUS_BY_KIND[err.kind],
+        err.slug,
+        err.title,
+        err.detail,
+        errors=[{"pointer": e.pointer, "detail": e.detail} for e in err.errors],
+        suggestions=err.suggestions,
+    )
+
+
+def retry_headers(err: DomainError) -> dict[str, str] | None:
+    return {"Retry-After": str(err.retry_after)} if err.retry_after is not None else None
+
+
+def _pointer(loc: Iterable[Any]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    # pydantic names the branch of a nullable field ("int", "list[...]"): not a request path.
+    parts = [
+        p
+        for p in parts
+        if not p.startswith(("function-", "list[", "int", "float", "str", "bool")) or p.isdigit()
+    ]
+    return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
+
+
+def _bound(err: Mapping[str, Any]) -> int | None:
+    """The nearest valid value for a range error, when it is a whole bound."""
+    ctx = err.get("ctx") or {}
+    for key in ("ge", "le"):
+        if key in ctx and isinstance(ctx[key], int):
+            return int(ctx[key])
+    if "gt" in ctx and isinstance(ctx["gt"], int) and isinstance(err.get("input"), int):
+        return int(ctx["gt"]) + 1
+    if "lt" in ctx and isinstance(ctx["lt"], int) and isinstance(err.get("input"), int):
+        return int(ctx["lt"]) - 1
+    return None
+
+
+def validation_problem(schema_errors: Iterable[Mapping[str, Any]]) -> Problem:
+    """The problem for schema errors in pydantic's shape (`loc`, `msg`, `type`, `ctx`, `input`):
+    400 for a body that is not JSON, else 422 naming each field and the nearest bound."""
+    errors = []
+    suggestions: dict[str, list[int]] = {}
+    malformed = False
+    for err in schema_errors:
+        if err.get("type") == "json_invalid":
+            malformed = True
+        pointer = _pointer(tuple(err.get("loc", ())))
+        errors.append({"pointer": pointer, "detail": err.get("msg", "invalid value")})
+        bound = _bound(err)
+        if bound is not None and pointer:
+            suggestions[pointer.rsplit("/", 1)[1]] = [bound]
+    if malformed:
+        return problem_body(
+            400, "malformed-body", "The request body is not valid JSON", errors[0]["detail"], errors=errors
+        )
+    first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
+    where = first["pointer"] or "the body"
+    return problem_body(
+        422,
+        "validation-error",
+        "The request does not match the schema",
+        f"{where}: {first['detail']}",
+        errors=errors,
+        suggestions=suggestions,
+    )
