@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from app.core.exports import EXPORTERS, ExportInput
 from app.core.models import Divisibility, LossReduction, LRRule, Optimizer
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem, validation_problem
+from app.ports import free_port
 from app.schemas.plans import PlanOut, PlanRequestIn
 
 cli = typer.Typer(
@@ -478,13 +478,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _tail(path: Path, limit: int = 1500) -> str:
     with contextlib.suppress(OSError):
         return path.read_text(errors="replace").strip()[-limit:]
@@ -522,7 +515,7 @@ def run_local_check(
         base_env = {
             **os.environ,
             "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(_free_port()),
+            "MASTER_PORT": str(free_port()),
             "WORLD_SIZE": str(processes),
             "LOCAL_WORLD_SIZE": str(processes),
         }

@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
+from app.ports import free_port
 from app.worker.gradcheck import torchrun_argv
-from app.worker.service import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

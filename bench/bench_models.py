@@ -37,9 +37,9 @@ from _common import machine_line, table
 from bench_checks import check_over_http
 
 from app.core.micro_batch_search import budget_bytes
+from app.ports import free_port
 from app.worker import example_models
 from app.worker.memory import probe
-from app.worker.service import free_port
 from app.worker.workload import Registered
 
 ROOT = Path(__file__).resolve().parents[1]

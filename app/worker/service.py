@@ -23,6 +23,7 @@ from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.models import PlanRequest
 from app.core.planner import plan
 from app.logging_setup import job_id_var
+from app.ports import free_port
 from app.worker.pool import SHUTDOWN_GRACE_S, RankDied, RankError, RankPool
 from app.worker.request import with_options
 from app.worker.spec import CheckSpec, SpecError, spec_from_plan
@@ -75,13 +76,6 @@ class Limits:
             return {h.lower() for h in self.rendezvous_hosts}
         names = {"127.0.0.1", "::1", "localhost", socket.gethostname().lower(), socket.getfqdn().lower()}
         return names
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class CheckService:

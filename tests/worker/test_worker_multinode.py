@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.ports import free_port
 from app.worker.gradcheck import torchrun_argv
-from app.worker.service import free_port
 
 pytest.importorskip("torch")
 
