@@ -1,0 +1,219 @@
+"""What every export format shares: its input and output types, the plan summary written at
+the top of each file, facts about the node groups, and the refusals.
+
+Uneven (proportional) plans give replicas different micro-batches. DeepSpeed, the HF
+Trainer, Lightning and Accelerate take one per-device batch size, so writing such a plan in
+their formats would silently run a different, biased split: those exports refuse it with a
+422 (`ExportUnsupported`) that names the nearest even alternative (`require_even`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.core.errors import PlanError
+from app.core.models import Divisibility, Plan, PlanRequest
+from app.core.planner import plan as run_plan
+
+# ----------------------------------------------------------------------------- types
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    script: str = "train.py"  # what torchrun starts on every node
+    job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
+    image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
+    port: int = 29500  # rendezvous / master port
+
+
+@dataclass(frozen=True, slots=True)
+class ExportInput:
+    request: PlanRequest
+    plan: Plan
+    options: ExportOptions = ExportOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    format: str
+    media_type: str
+    filename: str
+    text: str
+
+
+@dataclass(eq=False)
+class ExportUnsupported(PlanError):
+    """The plan is valid but this format cannot express it."""
+
+    slug: str = "export-unsupported"
+    title: str = "This plan cannot be written in the requested format"
+
+
+Exporter = Callable[[ExportInput], Export]
+
+# ----------------------------------------------------------------------------- text pieces
+
+
+def comment(lines: list[str], mark: str = "#") -> str:
+    return "\n".join(f"{mark} {line}".rstrip() for line in lines)
+
+
+def summary(x: ExportInput) -> list[str]:
+    p = x.plan
+    lines = [
+        f"batchplan: {p.world_size} GPUs, data-parallel size {p.data_parallel_size}"
+        + (f" (model-parallel {p.model_parallel_size})" if p.model_parallel_size > 1 else ""),
+    ]
+    if p.micro_batch_size is not None:
+        lines.append(
+            f"global batch {p.global_batch_size} = micro-batch {p.micro_batch_size} x accumulation "
+            f"{p.gradient_accumulation_steps} x {p.data_parallel_size} replicas"
+        )
+    else:
+        lines.append(
+            f"global batch {p.global_batch_size}, accumulation {p.gradient_accumulation_steps}, "
+            f"uneven micro-batches per replica group:"
+        )
+        for g in p.replica_groups:
+            lines.append(
+                f"  ranks {g.start}-{g.stop - 1} ({g.node_group}): micro-batch {g.micro_batch_size}, "
+                f"loss scale {g.loss_scale!r}"
+            )
+    if p.learning_rate is not None:
+        lr = p.learning_rate
+        lines.append(
+            f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per {lr.base_batch_size}), "
+            f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
+        )
+    lines += [f"warning: {w}" for w in p.warnings]
+    return lines
+
+
+def python_call(call: str, values: dict[str, Any], notes: dict[str, str]) -> str:
+    """`call(` with one `key=repr(value),` per line, each followed by its note if it has one."""
+    lines = [f"{call}("]
+    for key, value in values.items():
+        note = f"  # {notes[key]}" if key in notes else ""
+        lines.append(f"    {key}={value!r},{note}")
+    lines.append(")")
+    return "\n".join(lines)
+
+
+def lr_values(x: ExportInput) -> tuple[float | None, int, float | None]:
+    """(lr, warmup steps, warmup start lr), or (None, 0, None) for a plan without an lr."""
+    lr = x.plan.learning_rate
+    return (lr.lr, lr.warmup_steps, lr.warmup_start_lr) if lr else (None, 0, None)
+
+
+# ----------------------------------------------------------------------------- node groups
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    name: str
+    num_nodes: int
+    gpus_per_node: int
+    first_node: int
+
+
+def node_groups(x: ExportInput) -> list[NodeGroup]:
+    out, node = [], 0
+    for g in x.request.topology.node_groups:
+        out.append(NodeGroup(g.name, g.num_nodes, g.gpus_per_node, node))
+        node += g.num_nodes
+    return out
+
+
+def num_nodes(x: ExportInput) -> int:
+    return sum(g.num_nodes for g in x.request.topology.node_groups)
+
+
+def uniform_gpus_per_node(x: ExportInput) -> int | None:
+    shapes = {g.gpus_per_node for g in x.request.topology.node_groups}
+    return shapes.pop() if len(shapes) == 1 else None
+
+
+def pinned_ranks(x: ExportInput) -> bool:
+    """True when a rank's share depends on which node it runs on: the launch must then
+    number nodes in node-group order (static rendezvous), not in c10d's join order."""
+    return x.plan.split == "proportional" and len(x.request.topology.node_groups) > 1
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def even_alternative(x: ExportInput) -> dict[str, list[int]]:
+    """Nearest global batches an even split can run on this cluster, each checked by the
+    planner with an explicit micro-batch (which makes the split even)."""
+    p, request = x.plan, x.request
+    dp = p.data_parallel_size
+    caps = [g.max_micro_batch_size for g in p.replica_groups if g.max_micro_batch_size is not None]
+    cap = min(caps) if caps else None
+    found: dict[int, int] = {}
+    base = p.global_batch_size // dp
+    for per_replica in sorted({max(base, 1), base + 1}):
+        accumulation = next(
+            (
+                a
+                for a in range(1, per_replica + 1)
+                if per_replica % a == 0 and (cap is None or per_replica // a <= cap)
+            ),
+            None,
+        )
+        if accumulation is None:
+            continue
+        micro = per_replica // accumulation
+        try:
+            candidate = run_plan(
+                replace(
+                    request,
+                    global_batch_size=per_replica * dp,
+                    micro_batch_size=micro,
+                    gradient_accumulation_steps=None,
+                    divisibility=Divisibility.EXACT,
+                )
+            )
+        except PlanError:
+            continue
+        if candidate.split == "even":
+            found[candidate.global_batch_size] = micro
+    ordered = sorted(found, key=lambda v: (abs(v - p.global_batch_size), v))
+    return {"global_batch_size": ordered, "micro_batch_size": [found[v] for v in ordered]} if ordered else {}
+
+
+def require_even(x: ExportInput, fmt: str, why: str) -> None:
+    """Refuse an uneven plan for a format that takes one batch size for every process."""
+    if x.plan.micro_batch_size is not None:
+        return
+    suggestions = even_alternative(x)
+    alternative = ""
+    if suggestions:
+        alternative = (
+            f"; the nearest even split is global_batch_size {suggestions['global_batch_size'][0]} with "
+            f"micro_batch_size {suggestions['micro_batch_size'][0]} (faster GPUs then wait for slower ones)"
+        )
+    raise ExportUnsupported(
+        f"this plan gives replicas different micro-batches "
+        f"({', '.join(str(g.micro_batch_size) for g in x.plan.replica_groups)}), and {fmt} {why}, "
+        f"so it would run a different, unevenly weighted batch{alternative}. Use the python or torchrun "
+        f"export for the uneven split",
+        pointer="/divisibility"
+        if x.request.divisibility is Divisibility.BALANCE
+        else "/topology/node_groups",
+        suggestions=suggestions,
+    )
+
+
+def require_uniform_nodes(x: ExportInput, fmt: str) -> int:
+    """The GPUs per node, for a format that starts as many processes on every node."""
+    shape = uniform_gpus_per_node(x)
+    if shape is None:
+        raise ExportUnsupported(
+            f"{fmt} runs the same number of processes on every node, and these node groups have "
+            f"{sorted({g.gpus_per_node for g in x.request.topology.node_groups})} GPUs per node; "
+            f"use the torchrun or slurm export",
+            pointer="/topology/node_groups",
+        )
+    return shape

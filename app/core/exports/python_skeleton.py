@@ -1,0 +1,218 @@
+"""`python`: a runnable DDP training loop (a torchrun script) that holds the plan, including
+the per-rank micro-batches and loss scales of an uneven split. Data-parallel only."""
+
+from __future__ import annotations
+
+from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
+
+_SKELETON = '''#!/usr/bin/env python3
+"""DDP training loop for a batchplan plan.
+
+__SUMMARY__
+
+Launch one process per GPU with torchrun (see the torchrun export for multi-node), e.g.
+    torchrun --nproc-per-node __NPROC__ __SCRIPT__
+Replace build_dataset() and build_model(). To try the loop first on CPU with a toy model and
+data set (gloo backend): BATCHPLAN_TOY=1 torchrun --nproc-per-node __WORLD__ __SCRIPT__ --max-steps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+__SAMPLER_IMPORT__
+# ---- the plan: change it by planning again, not by hand --------------------------------
+DATA_PARALLEL_SIZE = __WORLD__  # processes; the loop refuses to run with any other number
+GLOBAL_BATCH_SIZE = __GLOBAL__
+GRADIENT_ACCUMULATION_STEPS = __ACCUM__
+EVEN_SPLIT = __EVEN__
+# (first rank, stop rank, micro-batch size, loss scale) for data-parallel ranks [first, stop)
+REPLICA_GROUPS = __GROUPS__
+LOSS_REDUCTION = __REDUCTION__
+SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
+EPOCHS = __EPOCHS__
+OPTIMIZER = __OPTIMIZER__
+LR, WARMUP_START_LR, WARMUP_STEPS = __LR__, __WARMUP_START__, __WARMUP__
+ADAM_BETAS, ADAM_EPS = __BETAS__, __EPS__
+
+TOY = os.environ.get("BATCHPLAN_TOY") == "1"
+
+
+def build_dataset() -> Dataset:
+    if TOY:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(4 * GLOBAL_BATCH_SIZE, 8, generator=generator)
+        y = x @ torch.randn(8, 1, generator=generator) + 0.1 * torch.randn(len(x), 1, generator=generator)
+        return TensorDataset(x, y)
+    raise NotImplementedError("build_dataset(): return your training Dataset (or set BATCHPLAN_TOY=1)")
+
+
+def build_model() -> nn.Module:
+    if TOY:
+        return nn.Linear(8, 1)
+    raise NotImplementedError("build_model(): return your model (or set BATCHPLAN_TOY=1)")
+
+
+def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    # The plan's loss scales assume this reduction.
+    return nn.functional.mse_loss(output, target, reduction=LOSS_REDUCTION)
+
+
+def replica_settings(rank: int) -> tuple[int, float]:
+    for first, stop, micro, scale in REPLICA_GROUPS:
+        if first <= rank < stop:
+            return micro, scale
+    raise ValueError(f"rank {rank} is in no replica group")
+
+
+def make_sampler(dataset: Dataset, rank: int):
+    if EVEN_SPLIT:
+        return DistributedSampler(
+            dataset, num_replicas=DATA_PARALLEL_SIZE, rank=rank, shuffle=SHUFFLE, seed=SEED,
+            drop_last=DROP_LAST,
+        )
+    # Each micro-step's samples are shared out by micro-batch size, rank by rank.
+    micro_batch_sizes = [micro for first, stop, micro, _ in REPLICA_GROUPS for _ in range(first, stop)]
+    return ProportionalSampler(
+        len(dataset), micro_batch_sizes, rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST
+    )
+
+
+def build_optimizer(params) -> torch.optim.Optimizer:
+    if OPTIMIZER in ("adam", "adamw", "lamb"):  # torch has no LAMB: AdamW stands in, plug in yours
+        cls = torch.optim.Adam if OPTIMIZER == "adam" else torch.optim.AdamW
+        return cls(params, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS)
+    return torch.optim.SGD(params, lr=LR, momentum=0.9)  # torch has no LARS: plug in yours
+
+
+def warmup_factor(step: int) -> float:
+    """Linear warmup from WARMUP_START_LR to LR over WARMUP_STEPS optimizer steps."""
+    if step >= WARMUP_STEPS:
+        return 1.0
+    return (WARMUP_START_LR + (LR - WARMUP_START_LR) * step / WARMUP_STEPS) / LR
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps")
+    parser.add_argument("--log-every", type=int, default=100)
+    args = parser.parse_args()
+
+    backend = "nccl" if torch.cuda.is_available() and not TOY else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world != DATA_PARALLEL_SIZE:
+        raise SystemExit(
+            f"this plan is for {DATA_PARALLEL_SIZE} processes, not {world}: the global batch and the "
+            f"loss scales depend on it; plan again for {world}"
+        )
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    micro_batch_size, loss_scale = replica_settings(rank)
+
+    torch.manual_seed(SEED)  # DDP also broadcasts rank 0's weights at construction
+    model = DDP(build_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+    dataset = build_dataset()
+    sampler = make_sampler(dataset, rank)
+    # The sampler owns drop_last; the DataLoader keeps every index it is given.
+    loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
+    optimizer = build_optimizer(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor)
+
+    step = 0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
+        optimizer.zero_grad(set_to_none=True)
+        # Micro-batches past the last whole optimizer step are skipped: under no_sync their
+        # gradients would stay local and leak, unscaled, into the next epoch's first step.
+        usable = len(loader) // GRADIENT_ACCUMULATION_STEPS * GRADIENT_ACCUMULATION_STEPS
+        for i, (inputs, targets) in enumerate(loader):
+            if i >= usable:
+                break
+            inputs, targets = inputs.to(device), targets.to(device)
+            sync = (i + 1) % GRADIENT_ACCUMULATION_STEPS == 0
+            # Only the last micro-batch of a step all-reduces; the others accumulate locally.
+            with contextlib.nullcontext() if sync else model.no_sync():
+                loss = loss_fn(model(inputs), targets)
+                # loss_scale makes the accumulated, DDP-averaged gradient that of the mean loss
+                # over the global batch (1 / accumulation on an even split).
+                (loss * loss_scale).backward()
+            if not sync:
+                continue
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            if rank == 0 and (step == 1 or step % args.log_every == 0):
+                print(f"epoch {epoch} step {step} loss {loss.item():.6g} lr {scheduler.get_last_lr()[0]:.6g}",
+                      flush=True)
+            if args.max_steps and step >= args.max_steps:
+                break
+        if args.max_steps and step >= args.max_steps:
+            break
+    if rank == 0:
+        print(f"done: {step} optimizer steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def export_python(x: ExportInput) -> Export:
+    p = x.plan
+    if p.model_parallel_size > 1:
+        raise ExportUnsupported(
+            f"the python skeleton is plain DDP (data-parallel only), and this plan has model-parallel "
+            f"size {p.model_parallel_size}; use the deepspeed or torchrun export with your "
+            f"model-parallel framework",
+            pointer="/parallelism",
+            suggestions={"tensor": [1], "pipeline": [1], "context": [1]},
+        )
+    lr = p.learning_rate
+    groups = [(g.start, g.stop, g.micro_batch_size, g.loss_scale) for g in p.replica_groups]
+    betas = (lr.adam.beta1, lr.adam.beta2) if lr and lr.adam and lr.adam.valid else (0.9, 0.999)
+    eps = lr.adam.eps if lr and lr.adam and lr.adam.valid else 1e-8
+    sampler_import = (
+        ""
+        if p.split == "even"
+        else "\nfrom app.worker.samplers import ProportionalSampler  # pip install batchplan\n"
+    )
+    shape = uniform_gpus_per_node(x)
+    fields = {
+        "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
+        "__NPROC__": str(shape if shape is not None else "gpu"),
+        "__SCRIPT__": x.options.script,
+        "__SAMPLER_IMPORT__": sampler_import,
+        "__WORLD__": str(p.data_parallel_size),
+        "__GLOBAL__": str(p.global_batch_size),
+        "__ACCUM__": str(p.gradient_accumulation_steps),
+        "__EVEN__": repr(p.split == "even"),
+        "__GROUPS__": repr(groups),
+        "__REDUCTION__": repr(p.loss_reduction),
+        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__EPOCHS__": repr(p.sampler.epochs if p.sampler and p.sampler.epochs else 1),
+        "__OPTIMIZER__": repr(lr.optimizer if lr else "sgd"),
+        "__LR__": repr(lr.lr if lr else 0.1),
+        "__WARMUP_START__": repr(lr.warmup_start_lr if lr else 0.1),
+        "__WARMUP__": repr(lr.warmup_steps if lr else 0),
+        "__BETAS__": repr(betas),
+        "__EPS__": repr(eps),
+    }
+    text = _SKELETON
+    for token, value in fields.items():
+        text = text.replace(token, value)
+    return Export("python", "text/plain", "train.py", text)

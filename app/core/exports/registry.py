@@ -1,0 +1,31 @@
+"""The export formats by name: one line per format. The web layer and the CLI list and look
+formats up here; a new format is one module and one line below."""
+
+from __future__ import annotations
+
+from app.core.exports.accelerate import export_accelerate
+from app.core.exports.common import Export, Exporter, ExportInput
+from app.core.exports.deepspeed import export_deepspeed
+from app.core.exports.hf_trainer import export_hf_trainer
+from app.core.exports.kubernetes import export_kubernetes
+from app.core.exports.lightning import export_lightning
+from app.core.exports.python_skeleton import export_python
+from app.core.exports.slurm import export_slurm
+from app.core.exports.torchrun import export_torchrun
+
+# The order is the order formats are listed in (404 details, OpenAPI examples, the CLI).
+EXPORTERS: dict[str, Exporter] = {
+    "torchrun": export_torchrun,
+    "slurm": export_slurm,
+    "kubernetes": export_kubernetes,
+    "deepspeed": export_deepspeed,
+    "accelerate": export_accelerate,
+    "hf-trainer": export_hf_trainer,
+    "lightning": export_lightning,
+    "python": export_python,
+}
+
+
+def export(fmt: str, x: ExportInput) -> Export:
+    """Raises KeyError for an unknown format (the web layer answers 404 with `EXPORTERS`)."""
+    return EXPORTERS[fmt](x)

@@ -1,0 +1,58 @@
+"""Shell pieces of the launch scripts (torchrun, Slurm): the torchrun command line, its
+quoting, and the batch-size environment block."""
+
+from __future__ import annotations
+
+import shlex
+
+from app.core.exports.common import ExportInput
+
+
+def torchrun_args(x: ExportInput, *, nnodes: str, nproc: str, rendezvous: list[str]) -> list[str]:
+    return [
+        "torchrun",
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        nproc,
+        *rendezvous,
+        x.options.script,
+    ]
+
+
+def c10d_rendezvous(rdzv_id: str) -> list[str]:
+    """torchrun's dynamic rendezvous at $MASTER_ADDR:$MASTER_PORT: nodes get their ranks in
+    the order they join."""
+    return [
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        '"$MASTER_ADDR:$MASTER_PORT"',
+        "--rdzv-id",
+        rdzv_id,
+    ]
+
+
+def shell_line(args: list[str], indent: str = "") -> str:
+    """A shell command, one option per line. Words starting with `"$` are already quoted
+    shell expressions; everything else is quoted for the shell."""
+    words = [a if a.startswith('"$') else shlex.quote(a) for a in args]
+    parts, i = [words[0]], 1
+    while i < len(words):
+        if words[i].startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--"):
+            parts.append(f"{words[i]} {words[i + 1]}")
+            i += 2
+        else:
+            parts.append(words[i])
+            i += 1
+    return (" \\\n" + indent + "  ").join(parts)
+
+
+def batch_env(x: ExportInput) -> list[str]:
+    p = x.plan
+    if p.micro_batch_size is None:
+        return ["# Per-rank micro-batches differ: the training script reads them from its replica table."]
+    return [
+        f"export GLOBAL_BATCH_SIZE={p.global_batch_size} MICRO_BATCH_SIZE={p.micro_batch_size} "
+        f"GRADIENT_ACCUMULATION_STEPS={p.gradient_accumulation_steps}"
+    ]

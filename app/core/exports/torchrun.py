@@ -1,0 +1,97 @@
+"""`torchrun`: a bash launch script, run on every node. It carries uneven plans too: when a
+rank's share depends on its node, nodes are numbered in node-group order (static
+rendezvous)."""
+
+from __future__ import annotations
+
+from app.core.exports.common import (
+    Export,
+    ExportInput,
+    NodeGroup,
+    comment,
+    node_groups,
+    num_nodes,
+    pinned_ranks,
+    summary,
+    uniform_gpus_per_node,
+)
+from app.core.exports.shell import batch_env, c10d_rendezvous, shell_line, torchrun_args
+
+
+def export_torchrun(x: ExportInput) -> Export:
+    groups = node_groups(x)
+    nodes = num_nodes(x)
+    head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *batch_env(x)]
+    if nodes == 1:
+        body = [
+            "# Single node: every GPU of this machine, rendezvous on localhost.",
+            shell_line(
+                torchrun_args(x, nnodes="1", nproc=str(groups[0].gpus_per_node), rendezvous=["--standalone"])
+            ),
+        ]
+    elif not pinned_ranks(x):
+        body = _any_node_order(x, nodes)
+    else:
+        body = _node_group_order(x, groups, nodes)
+    return Export("torchrun", "text/plain", "launch.sh", "\n".join(head + body) + "\n")
+
+
+def _any_node_order(x: ExportInput, nodes: int) -> list[str]:
+    shape = uniform_gpus_per_node(x)
+    nproc = str(shape) if shape is not None else "gpu"
+    body = [
+        f"# Multi-node: run this same script on each of the {nodes} nodes. The c10d rendezvous",
+        "# numbers the nodes as they join; MASTER_ADDR is any one node, the same everywhere.",
+    ]
+    if shape is None:
+        body.append("# Node groups differ in GPUs per node: each node starts one process per local GPU.")
+    return [
+        *body,
+        ': "${MASTER_ADDR:?set MASTER_ADDR to the address of one node, the same on every node}"',
+        f'MASTER_PORT="${{MASTER_PORT:-{x.options.port}}}"',
+        shell_line(
+            torchrun_args(
+                x, nnodes=str(nodes), nproc=nproc, rendezvous=c10d_rendezvous('"${RDZV_ID:-batchplan}"')
+            )
+        ),
+    ]
+
+
+def _node_group_order(x: ExportInput, groups: list[NodeGroup], nodes: int) -> list[str]:
+    body = [
+        f"# Multi-node with uneven shares: run this script on each of the {nodes} nodes with",
+        "# NODE_RANK set. Ranks are numbered in node-group order, so each node's GPUs get the",
+        "# micro-batch planned for them; static rendezvous keeps that order (c10d would number",
+        "# nodes as they join).",
+    ]
+    for g in groups:
+        body.append(f"#   NODE_RANK {g.first_node}-{g.first_node + g.num_nodes - 1}: {g.name} nodes")
+    body += [
+        ': "${MASTER_ADDR:?set MASTER_ADDR to the address of the node with NODE_RANK 0}"',
+        ': "${NODE_RANK:?set NODE_RANK to this node index, in node-group order}"',
+        f'MASTER_PORT="${{MASTER_PORT:-{x.options.port}}}"',
+    ]
+    for i, g in enumerate(groups):
+        keyword = "if" if i == 0 else "elif"
+        body.append(
+            f'{keyword} [ "$NODE_RANK" -lt {g.first_node + g.num_nodes} ]; then NPROC={g.gpus_per_node}'
+        )
+    body += [
+        f'else echo "NODE_RANK must be below {nodes}" >&2; exit 2; fi',
+        shell_line(
+            torchrun_args(
+                x,
+                nnodes=str(nodes),
+                nproc='"$NPROC"',
+                rendezvous=[
+                    "--node-rank",
+                    '"$NODE_RANK"',
+                    "--master-addr",
+                    '"$MASTER_ADDR"',
+                    "--master-port",
+                    '"$MASTER_PORT"',
+                ],
+            )
+        ),
+    ]
+    return body
