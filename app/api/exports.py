@@ -41,6 +41,11 @@ _UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 }
 
 
+def _unknown_format(shown: str) -> str:
+    """The 404 detail, shared with its OpenAPI example so the example stays what is answered."""
+    return f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}"
+
+
 def _export_examples() -> dict[int | str, dict[str, Any]]:
     """Response examples are real exports of the homogeneous request example."""
     request = PlanRequestIn.model_validate(EXAMPLES["dataset_and_lr"]["value"]).to_core()
@@ -63,7 +68,7 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
                         "type": "urn:batchplan:problem:http-404",
                         "title": "Not found",
                         "status": 404,
-                        "detail": f"unknown export format 'ray'; known formats: {', '.join(EXPORTERS)}",
+                        "detail": _unknown_format("ray"),
                     }
                 }
             },
@@ -95,7 +100,7 @@ async def export_plan(
     exporter = EXPORTERS.get(format)
     if exporter is None:
         shown = re.sub(r"[^A-Za-z0-9_.-]", "?", format[:40])
-        raise NotFound(f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}")
+        raise NotFound(_unknown_format(shown))
     core_request = request.to_core()
     out = exporter(ExportInput(core_request, plan(core_request), options.to_core()))
     return Response(
