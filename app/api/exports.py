@@ -5,7 +5,6 @@ Thin: every number comes from app.core (exports, schedule, elastic); charts from
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
@@ -14,8 +13,8 @@ from fastapi.responses import Response
 
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.elastic import elastic_plan
-from app.core.errors import NotFound, PlanError
-from app.core.exports import EXPORTERS, ExportInput
+from app.core.errors import PlanError
+from app.core.exports import EXPORTERS, ExportInput, unknown_format
 from app.core.planner import plan
 from app.core.schedule import schedule
 from app.schemas.exports import (
@@ -41,11 +40,6 @@ _UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _unknown_format(shown: str) -> str:
-    """The 404 detail, shared with its OpenAPI example so the example stays what is answered."""
-    return f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}"
-
-
 def _export_examples() -> dict[int | str, dict[str, Any]]:
     """Response examples are real exports of the homogeneous request example."""
     request = PlanRequestIn.model_validate(EXAMPLES["dataset_and_lr"]["value"]).to_core()
@@ -68,7 +62,7 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
                         "type": "urn:batchplan:problem:http-404",
                         "title": "Not found",
                         "status": 404,
-                        "detail": _unknown_format("ray"),
+                        "detail": unknown_format("ray").detail,
                     }
                 }
             },
@@ -99,8 +93,7 @@ async def export_plan(
     """
     exporter = EXPORTERS.get(format)
     if exporter is None:
-        shown = re.sub(r"[^A-Za-z0-9_.-]", "?", format[:40])
-        raise NotFound(_unknown_format(shown))
+        raise unknown_format(format)
     core_request = request.to_core()
     out = exporter(ExportInput(core_request, plan(core_request), options.to_core()))
     return Response(

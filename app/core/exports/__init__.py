@@ -9,7 +9,7 @@ for every process; torchrun, slurm and python carry the per-rank table.
 """
 
 from app.core.exports.common import Export, Exporter, ExportInput, ExportOptions, ExportUnsupported
-from app.core.exports.registry import EXPORTERS, export
+from app.core.exports.registry import EXPORTERS, export, unknown_format
 from app.core.exports.yaml_writer import to_yaml
 
 __all__ = [
@@ -21,4 +21,5 @@ __all__ = [
     "Exporter",
     "export",
     "to_yaml",
+    "unknown_format",
 ]

@@ -3,6 +3,9 @@ formats up here; a new format is one module and one line below."""
 
 from __future__ import annotations
 
+import re
+
+from app.core.errors import NotFound
 from app.core.exports.accelerate import export_accelerate
 from app.core.exports.common import Export, Exporter, ExportInput
 from app.core.exports.deepspeed import export_deepspeed
@@ -29,3 +32,10 @@ EXPORTERS: dict[str, Exporter] = {
 def export(fmt: str, x: ExportInput) -> Export:
     """Raises KeyError for an unknown format (the web layer answers 404 with `EXPORTERS`)."""
     return EXPORTERS[fmt](x)
+
+
+def unknown_format(fmt: str) -> NotFound:
+    """The error for a name not in `EXPORTERS`, listing the known ones. The name is echoed
+    back, so it is cut short and anything but name characters is masked."""
+    shown = re.sub(r"[^A-Za-z0-9_.-]", "?", fmt[:40])
+    return NotFound(f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}")
