@@ -1,0 +1,28 @@
+"""The `batchplan` command: plan, export and check locally with the core, or against a server with --url.
+
+Local and server answers are the same JSON; errors are the server's problem+json in both
+cases (the local path builds them with the server's own functions), printed as the detail,
+the other field errors and the suggestions, with exit status 2.
+
+One module per command (plan, export, check, serve with host); options.py declares the shared
+options once, output.py prints results and problems.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from app.cli import check, export, plan, serve
+
+cli = typer.Typer(
+    help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False
+)
+for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
+    cli.command()(command)
+
+
+def main() -> None:
+    cli(prog_name="batchplan")
+
+
+__all__ = ["cli", "main"]
