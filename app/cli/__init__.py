@@ -4,8 +4,10 @@ Local and server answers are the same JSON; errors are the server's problem+json
 cases (the local path builds them with the server's own functions), printed as the detail,
 the other field errors and the suggestions, with exit status 2.
 
-One module per command (plan, export, check, serve with host); options.py declares the shared
-options once, output.py prints results and problems.
+One module per command: plan, export, check (local_check runs one here), serve (with host).
+options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
+them into a plan request, compute.py answers plan and export here or via a server, and
+output.py prints results and problems.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from app.cli.progress import Progress
 from app.cli.requests import plan_body, plan_request
 from app.client import BatchplanError, CheckTimeout, Json
 
-# The values the check request takes (app/worker/spec.py checks them); typer shows and checks them too.
+# The worker's BACKENDS and DTYPES (app/worker/spec.py), as Literals: typer lists and checks them.
 Backend = Literal["auto", "gloo", "nccl"]
 DType = Literal["float64", "float32"]
 

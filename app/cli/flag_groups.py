@@ -18,6 +18,7 @@ Command = Callable[..., None]
 
 
 def with_flag_groups(command: Command) -> Command:
+    """`command` as typer should see it: each flag-group parameter spelled out as its fields."""
     signature = inspect.signature(command, eval_str=True)
     groups: dict[str, tuple[type[Any], list[str]]] = {}
     params: list[inspect.Parameter] = []
