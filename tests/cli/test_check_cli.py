@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import API_KEY, Invoke, Server
 
-from app.cli import _show_check
+from app.cli.output import show_check
 from app.client import BatchplanClient, ProblemError
 
 PLAN = ["--gpus-per-node", "2", "-b", "16", "-m", "4"]  # 2 replicas, accumulation 2
@@ -152,10 +152,10 @@ def test_exit_status_of_a_finished_check(capsys: pytest.CaptureFixture[str]) -> 
         "timings_s": {},
     }
     job = {"id": "x", "status": "succeeded", "result": result, "error": None}
-    assert _show_check(job, as_json=False) == 1
+    assert show_check(job, as_json=False) == 1
     assert capsys.readouterr().out.startswith("FAILED: the DDP gradient does NOT match")
-    assert _show_check({**job, "result": {**result, "passed": True, "rel_l2": 0.0}}, as_json=False) == 0
+    assert show_check({**job, "result": {**result, "passed": True, "rel_l2": 0.0}}, as_json=False) == 0
     assert (
-        _show_check({"id": "x", "status": "failed", "result": None, "error": "rank died"}, as_json=True) == 2
+        show_check({"id": "x", "status": "failed", "result": None, "error": "rank died"}, as_json=True) == 2
     )
     assert "check x failed: rank died" in capsys.readouterr().err

@@ -1,0 +1,30 @@
+"""The `batchplan` command: plan, export and check locally with the core, or against a server with --url.
+
+Local and server answers are the same JSON; errors are the server's problem+json in both
+cases (the local path builds them with the server's own functions), printed as the detail,
+the other field errors and the suggestions, with exit status 2.
+
+One module per command: plan, export, check (local_check runs one here), serve (with host).
+options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
+them into a plan request, compute.py answers plan and export here or via a server, and
+output.py prints results and problems.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from app.cli import check, export, plan, serve
+
+cli = typer.Typer(
+    help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False
+)
+for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
+    cli.command()(command)
+
+
+def main() -> None:
+    cli(prog_name="batchplan")
+
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,5 @@
+"""`python -m app.cli`: the same as the `batchplan` script."""
+
+from app.cli import main
+
+main()

@@ -1,0 +1,177 @@
+"""`batchplan check`: prove a plan with one real DDP step, on a server (--url) or here."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from app.cli.compute import make_client
+from app.cli.flag_groups import with_flag_groups
+from app.cli.local_check import Launcher, prepare_local_check, run_local_check
+from app.cli.options import ApiKey, BatchFlags, Url
+from app.cli.output import client_errors, fail, show_check
+from app.cli.progress import Progress
+from app.cli.requests import plan_body, plan_request
+from app.client import BatchplanError, CheckTimeout, Json
+
+# The worker's BACKENDS and DTYPES (app/worker/spec.py), as Literals: typer lists and checks them.
+Backend = Literal["auto", "gloo", "nccl"]
+DType = Literal["float64", "float32"]
+
+CheckRequestFile = Annotated[
+    Path | None,
+    typer.Option(
+        help="A JSON plan request, or a whole check request {plan, backend, ...}.", show_default=False
+    ),
+]
+
+
+@dataclass(frozen=True)
+class CheckFlags:
+    """What the check runs: they set the check request's fields over the plan's (and --request's)."""
+
+    backend: Annotated[Backend | None, typer.Option(help="(default: auto)", show_default=False)] = None
+    dtype: Annotated[DType | None, typer.Option(help="(default: float64)", show_default=False)] = None
+    seed: Annotated[
+        int | None, typer.Option(help="Weights and data seed (default: 0).", show_default=False)
+    ] = None
+    timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A check model by its registered name (BATCHPLAN_CHECK_MODELS; default: synthetic)."
+        ),
+    ] = None
+    model_factory: Annotated[
+        str | None,
+        typer.Option(
+            help="Local only: train package.module:factory's (model, dataset, loss_fn) in this environment.",
+            show_default=False,
+        ),
+    ] = None
+    noise_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Steps that measure the gradient noise scale (default: 8 for a registered model or factory, "
+            "else 0).",
+            show_default=False,
+        ),
+    ] = None
+    noise_lr: Annotated[
+        float | None,
+        typer.Option(help="SGD learning rate between those steps (default: 0).", show_default=False),
+    ] = None
+    fit_micro_batch: Annotated[
+        bool, typer.Option(help="Find the largest micro-batch that fits one device; re-plan with it.")
+    ] = False
+    fit_memory_bytes: Annotated[
+        int | None,
+        typer.Option(
+            help="The device memory to fit into (needed on CPU; implies --fit-micro-batch).",
+            show_default=False,
+        ),
+    ] = None
+    safety_margin: Annotated[
+        float | None,
+        typer.Option(help="Fraction of that memory kept free (default: 0.1).", show_default=False),
+    ] = None
+
+
+def check_body(request: Path | None, flags: BatchFlags, run: CheckFlags) -> Json:
+    """A check request: --request holds a plan request or a whole check request."""
+    if request is None:
+        body: Json = {"plan": plan_body(flags)}
+    else:
+        data = plan_request(request, flags)
+        body = data if "plan" in data else {"plan": data}
+    for key, value in (("backend", run.backend), ("dtype", run.dtype), ("seed", run.seed)):
+        if value is not None:
+            body[key] = value
+    if run.timeout is not None:
+        body["timeout_s"] = run.timeout
+    if run.model is not None:
+        body["model"] = run.model
+    if run.noise_steps is not None or run.noise_lr is not None:
+        noise = body.setdefault("noise_scale", {})
+        if run.noise_steps is not None:
+            noise["steps"] = run.noise_steps
+        if run.noise_lr is not None:
+            noise["learning_rate"] = run.noise_lr
+    if run.fit_micro_batch or run.fit_memory_bytes is not None:
+        fit = body.setdefault("fit_micro_batch", {})
+        if run.fit_memory_bytes is not None:
+            fit["memory_bytes"] = run.fit_memory_bytes
+        if run.safety_margin is not None:
+            fit["safety_margin"] = run.safety_margin
+    return body
+
+
+@with_flag_groups
+def check(
+    *,
+    flags: BatchFlags,
+    request: CheckRequestFile = None,
+    run: CheckFlags,
+    launcher: Annotated[
+        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+    ] = "direct",
+    processes: Annotated[
+        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
+    ] = None,
+    wait: Annotated[
+        float | None,
+        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
+    ] = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+) -> None:
+    """Prove a plan: one real DDP step vs. a single-process gradient (exit 0 passed, 1 failed, 2 error)."""
+    body = check_body(request, flags, run)
+    if run.model_factory and url:
+        fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
+    if run.model_factory and run.model:
+        fail({"detail": "give --model (a registered name) or --model-factory, not both"})
+    if url:
+        with client_errors(), make_client(url, api_key) as client:
+            job = client.submit_check(body)
+            label = f"check {job['id']}"
+            try:
+                with Progress(label) as progress:
+                    done = client.wait_check(
+                        job["id"],
+                        timeout=wait or (run.timeout or 120.0) + 60.0,
+                        poll=0.25,
+                        on_progress=progress,
+                    )
+            except CheckTimeout as err:
+                fail({"detail": str(err)})
+            except KeyboardInterrupt:
+                with contextlib.suppress(BatchplanError):
+                    client.cancel_check(job["id"])
+                typer.echo(f"{label}: cancelled", err=True)
+                raise typer.Exit(130) from None
+    else:
+        stored, replicas = prepare_local_check(body, run.model_factory)
+        count = processes or min(replicas, 4)
+        if not 1 <= count <= replicas:
+            fail({"detail": f"--processes must be between 1 and the {replicas} replicas of the plan"})
+        label = f"local check ({count} processes)"
+        try:
+            with Progress(label) as progress:
+                done = run_local_check(
+                    stored,
+                    count,
+                    run.timeout or 120.0,
+                    progress,
+                    model_factory=run.model_factory,
+                    launcher=launcher,
+                )
+        except KeyboardInterrupt:
+            typer.echo(f"{label}: interrupted; its processes were stopped", err=True)
+            raise typer.Exit(130) from None
+    raise typer.Exit(show_check(done, as_json))

@@ -1,0 +1,169 @@
+"""What the commands print: problems (exit status 2), the plan table, a finished check, and
+text written to stdout or --output. Results go to stdout, everything else to stderr."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+from pydantic import ValidationError
+
+from app.client import BatchplanError, Json, ProblemError
+from app.core.problems import validation_problem
+
+# ----------------------------------------------------------------------------- problems
+
+
+def fail(problem: Json, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {problem.get('detail') or problem.get('title') or 'request failed'}", err=True)
+    errors = problem.get("errors") or []
+    for item in errors[1:] if isinstance(errors, list) else []:
+        if isinstance(item, dict):
+            typer.echo(f"  {item.get('pointer') or '/'}: {item.get('detail')}", err=True)
+    suggestions = problem.get("suggestions") or {}
+    for field, values in suggestions.items() if isinstance(suggestions, dict) else []:
+        typer.echo(f"  try {field}: {', '.join(map(str, values))}", err=True)
+    raise typer.Exit(code)
+
+
+def fail_client(err: BatchplanError) -> NoReturn:
+    if isinstance(err, ProblemError):
+        problem = dict(err.problem)
+        if err.status == 401:
+            problem["detail"] = f"{err.detail} (give --api-key or set BATCHPLAN_API_KEY)"
+        if err.retry_after is not None:
+            problem["detail"] = f"{err.detail} (Retry-After: {err.retry_after:g} s)"
+        fail(problem)
+    fail({"detail": str(err)})
+
+
+def validation_problem_of(*errors: tuple[str, ValidationError]) -> Json:
+    """As the server reports schema errors; `where` is FastAPI's location ("body", "query")."""
+    return validation_problem({**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors())
+
+
+@contextlib.contextmanager
+def client_errors() -> Iterator[None]:
+    try:
+        yield
+    except BatchplanError as err:
+        fail_client(err)
+
+
+# ----------------------------------------------------------------------------- results
+
+
+def table(result: Json) -> str:
+    micro = result["micro_batch_size"]
+    lines = [
+        f"world size {result['world_size']}, model-parallel {result['model_parallel_size']}, "
+        f"data-parallel {result['data_parallel_size']}",
+        f"global batch {result['global_batch_size']} (asked {result['requested_global_batch_size']}), "
+        f"micro {micro if micro is not None else 'per group'}, "
+        f"accumulation {result['gradient_accumulation_steps']}",
+        "",
+        f"{'ranks':>15}  {'group':<12} {'micro':>6} {'per step':>9} {'loss scale':>11}",
+    ]
+    for g in result["replica_groups"]:
+        ranks = f"{g['start']}-{g['stop'] - 1}"
+        lines.append(
+            f"{ranks:>15}  {g['node_group']:<12} {g['micro_batch_size']:>6} "
+            f"{g['samples_per_step']:>9} {g['loss_scale']:>11.6g}"
+        )
+    if result.get("sampler"):
+        s = result["sampler"]
+        lines += [
+            "",
+            f"sampler {s['kind']}: {s['micro_steps_per_epoch']} micro-steps, "
+            f"{s['optimizer_steps_per_epoch']} optimizer steps per epoch, "
+            f"{s['padded_samples']} padded, {s['dropped_samples']} dropped",
+        ]
+    if result.get("learning_rate"):
+        lr = result["learning_rate"]
+        lines.append(
+            f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
+            f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+        )
+    lines += ["", *(f"warning: {w}" for w in result["warnings"])]
+    lines += [f"- {e}" for e in result["explanation"]]
+    return "\n".join(lines).rstrip()
+
+
+def emit(text: str, output: Path | None) -> None:
+    if output is None:
+        typer.echo(text, nl=not text.endswith("\n"))
+        return
+    try:
+        output.write_text(text if text.endswith("\n") else text + "\n")
+    except OSError as err:
+        fail({"detail": f"cannot write {output}: {err.strerror or err}"})
+    typer.echo(f"wrote {output}", err=True)
+
+
+def show_check(job: Json, as_json: bool) -> int:
+    """Print a finished check; the exit status: 0 passed, 1 ran and failed, 2 did not run."""
+    result = job.get("result") if job.get("status") == "succeeded" else None
+    if as_json:
+        typer.echo(json.dumps(job, indent=2))
+    if not isinstance(result, dict):
+        typer.echo(
+            f"error: check {job.get('id')} {job.get('status')}: {job.get('error') or 'no result'}", err=True
+        )
+        return 2
+    passed = bool(result.get("passed"))
+    if not as_json:
+        held = result["rel_l2"] <= result["tolerance"]
+        lines = [
+            f"{'PASSED' if passed else 'FAILED'}: the DDP gradient "
+            f"{'matches' if held else 'does NOT match'} the single-process gradient of the global batch",
+            f"  rel_l2 {result['rel_l2']:.3g} (tolerance {result['tolerance']:.3g}), "
+            f"max abs diff {result['max_abs_diff']:.3g}",
+            f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
+            f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process)",
+            "controls (wrong setups the check must tell apart):",
+        ]
+        for c in result.get("controls", []):
+            seen = "detected" if c.get("detected") else "MISSED"
+            lines.append(
+                f"  {seen:<9} {c['name']:<28} rel_l2 {c['rel_l2']:<10.3g} {c.get('description', '')}"
+            )
+        if not result.get("controls"):
+            lines.append("  (none applies to this plan)")
+        lines += _model_lines(result)
+        typer.echo("\n".join(line.rstrip() for line in lines))
+    return 0 if passed else 1
+
+
+def _model_lines(result: Json) -> list[str]:
+    """The model's DDP equivalence, its noise scale and the micro-batch search, when present."""
+    lines: list[str] = []
+    equivalence = result.get("ddp_equivalence")
+    if isinstance(equivalence, dict):
+        lines.append(f"model {result.get('model', 'synthetic')}: {equivalence['summary']}")
+        for finding in equivalence.get("findings", []):
+            mark = "breaks" if finding["breaks_equivalence"] else "note"
+            where = f" ({', '.join(finding['modules'])})" if finding.get("modules") else ""
+            lines.append(f"  {mark:<6} {finding['cause']}{where}: {finding['detail']}")
+            lines.append(f"         fix: {finding['fix']}")
+    noise = result.get("noise_scale")
+    if isinstance(noise, dict):
+        value = noise.get("b_simple")
+        spread = f" +/- {noise['stderr']:.3g}" if noise.get("stderr") is not None else ""
+        shown = f"{value:.4g}{spread} samples" if value is not None else "not measurable"
+        lines.append(f"gradient noise scale B_simple: {shown} over {noise['steps']} steps")
+        lines.append(f"  {noise['recommendation']}")
+    search = result.get("micro_batch_search")
+    if isinstance(search, dict):
+        planned = search["planned"]
+        lines.append(
+            f"largest micro-batch that fits: {search['max_micro_batch_size']}"
+            f"{' (the search limit)' if search.get('hit_limit') else ''} in {search['budget_bytes']} of "
+            f"{search['capacity_bytes']} bytes; planned micro-batch {planned['micro_batch_sizes']} x "
+            f"{planned['gradient_accumulation_steps']} accumulation steps for global batch "
+            f"{planned['global_batch_size']}"
+        )
+    return lines

@@ -1,0 +1,34 @@
+"""`batchplan plan`: the plan as a table, as JSON, or as any export."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from app.cli.compute import render
+from app.cli.flag_groups import with_flag_groups
+from app.cli.options import ApiKey, Output, PlanExportFlags, PlanFlags, RequestFile, Url
+from app.cli.output import emit
+from app.cli.requests import plan_request
+from app.core.exports import EXPORTERS
+
+VIEWS = ("table", "json")
+FORMAT_HELP = f"Output: {', '.join(VIEWS)}, or an export format: {', '.join(EXPORTERS)}."
+
+
+@with_flag_groups
+def plan(
+    *,
+    flags: PlanFlags,
+    request: RequestFile = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)] = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    exports: PlanExportFlags,
+    output: Output = None,
+) -> None:
+    """Plan a batch split (locally with the core, or on a server with --url)."""
+    body = plan_request(request, flags)
+    emit(render("json" if as_json else fmt, body, exports.query(), url, api_key), output)
