@@ -9,7 +9,7 @@ model's weights included, because that total is what has to fit.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Sized
+from collections.abc import Sized
 from typing import Any
 
 import torch
@@ -17,9 +17,8 @@ from torch import nn
 from torch.utils.data import Dataset, default_collate
 
 from app.worker.memory_meter import BudgetExceeded, PeakMemory
-from app.worker.workload import to_device
+from app.worker.workload import LossFn, to_device
 
-LossFn = Callable[[Any, Any], torch.Tensor]
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
 
 # Substrings (lower case) of allocation failures torch raises as a plain RuntimeError:

@@ -21,10 +21,10 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
-from app.worker.memory import LossFn, check_optimizer, probe, resolve_device
+from app.worker.memory import check_optimizer, probe, resolve_device
 from app.worker.request import replan
 from app.worker.spec import CheckSpec
-from app.worker.workload import Workload
+from app.worker.workload import LossFn, Workload
 
 
 def find_max_micro_batch(
@@ -104,7 +104,6 @@ def fit_micro_batch(
     """Rank 0 finds the largest micro-batch that fits in its device's memory (the model in
     its own dtype, a real training step with the optimizer's state); every rank then
     re-plans the same global batch under that cap, with more accumulation if need be."""
-
     fit = spec.fit or {}
     # No micro-batch larger than a replica's whole share of a step can help.
     limit = min(
