@@ -42,11 +42,15 @@ def synthetic_batch(
     return x, y
 
 
-def batch_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+def half_squared_error(prediction: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Half the squared error per sample, then its mean or sum over the batch."""
-    prediction: torch.Tensor = model(x)
     per_sample = 0.5 * ((prediction - y) ** 2).sum(dim=1)
     return per_sample.mean() if reduction == "mean" else per_sample.sum()
+
+
+def batch_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str) -> torch.Tensor:
+    prediction: torch.Tensor = model(x)
+    return half_squared_error(prediction, y, reduction)
 
 
 def flat_gradient(model: nn.Module) -> torch.Tensor:

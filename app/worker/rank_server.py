@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker import gradcheck, rendezvous
+from app.worker import ddp_check, gradcheck, rendezvous
 from app.worker.model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.spec import CheckSpec
 from app.worker.workload import FactoryError, Registered, Workload, load
@@ -150,13 +150,13 @@ class RankServer:
             try:
                 # Built once the group exists: a factory may ask for its rank.
                 workload = _workload(spec.model, msg.get("model_target"), spec.seed, rank, world)
-                result = gradcheck.run_check(
+                check = ddp_check.run_check(
                     spec, rank, world, device, backend, nnodes=msg["nnodes"], workload=workload
                 )
             finally:
                 dist.destroy_process_group()
-            if result is not None:
-                result["timings_s"]["init_process_group"] = round(setup, 6)
+            if check is not None:
+                result = check.with_setup_time(setup).to_json()
                 rendezvous.publish_result(store, run_id, result)
         if not msg["leader"]:
             return {"op": "done"}

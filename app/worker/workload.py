@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from app.core.model_registry import SYNTHETIC
-from app.worker.model import batch_loss, build_model, synthetic_batch
+from app.worker.model import batch_loss, build_model, half_squared_error, synthetic_batch
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 
@@ -72,10 +72,6 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return x[0], y[0]
 
 
-def _half_squared_error(prediction: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return 0.5 * ((prediction - y) ** 2).sum(dim=1).mean()
-
-
 class Workload:
     """The synthetic model: deterministic weights and samples, a pure function of the seed."""
 
@@ -84,7 +80,7 @@ class Workload:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.dataset: Dataset[Any] = SyntheticDataset(seed)
-        self.loss_fn: LossFn = _half_squared_error
+        self.loss_fn: LossFn = half_squared_error
 
     @property
     def dataset_size(self) -> int | None:

@@ -1,0 +1,177 @@
+"""The data-parallel check: one DDP training step of a plan, checked against a
+single-process gradient over the same global batch, with deliberately wrong setups
+(controls) that the comparison must catch.
+
+Runs on an initialised default process group: the warm ranks of the worker call
+`run_check`, and so does the rank program under torchrun (`app.worker.gradcheck`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+# The first DDP construction imports torch._dynamo (seconds): importing it here moves the
+# cost to the fork server, before any check.
+import torch._dynamo
+from torch.nn.parallel import DistributedDataParallel
+
+from app.worker import equivalence
+from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
+from app.worker.controls import CONTROLS, Control, changes_gradient
+from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
+from app.worker.micro_batch_fit import fit_micro_batch
+from app.worker.model import backward
+from app.worker.noise_measurement import measure_noise_scale
+from app.worker.shards import Shards
+from app.worker.spec import CheckSpec, replica_range, replicas_per_process
+from app.worker.timings import Timer
+from app.worker.workload import Workload, load
+
+# float64 on CPU agrees to ~1e-16 relative, float32 to ~1e-7; a wrong setup is off by 1e-1 or more.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+# A control counts as detected only this far above the tolerance, so the verdict is clear.
+DETECTION_FACTOR = 100
+
+
+def _probe_forward(
+    module: torch.nn.Module,
+    workload: Workload,
+    indices: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Any:
+    x, _ = workload.batch(indices, dtype, device)
+    return lambda: module(x)
+
+
+def run_check(
+    spec: CheckSpec,
+    rank: int,
+    world: int,
+    device: torch.device,
+    backend: str,
+    nnodes: int = 1,
+    workload: Workload | None = None,
+) -> CheckResult | None:
+    """Run the check on an initialised default process group; rank 0 returns the result."""
+    timer = Timer()
+    dtype = getattr(torch, spec.dtype)
+    workload = workload or load(spec.model, None, spec.seed)
+    search = None
+    if spec.fit:
+        spec, search = fit_micro_batch(spec, workload, device)
+        timer.lap("micro_batch_search")
+    dp = spec.data_parallel_size
+    local = replica_range(rank, world, dp)
+    if workload.dataset_size is not None and workload.dataset_size < spec.num_samples:
+        raise ValueError(
+            f"model {workload.name!r} has {workload.dataset_size} samples; the plan's epoch needs "
+            f"{spec.num_samples}: give plan.dataset.num_samples at most {workload.dataset_size}"
+        )
+    module = workload.module(dtype, device)
+    shards = Shards(spec)
+    timer.lap("model")
+    probe = shards.derived(0)[0]  # the same samples on every rank
+    findings = equivalence.static_findings(module, spec)
+    unused = equivalence.unused_parameters(
+        module, lambda m: backward(workload.loss(m, *workload.batch(probe, dtype, device), "mean"))
+    )
+    model = DistributedDataParallel(
+        module,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        find_unused_parameters=bool(unused),
+    )
+    forward = _probe_forward(model.module, workload, probe, dtype, device)
+    findings += equivalence.empirical_findings(
+        stochastic=equivalence.stochastic_forward(forward, device),
+        rank=equivalence.rank_difference(forward, device),
+        processes=world,
+        unused=unused,
+        known=findings,
+    )
+    timer.lap("ddp")
+    sampled = shards.local(local)
+    timer.lap("data")
+    factor = world / dp
+
+    def local_batches(control: Control | None) -> list[Batch]:
+        out: list[Batch] = []
+        for r in local:
+            if control is None:
+                out += [(b, shards.scales[r], spec.loss_reduction) for b in sampled[r]]
+            else:
+                scale = float(control.loss_scale(spec, shards.sizes[r]))
+                out += [
+                    (b, scale, control.loss_reduction(spec))
+                    for b in shards.control_batches(control, r, sampled[r])
+                ]
+        return out
+
+    def step(control: Control | None) -> torch.Tensor:
+        return ddp_gradient(
+            model, local_batches(control), factor=factor, workload=workload, dtype=dtype, device=device
+        )
+
+    grad = step(None)
+    timer.lap("step")
+    reference_batch = shards.epoch[: spec.global_batch_size]
+    applicable, skipped = [], []
+    for control in CONTROLS:
+        if changes_gradient(shards.every_replica(control), reference_batch, dp):
+            applicable.append(control)
+        else:
+            skipped.append(control.name)
+    control_grads = [step(c) for c in applicable]
+    timer.lap("controls")
+    noise = None
+    if spec.noise_steps > 0:
+        noise = measure_noise_scale(model, workload, spec, local, factor=factor, dtype=dtype, device=device)
+        timer.lap("noise_scale")
+    if rank != 0:
+        return None
+    reference = reference_gradient(workload, reference_batch, dtype, device)
+    timer.lap("reference")
+    tolerance = TOLERANCE[spec.dtype]
+    gradient = Comparison(*compare(grad, reference), tolerance=tolerance)
+    controls = []
+    for control, control_grad in zip(applicable, control_grads, strict=True):
+        c_abs, c_rel = compare(control_grad, reference)
+        controls.append(
+            ControlOutcome(
+                name=control.name,
+                description=control.description,
+                rel_l2=c_rel,
+                max_abs_diff=c_abs,
+                detected=c_rel > DETECTION_FACTOR * tolerance,
+            )
+        )
+    return CheckResult(
+        model=workload.name,
+        ddp_equivalence=equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance),
+        setup=Setup(
+            backend=backend,
+            device=device.type,
+            device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            dtype=spec.dtype,
+            nnodes=nnodes,
+            processes=world,
+        ),
+        layout=Layout(
+            data_parallel_size=dp,
+            replicas_per_process=replicas_per_process(world, dp),
+            global_batch_size=spec.global_batch_size,
+            micro_batch_sizes=tuple(sorted(set(shards.sizes))),
+            gradient_accumulation_steps=spec.gradient_accumulation_steps,
+            split=spec.split,
+        ),
+        gradient=gradient,
+        controls=tuple(controls),
+        controls_not_applicable=tuple(skipped),
+        noise_scale=noise,
+        micro_batch_search=search,
+        timings=timer.timings(),
+        torch_version=torch.__version__,
+    )
