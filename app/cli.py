@@ -34,7 +34,8 @@ from app.core.models import Divisibility, LossReduction, LRRule, Optimizer
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem, validation_problem
 from app.ports import free_port
-from app.schemas.plans import PlanOut, PlanRequestIn
+from app.schemas.plan_requests import PlanRequestIn
+from app.schemas.plan_responses import PlanOut
 
 cli = typer.Typer(
     help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False

@@ -243,9 +243,11 @@ def test_the_served_json_is_exactly_the_documented_model() -> None:
     """/v1/plans writes its JSON straight from the core dataclass (plan_json) for speed; it
     must be byte for byte what the documented PlanOut model would write."""
     from app.core.planner import plan
-    from app.schemas.plans import EXAMPLES, PlanOut, PlanRequestIn, plan_json
+    from app.schemas.examples import PLAN_EXAMPLES
+    from app.schemas.plan_requests import PlanRequestIn
+    from app.schemas.plan_responses import PlanOut, plan_json
 
-    bodies = [example["value"] for example in EXAMPLES.values()] + [
+    bodies = [example["value"] for example in PLAN_EXAMPLES.values()] + [
         {
             "topology": {"num_nodes": 2, "gpus_per_node": 8},
             "global_batch_size": 100,
