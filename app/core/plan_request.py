@@ -1,10 +1,10 @@
 """A plan request as JSON (the body of POST /v1/plans) to the core's PlanRequest: the one
 place that knows how the JSON fields map to core types.
 
-The HTTP schema validates first and hands over its `model_dump()`; the rank program and the
-CLI's local check hand over the JSON as read. Either way this only builds: the planner's own
-checks apply afterwards. Numbers the core holds as floats are made floats here, so that a JSON
-`2` plans (and serialises) exactly as pydantic's `2.0` does.
+The HTTP schema validates first and hands over its `model_dump()`; the rank program reads the
+check's stored JSON (the same schema's `model_dump(mode="json")`). Either way this only builds:
+the planner's own checks apply afterwards. Numbers the core holds as floats are made floats
+here, so that a JSON `2` plans (and serialises) exactly as pydantic's `2.0` does.
 """
 
 from __future__ import annotations
@@ -57,18 +57,21 @@ def learning_rate(data: Mapping[str, Any] | None) -> core.LearningRateSpec | Non
     """Also the elastic request's `learning_rate`, which has the same shape."""
     if not data:
         return None
-    defaults = core.LearningRateSpec(base_lr=1.0)
-    beta1, beta2 = data.get("betas", defaults.betas)
+    beta1, beta2 = data.get("betas", _LR_DEFAULTS.betas)  # a JSON list, or pydantic's tuple
     return core.LearningRateSpec(
         base_lr=float(data["base_lr"]),
-        base_batch_size=data.get("base_batch_size", defaults.base_batch_size),
-        rule=core.LRRule(data.get("rule", defaults.rule)),
-        optimizer=core.Optimizer(data.get("optimizer", defaults.optimizer)),
+        base_batch_size=data.get("base_batch_size", _LR_DEFAULTS.base_batch_size),
+        rule=core.LRRule(data.get("rule", _LR_DEFAULTS.rule)),
+        optimizer=core.Optimizer(data.get("optimizer", _LR_DEFAULTS.optimizer)),
         warmup_epochs=_float_or_none(data.get("warmup_epochs")),
         warmup_steps=data.get("warmup_steps"),
         betas=(float(beta1), float(beta2)),
-        eps=float(data.get("eps", defaults.eps)),
+        eps=float(data.get("eps", _LR_DEFAULTS.eps)),
     )
+
+
+# The dataclass's defaults, read where a field is absent (base_lr has none; any will do).
+_LR_DEFAULTS = core.LearningRateSpec(base_lr=1.0)
 
 
 def _float_or_none(value: Any) -> float | None:
