@@ -20,7 +20,7 @@ from app.schemas.checks import (
     HostOut,
     JobStatus,
 )
-from app.schemas.plans import ProblemOut
+from app.schemas.problem import ProblemOut
 from app.worker.request import check_options
 from app.worker.service import CheckService
 

@@ -17,6 +17,7 @@ from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput, unknown_format
 from app.core.planner import plan
 from app.core.schedule import schedule
+from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.exports import (
     ELASTIC_REQUEST_EXAMPLE,
     ElasticCountOut,
@@ -27,7 +28,8 @@ from app.schemas.exports import (
     ScheduleOut,
     ScheduleRequestIn,
 )
-from app.schemas.plans import EXAMPLES, PROBLEM_EXAMPLE, PlanRequestIn, ProblemOut
+from app.schemas.plan_requests import PlanRequestIn
+from app.schemas.problem import PROBLEM_EXAMPLE, ProblemOut
 
 router = APIRouter(prefix="/v1/plans", tags=["exports"])
 

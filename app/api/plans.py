@@ -8,7 +8,10 @@ from fastapi import APIRouter, Body, Response
 
 from app.api.problems import PROBLEM_RESPONSES
 from app.core.planner import plan
-from app.schemas.plans import EXAMPLES, PROBLEM_EXAMPLE, PlanOut, PlanRequestIn, ProblemOut, plan_json
+from app.schemas.examples import PLAN_EXAMPLES
+from app.schemas.plan_requests import PlanRequestIn
+from app.schemas.plan_responses import PlanOut, plan_json
+from app.schemas.problem import PROBLEM_EXAMPLE, ProblemOut
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 
@@ -17,7 +20,7 @@ def _response_examples() -> dict[str, Any]:
     """Swagger's response examples are the planner's own answers to the request examples,
     so they can never drift from what the service returns."""
     out = {}
-    for name, example in EXAMPLES.items():
+    for name, example in PLAN_EXAMPLES.items():
         request = PlanRequestIn.model_validate(example["value"]).to_core()
         out[name] = {
             "summary": example["summary"],
@@ -44,7 +47,7 @@ PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
     responses=PLAN_RESPONSES,
 )
 async def create_plan(
-    request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
+    request: Annotated[PlanRequestIn, Body(openapi_examples=PLAN_EXAMPLES)],
 ) -> Response:
     """Turn a cluster and a wanted global batch into per-replica micro-batches,
     gradient-accumulation steps, sampler settings, loss scales and a scaled learning rate;

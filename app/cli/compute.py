@@ -15,7 +15,8 @@ from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem
-from app.schemas.plans import PlanOut, PlanRequestIn
+from app.schemas.plan_requests import PlanRequestIn
+from app.schemas.plan_responses import PlanOut
 
 
 def make_client(url: str, api_key: str | None) -> BatchplanClient:

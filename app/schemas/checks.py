@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.model_registry import NAME, SYNTHETIC
-from app.schemas.plans import PlanRequestIn
+from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from app.core import elastic as core_elastic
+from app.core import plan_request as core_request
 from app.core import schedule as core_schedule
 from app.core.exports import ExportOptions
-from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
-from app.schemas.plans import EXAMPLES as PLAN_EXAMPLES
-from app.schemas.plans import LearningRateIn, PlanRequestIn
-from app.schemas.types import WHOLE
-
-Count = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
-GpuCount = Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE), WHOLE]
+from app.schemas.examples import plan_example
+from app.schemas.plan_requests import LearningRateIn, PlanRequestIn
+from app.schemas.types import WHOLE, Count, GpuCount, RequestModel, ResponseModel, with_examples
 
 
 class ExportOptionsIn(BaseModel):
@@ -51,12 +48,9 @@ class ExportOptionsIn(BaseModel):
 # ----------------------------------------------------------------------------- schedule
 
 
-class RampupIn(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [{"start_batch_size": 32, "batch_size_increment": 32, "rampup_samples": 200000}]
-        },
+class RampupIn(RequestModel):
+    model_config = with_examples(
+        {"start_batch_size": 32, "batch_size_increment": 32, "rampup_samples": 200000}
     )
 
     start_batch_size: Count
@@ -64,25 +58,20 @@ class RampupIn(BaseModel):
     rampup_samples: Count = Field(description="Samples consumed before the batch reaches its target.")
 
 
-class ScheduleRequestIn(BaseModel):
+class ScheduleRequestIn(RequestModel):
     """A plan and how its run unfolds: Megatron-style batch ramp-up, lr warmup and decay."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "plan": PLAN_EXAMPLES["dataset_and_lr"]["value"],
-                    "rampup": {
-                        "start_batch_size": 128,
-                        "batch_size_increment": 128,
-                        "rampup_samples": 5000000,
-                    },
-                    "decay": "cosine",
-                    "min_lr": 0.0,
-                }
-            ]
-        },
+    model_config = with_examples(
+        {
+            "plan": plan_example("dataset_and_lr"),
+            "rampup": {
+                "start_batch_size": 128,
+                "batch_size_increment": 128,
+                "rampup_samples": 5000000,
+            },
+            "decay": "cosine",
+            "min_lr": 0.0,
+        }
     )
 
     plan: PlanRequestIn
@@ -109,18 +98,14 @@ class ScheduleRequestIn(BaseModel):
         )
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-
-class StageOut(_Out):
+class StageOut(ResponseModel):
     first_step: int
     steps: int
     global_batch_size: int
     gradient_accumulation_steps: int
 
 
-class SchedulePointOut(_Out):
+class SchedulePointOut(ResponseModel):
     step: int = Field(description="Optimizer step, from 0.")
     consumed_samples: int = Field(description="Samples consumed before this step.")
     global_batch_size: int
@@ -154,8 +139,8 @@ SCHEDULE_EXAMPLE: dict[str, Any] = {
 }
 
 
-class ScheduleOut(_Out):
-    model_config = ConfigDict(from_attributes=True, json_schema_extra={"examples": [SCHEDULE_EXAMPLE]})
+class ScheduleOut(ResponseModel):
+    model_config = with_examples(SCHEDULE_EXAMPLE)
 
     train_steps: int
     train_samples: int
@@ -182,10 +167,10 @@ ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {
 }
 
 
-class ElasticRequestIn(BaseModel):
+class ElasticRequestIn(RequestModel):
     """DeepSpeed-style elasticity: one global batch for a range of data-parallel GPU counts."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [ELASTIC_REQUEST_EXAMPLE]})
+    model_config = with_examples(ELASTIC_REQUEST_EXAMPLE)
 
     min_gpus: GpuCount = Field(description="Fewest data-parallel GPUs the job may run on.")
     max_gpus: GpuCount = Field(description="Most data-parallel GPUs the job may run on.")
@@ -200,25 +185,23 @@ class ElasticRequestIn(BaseModel):
 
     def to_core(self) -> core_elastic.ElasticRequest:
         lr = self.learning_rate
-        from app.core.models import LearningRateSpec
-
         return core_elastic.ElasticRequest(
             min_gpus=self.min_gpus,
             max_gpus=self.max_gpus,
             micro_batch_sizes=tuple(self.micro_batch_sizes),
             max_global_batch_size=self.max_global_batch_size,
             prefer_larger=self.prefer_larger,
-            learning_rate=LearningRateSpec(**lr.model_dump()) if lr else None,
+            learning_rate=core_request.learning_rate(lr.model_dump() if lr else None),
         )
 
 
-class ElasticCountOut(_Out):
+class ElasticCountOut(ResponseModel):
     gpus: int
     micro_batch_size: int
     gradient_accumulation_steps: int
 
 
-class ElasticLearningRateOut(_Out):
+class ElasticLearningRateOut(ResponseModel):
     rule: str
     base_lr: float
     base_batch_size: int
@@ -226,23 +209,18 @@ class ElasticLearningRateOut(_Out):
     lr: float = Field(description="The same at every GPU count: the global batch does not change.")
 
 
-class ElasticOut(_Out):
-    model_config = ConfigDict(
-        from_attributes=True,
-        json_schema_extra={
-            "examples": [
-                {
-                    "global_batch_size": 9792,
-                    "valid_gpus": [32, 34, 36],
-                    "counts": [{"gpus": 32, "micro_batch_size": 17, "gradient_accumulation_steps": 18}],
-                    "candidates": [9792],
-                    "coverage": 0.0157,
-                    "learning_rate": None,
-                    "warnings": [],
-                    "deepspeed": {"elasticity": {"enabled": True, "max_train_batch_size": 10000}},
-                }
-            ]
-        },
+class ElasticOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "global_batch_size": 9792,
+            "valid_gpus": [32, 34, 36],
+            "counts": [{"gpus": 32, "micro_batch_size": 17, "gradient_accumulation_steps": 18}],
+            "candidates": [9792],
+            "coverage": 0.0157,
+            "learning_rate": None,
+            "warnings": [],
+            "deepspeed": {"elasticity": {"enabled": True, "max_train_batch_size": 10000}},
+        }
     )
 
     global_batch_size: int

@@ -1,11 +1,13 @@
-"""Field types shared by the HTTP models."""
+"""Field types and base models shared by the HTTP models."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from pydantic_core import PydanticCustomError
+
+from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
 
 
 def _whole_number(value: Any) -> Any:
@@ -21,3 +23,28 @@ def _whole_number(value: Any) -> Any:
 # After the Field constraints in an Annotated int (`Annotated[int, Field(ge=1), WHOLE]`), so
 # that the bounds stay in the JSON schema as minimum/maximum.
 WHOLE = BeforeValidator(_whole_number)
+
+# Strict: JSON `true` or "32" is not a batch size.
+Count = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
+GpuCount = Annotated[int, Field(ge=1, le=MAX_WORLD_SIZE), WHOLE]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# Strict as well: a JSON number (integer or not), never `true` or a string such as "NaN".
+StrictPositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+StrictNonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+
+
+class RequestModel(BaseModel):
+    """A request body part: an unknown field is a mistake the client hears about."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResponseModel(BaseModel):
+    """A response part, read from the core dataclass it documents."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
+def with_examples(*examples: JsonValue) -> ConfigDict:
+    """A model's Swagger examples; pydantic merges this with the base model's config."""
+    return ConfigDict(json_schema_extra={"examples": list(examples)})

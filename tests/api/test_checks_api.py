@@ -21,28 +21,16 @@ pytest.importorskip("torch")
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.schemas.checks import CHECK_EXAMPLES
 from app.settings import Settings
 from app.worker.store import JobStore
 
 pytestmark = pytest.mark.slow
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
-EVEN_4_ACCUMULATED = {
-    "topology": {"num_nodes": 1, "gpus_per_node": 4},
-    "global_batch_size": 64,
-    "micro_batch_size": 8,
-    "dataset": {"num_samples": 1000, "seed": 7},
-}
-MIXED = {
-    "topology": {
-        "node_groups": [
-            {"name": "h100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-            {"name": "a100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-        ]
-    },
-    "global_batch_size": 60,
-    "max_micro_batch_size": 8,
-}
+# The check examples' plans (read only here), the first with a dataset: a sampler to compare.
+EVEN_4_ACCUMULATED = {**CHECK_EXAMPLES["even"]["value"]["plan"], "dataset": {"num_samples": 1000, "seed": 7}}
+MIXED = CHECK_EXAMPLES["mixed"]["value"]["plan"]
 LARGE = {"topology": {"num_nodes": 128, "gpus_per_node": 8}, "global_batch_size": 2048}
 
 

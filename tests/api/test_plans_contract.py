@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.schemas.examples import plan_example
+
 IMAGENET_REQUEST: dict[str, Any] = {
     "topology": {"num_nodes": 2, "gpus_per_node": 8},
     "global_batch_size": 512,
@@ -114,27 +116,8 @@ def test_only_topology_and_one_batch_field_are_required(client: TestClient) -> N
 
 
 def test_mixed_cluster_example_splits_by_throughput_within_caps(client: TestClient) -> None:
-    topology = {
-        "node_groups": [
-            {
-                "name": "h100",
-                "num_nodes": 2,
-                "gpus_per_node": 8,
-                "relative_throughput": 2.0,
-                "max_micro_batch_size": 64,
-            },
-            {
-                "name": "a100",
-                "num_nodes": 1,
-                "gpus_per_node": 4,
-                "relative_throughput": 1.0,
-                "max_micro_batch_size": 32,
-            },
-        ]
-    }
-    body = post_plan(
-        client, {"topology": topology, "global_batch_size": 1000, "dataset": {"num_samples": 100000}}
-    )
+    # h100: 2 nodes x 8, throughput 2, cap 64; a100: 1 node x 4, cap 32; batch 1000.
+    body = post_plan(client, plan_example("mixed"))
     assert body["world_size"] == 20 and body["data_parallel_size"] == 20
     groups = body["replica_groups"]
     assert groups[0]["start"] == 0 and groups[-1]["stop"] == 20
@@ -243,9 +226,11 @@ def test_the_served_json_is_exactly_the_documented_model() -> None:
     """/v1/plans writes its JSON straight from the core dataclass (plan_json) for speed; it
     must be byte for byte what the documented PlanOut model would write."""
     from app.core.planner import plan
-    from app.schemas.plans import EXAMPLES, PlanOut, PlanRequestIn, plan_json
+    from app.schemas.examples import PLAN_EXAMPLES
+    from app.schemas.plan_requests import PlanRequestIn
+    from app.schemas.plan_responses import PlanOut, plan_json
 
-    bodies = [example["value"] for example in EXAMPLES.values()] + [
+    bodies = [example["value"] for example in PLAN_EXAMPLES.values()] + [
         {
             "topology": {"num_nodes": 2, "gpus_per_node": 8},
             "global_batch_size": 100,

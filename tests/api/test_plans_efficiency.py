@@ -131,7 +131,8 @@ def test_requests_without_the_field_are_answered_as_before(
     new `efficiency: null`; and the noise scale adds its object, one warning at most and one
     explanation line, changing nothing else."""
     from app.core.planner import plan
-    from app.schemas.plans import PlanOut, PlanRequestIn
+    from app.schemas.plan_requests import PlanRequestIn
+    from app.schemas.plan_responses import PlanOut
 
     before = post(client, request_body)
     expected = PlanOut.model_validate(plan(PlanRequestIn.model_validate(request_body).to_core()))

@@ -13,29 +13,7 @@ import yaml
 from cli_helpers import ROOT, Invoke, Run, Server, free_port
 
 from app.core.exports import EXPORTERS
-
-MIXED = {
-    "topology": {
-        "node_groups": [
-            {
-                "name": "h100",
-                "num_nodes": 2,
-                "gpus_per_node": 8,
-                "relative_throughput": 2.0,
-                "max_micro_batch_size": 64,
-            },
-            {
-                "name": "a100",
-                "num_nodes": 1,
-                "gpus_per_node": 4,
-                "relative_throughput": 1.0,
-                "max_micro_batch_size": 32,
-            },
-        ]
-    },
-    "global_batch_size": 1000,
-    "dataset": {"num_samples": 100000},
-}
+from app.schemas.examples import plan_example
 
 FLAG_REQUESTS = {
     "homogeneous": ["--num-nodes", "2", "--gpus-per-node", "8", "-b", "512"],
@@ -98,7 +76,7 @@ FLAG_REQUESTS = {
 @pytest.fixture
 def mixed_file(tmp_path: Path) -> Path:
     path = tmp_path / "mixed.json"
-    path.write_text(json.dumps(MIXED))
+    path.write_text(json.dumps(plan_example("mixed")))
     return path
 
 

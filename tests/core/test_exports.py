@@ -22,7 +22,8 @@ from torch.distributed.run import get_args_parser
 from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, export, to_yaml
 from app.core.models import PlanRequest
 from app.core.planner import plan
-from app.schemas.plans import EXAMPLES, PlanRequestIn
+from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
+from app.schemas.plan_requests import PlanRequestIn
 
 
 def _request(body: dict[str, Any]) -> PlanRequest:

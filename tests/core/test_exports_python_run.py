@@ -13,7 +13,7 @@ import pytest
 
 from app.core.exports import ExportInput, export
 from app.core.planner import plan
-from app.schemas.plans import PlanRequestIn
+from app.schemas.plan_requests import PlanRequestIn
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from app.core.errors import PlanError
 from app.core.planner import plan
 from app.core.schedule import Decay, Rampup, ScheduleSpec, schedule
-from app.schemas.plans import PlanRequestIn
+from app.schemas.plan_requests import PlanRequestIn
 
 
 def _plan(global_batch: int, micro: int, gpus: int = 4, **extra: object):  # type: ignore[no-untyped-def]

@@ -1,0 +1,78 @@
+"""A plan request as JSON (the body of POST /v1/plans) to the core's PlanRequest: the one
+place that knows how the JSON fields map to core types.
+
+The HTTP schema validates first and hands over its `model_dump()`; the rank program reads the
+check's stored JSON (the same schema's `model_dump(mode="json")`). Either way this only builds:
+the planner's own checks apply afterwards. Numbers the core holds as floats are made floats
+here, so that a JSON `2` plans (and serialises) exactly as pydantic's `2.0` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.core import models as core
+
+
+def plan_request(data: Mapping[str, Any]) -> core.PlanRequest:
+    dataset = data.get("dataset")
+    return core.PlanRequest(
+        topology=topology(data["topology"]),
+        global_batch_size=data.get("global_batch_size"),
+        micro_batch_size=data.get("micro_batch_size"),
+        gradient_accumulation_steps=data.get("gradient_accumulation_steps"),
+        max_micro_batch_size=data.get("max_micro_batch_size"),
+        divisibility=core.Divisibility(data.get("divisibility", core.Divisibility.EXACT)),
+        parallelism=core.Parallelism(**(data.get("parallelism") or {})),
+        loss_reduction=core.LossReduction(data.get("loss_reduction", core.LossReduction.MEAN)),
+        dataset=core.DatasetSpec(**dataset) if dataset else None,
+        learning_rate=learning_rate(data.get("learning_rate")),
+        gradient_noise_scale=_float_or_none(data.get("gradient_noise_scale")),
+        gradient_noise_scale_stderr=_float_or_none(data.get("gradient_noise_scale_stderr")),
+    )
+
+
+def topology(data: Mapping[str, Any]) -> core.Topology:
+    groups = data.get("node_groups")
+    if not groups:
+        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"])
+    return core.Topology(
+        tuple(
+            core.NodeGroup(
+                # An unnamed group is named by its place in the request, as errors point to it.
+                g.get("name") or f"group{i}",
+                g["num_nodes"],
+                g["gpus_per_node"],
+                float(g.get("relative_throughput", 1.0)),
+                g.get("max_micro_batch_size"),
+            )
+            for i, g in enumerate(groups)
+        ),
+        listed_groups=True,
+    )
+
+
+def learning_rate(data: Mapping[str, Any] | None) -> core.LearningRateSpec | None:
+    """Also the elastic request's `learning_rate`, which has the same shape."""
+    if not data:
+        return None
+    beta1, beta2 = data.get("betas", _LR_DEFAULTS.betas)  # a JSON list, or pydantic's tuple
+    return core.LearningRateSpec(
+        base_lr=float(data["base_lr"]),
+        base_batch_size=data.get("base_batch_size", _LR_DEFAULTS.base_batch_size),
+        rule=core.LRRule(data.get("rule", _LR_DEFAULTS.rule)),
+        optimizer=core.Optimizer(data.get("optimizer", _LR_DEFAULTS.optimizer)),
+        warmup_epochs=_float_or_none(data.get("warmup_epochs")),
+        warmup_steps=data.get("warmup_steps"),
+        betas=(float(beta1), float(beta2)),
+        eps=float(data.get("eps", _LR_DEFAULTS.eps)),
+    )
+
+
+# The dataclass's defaults, read where a field is absent (base_lr has none; any will do).
+_LR_DEFAULTS = core.LearningRateSpec(base_lr=1.0)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)

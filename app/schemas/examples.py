@@ -1,0 +1,96 @@
+"""Plan requests that Swagger shows (POST /v1/plans and the schedule request) and that tests
+and benchmarks send: one copy, so the documented examples are the ones exercised.
+
+Plain dicts, no pydantic: a benchmark's load generator imports them cheaply.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "homogeneous": {
+        "summary": "16 GPUs, global batch 512",
+        "value": {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 512},
+    },
+    "dataset_and_lr": {
+        "summary": "ImageNet on 16 GPUs with a scaled learning rate and warmup",
+        "value": {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "global_batch_size": 512,
+            "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90},
+            "learning_rate": {
+                "base_lr": 0.1,
+                "base_batch_size": 256,
+                "rule": "linear",
+                "optimizer": "sgd",
+                "warmup_epochs": 5,
+            },
+        },
+    },
+    "mixed": {
+        "summary": "Mixed H100 and A100 nodes, split by throughput",
+        "value": {
+            "topology": {
+                "node_groups": [
+                    {
+                        "name": "h100",
+                        "num_nodes": 2,
+                        "gpus_per_node": 8,
+                        "relative_throughput": 2.0,
+                        "max_micro_batch_size": 64,
+                    },
+                    {
+                        "name": "a100",
+                        "num_nodes": 1,
+                        "gpus_per_node": 4,
+                        "relative_throughput": 1.0,
+                        "max_micro_batch_size": 32,
+                    },
+                ]
+            },
+            "global_batch_size": 1000,
+            "dataset": {"num_samples": 100000},
+        },
+    },
+    "megatron": {
+        "summary": "Tensor and pipeline parallel, capped micro-batch, Adam",
+        "value": {
+            "topology": {"num_nodes": 4, "gpus_per_node": 8},
+            "parallelism": {"tensor": 4, "pipeline": 2, "context": 1},
+            "global_batch_size": 1024,
+            "max_micro_batch_size": 16,
+            "learning_rate": {
+                "base_lr": 0.0003,
+                "base_batch_size": 256,
+                "optimizer": "adamw",
+                "rule": "auto",
+                "warmup_steps": 2000,
+            },
+        },
+    },
+    "round_down": {
+        "summary": "A batch that does not divide, moved to the nearest feasible value",
+        "value": {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "global_batch_size": 1000,
+            "micro_batch_size": 32,
+            "divisibility": "round_down",
+        },
+    },
+    "noise_scale": {
+        "summary": "A measured gradient noise scale: how efficient is this global batch?",
+        "value": {
+            "topology": {"num_nodes": 4, "gpus_per_node": 8},
+            "global_batch_size": 1024,
+            "gradient_noise_scale": 4096,
+            "gradient_noise_scale_stderr": 300,
+        },
+    },
+}
+
+
+def plan_example(name: str) -> dict[str, Any]:
+    """The request body of `PLAN_EXAMPLES[name]`, a copy the caller may change."""
+    return copy.deepcopy(PLAN_EXAMPLES[name]["value"])

@@ -1,0 +1,187 @@
+"""The body of POST /v1/plans (PlanRequestIn and its parts), as validated and documented.
+
+Building the core's PlanRequest from it is app.core.plan_request's job, shared with the rank
+program, which reads the same JSON without pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from app.core import models as core
+from app.core import plan_request as core_request
+from app.core.models import MAX_SAFE_INTEGER
+from app.schemas.types import (
+    WHOLE,
+    Count,
+    GpuCount,
+    PositiveFloat,
+    RequestModel,
+    StrictNonNegativeFloat,
+    StrictPositiveFloat,
+    with_examples,
+)
+
+MAX_NODE_GROUPS = 10_000
+
+
+class NodeGroupIn(RequestModel):
+    model_config = with_examples(
+        {
+            "name": "h100",
+            "num_nodes": 2,
+            "gpus_per_node": 8,
+            "relative_throughput": 2.0,
+            "max_micro_batch_size": 64,
+        }
+    )
+
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Unique label; default `group<i>`.",
+        examples=["h100"],
+    )
+    num_nodes: GpuCount
+    gpus_per_node: GpuCount
+    relative_throughput: PositiveFloat = Field(
+        1.0, description="Samples per second of one GPU, relative to the others."
+    )
+    max_micro_batch_size: Count | None = Field(
+        None, description="Largest micro-batch one GPU of this group holds."
+    )
+
+
+class TopologyIn(RequestModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"num_nodes": 2, "gpus_per_node": 8},
+                {
+                    "node_groups": [
+                        {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0},
+                        {"name": "a100", "num_nodes": 1, "gpus_per_node": 4, "relative_throughput": 1.0},
+                    ]
+                },
+            ],
+            # The two forms, as the validator below enforces them, so that schema-driven
+            # clients (and fuzzers) know which requests are valid.
+            "oneOf": [
+                {"required": ["num_nodes", "gpus_per_node"], "not": {"required": ["node_groups"]}},
+                {
+                    "required": ["node_groups"],
+                    "not": {"anyOf": [{"required": ["num_nodes"]}, {"required": ["gpus_per_node"]}]},
+                },
+            ],
+        },
+    )
+
+    num_nodes: GpuCount | None = None
+    gpus_per_node: GpuCount | None = None
+    node_groups: list[NodeGroupIn] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_NODE_GROUPS,
+        description="A mixed cluster, instead of num_nodes/gpus_per_node.",
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Self:
+        homogeneous = self.num_nodes is not None or self.gpus_per_node is not None
+        if homogeneous and self.node_groups is not None:
+            raise ValueError("give num_nodes and gpus_per_node, or node_groups, not both")
+        if self.node_groups is None and (self.num_nodes is None or self.gpus_per_node is None):
+            raise ValueError("give num_nodes and gpus_per_node (or node_groups)")
+        return self
+
+
+class ParallelismIn(RequestModel):
+    model_config = with_examples({"tensor": 4, "pipeline": 2, "context": 1})
+
+    tensor: GpuCount = 1
+    pipeline: GpuCount = 1
+    context: GpuCount = 1
+
+
+class DatasetIn(RequestModel):
+    model_config = with_examples(
+        {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90}
+    )
+
+    num_samples: Count
+    shuffle: bool = Field(True, strict=True)
+    seed: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] = 0
+    drop_last: bool = Field(False, strict=True)
+    epochs: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
+
+
+Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+
+
+class LearningRateIn(RequestModel):
+    model_config = with_examples(
+        {
+            "base_lr": 0.1,
+            "base_batch_size": 256,
+            "rule": "linear",
+            "optimizer": "sgd",
+            "warmup_epochs": 5,
+        }
+    )
+
+    base_lr: PositiveFloat
+    base_batch_size: Count = 256
+    rule: core.LRRule = core.LRRule.AUTO
+    optimizer: core.Optimizer = core.Optimizer.SGD
+    warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
+    eps: PositiveFloat = 1e-8
+
+
+class PlanRequestIn(RequestModel):
+    """Only `topology` and one of `global_batch_size` / `micro_batch_size` are required."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            # As the planner enforces it: a standard error needs the noise scale it belongs to.
+            "if": {
+                "required": ["gradient_noise_scale_stderr"],
+                "properties": {"gradient_noise_scale_stderr": {"type": "number"}},
+            },
+            "then": {
+                "required": ["gradient_noise_scale"],
+                "properties": {"gradient_noise_scale": {"type": "number"}},
+            },
+        },
+    )
+
+    topology: TopologyIn
+    global_batch_size: Count | None = None
+    micro_batch_size: Count | None = None
+    gradient_accumulation_steps: Count | None = None
+    max_micro_batch_size: Count | None = None
+    divisibility: core.Divisibility = core.Divisibility.EXACT
+    parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
+    loss_reduction: core.LossReduction = core.LossReduction.MEAN
+    dataset: DatasetIn | None = None
+    learning_rate: LearningRateIn | None = None
+    gradient_noise_scale: StrictPositiveFloat | None = Field(
+        None,
+        description="Gradient noise scale in samples: B_simple or B_noise measured by a check "
+        "(`POST /v1/checks`). The plan then reports its global batch's step and sample "
+        "efficiency against the critical batch, about this size (McCandlish et al. 2018).",
+        examples=[4096],
+    )
+    gradient_noise_scale_stderr: StrictNonNegativeFloat | None = Field(
+        None,
+        description="Standard error of `gradient_noise_scale`, in samples; only with it.",
+        examples=[300],
+    )
+
+    def to_core(self) -> core.PlanRequest:
+        return core_request.plan_request(self.model_dump())

@@ -1,0 +1,180 @@
+"""The answer of POST /v1/plans (PlanOut and its parts): the documented mirror of the core's
+Plan dataclass, which the service serialises straight away (`plan_json`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, TypeAdapter
+
+from app.core import models as core
+from app.schemas.types import ResponseModel, with_examples
+
+
+class ReplicaGroupOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "start": 0,
+            "stop": 16,
+            "node_group": "default",
+            "micro_batch_size": 32,
+            "samples_per_step": 32,
+            "loss_scale": 1.0,
+            "relative_throughput": 1.0,
+            "max_micro_batch_size": None,
+            "num_samples_per_replica": 80073,
+        }
+    )
+
+    start: int = Field(description="First data-parallel rank (inclusive).")
+    stop: int = Field(description="Last data-parallel rank (exclusive).")
+    node_group: str
+    micro_batch_size: int
+    samples_per_step: int = Field(description="micro_batch_size x gradient_accumulation_steps.")
+    loss_scale: float = Field(description="Multiply each micro-batch loss by this.")
+    relative_throughput: float
+    max_micro_batch_size: int | None
+    num_samples_per_replica: int | None
+
+
+class SamplerOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "kind": "DistributedSampler",
+            "num_replicas": 16,
+            "shuffle": True,
+            "seed": 0,
+            "drop_last": False,
+            "num_samples_per_replica": 80073,
+            "total_size": 1281168,
+            "padded_samples": 1,
+            "dropped_samples": 0,
+            "micro_steps_per_epoch": 2503,
+            "optimizer_steps_per_epoch": 2503,
+            "samples_per_micro_step": 512,
+            "epochs": 90,
+            "total_optimizer_steps": 225270,
+        }
+    )
+
+    kind: str = Field(examples=["DistributedSampler", "proportional"])
+    num_replicas: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    num_samples_per_replica: int | None = Field(description="null when replicas differ.")
+    total_size: int
+    padded_samples: int
+    dropped_samples: int
+    micro_steps_per_epoch: int
+    optimizer_steps_per_epoch: int
+    samples_per_micro_step: int
+    epochs: int | None
+    total_optimizer_steps: int | None
+
+
+class AdamOut(ResponseModel):
+    model_config = with_examples(
+        {"beta1": 0.8, "beta2": 0.998, "eps": 7.071e-09, "kappa": 2.0, "valid": True}
+    )
+
+    beta1: float
+    beta2: float
+    eps: float
+    kappa: float
+    valid: bool
+
+
+class LearningRateOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "optimizer": "sgd",
+            "rule": "linear",
+            "requested_rule": "linear",
+            "base_lr": 0.1,
+            "base_batch_size": 256,
+            "factor": 2.0,
+            "lr": 0.2,
+            "warmup_steps": 12515,
+            "warmup_start_lr": 0.1,
+            "adam": None,
+        }
+    )
+
+    optimizer: str
+    rule: str
+    requested_rule: str
+    base_lr: float
+    base_batch_size: int
+    factor: float
+    lr: float
+    warmup_steps: int
+    warmup_start_lr: float
+    adam: AdamOut | None = None
+
+
+class EfficiencyOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "batch_size": 512,
+            "gradient_noise_scale": 4096.0,
+            "gradient_noise_scale_stderr": 300.0,
+            "critical_batch_size": 4096.0,
+            "batch_to_critical": 0.125,
+            "steps_vs_min": 9.0,
+            "samples_vs_min": 1.125,
+            "step_efficiency": 0.1111111111111111,
+            "sample_efficiency": 0.8888888888888888,
+            "verdict": "below_critical",
+            "recommendation": "global batch 512 is 0.125x the critical batch (...)",
+        }
+    )
+
+    batch_size: int = Field(description="The global batch that runs (after any rounding).")
+    gradient_noise_scale: float = Field(description="As requested, in samples.")
+    gradient_noise_scale_stderr: float | None = Field(description="As requested; null when not given.")
+    critical_batch_size: float = Field(description="B_crit, about the noise scale, in samples.")
+    batch_to_critical: float = Field(description="batch_size / critical_batch_size.")
+    steps_vs_min: float = Field(
+        description="S/S_min = 1 + B_noise/B: optimizer steps against the fewest possible (B -> infinity)."
+    )
+    samples_vs_min: float = Field(
+        description="E/E_min = 1 + B/B_noise: samples against the fewest possible (B -> 0)."
+    )
+    step_efficiency: float = Field(description="S_min/S; step_efficiency + sample_efficiency = 1.")
+    sample_efficiency: float = Field(description="E_min/E.")
+    verdict: Literal["near_critical", "above_critical", "below_critical"] = Field(
+        description="near_critical while the batch is within 2x of the critical batch either way."
+    )
+    recommendation: str
+
+
+class PlanOut(ResponseModel):
+    world_size: int
+    model_parallel_size: int
+    data_parallel_size: int
+    requested_global_batch_size: int | None
+    global_batch_size: int
+    micro_batch_size: int | None = Field(description="The common value; null when groups differ.")
+    gradient_accumulation_steps: int
+    replica_groups: list[ReplicaGroupOut]
+    split: str = Field(examples=["even", "proportional"])
+    divisibility: str
+    loss_reduction: str
+    sampler: SamplerOut | None = None
+    learning_rate: LearningRateOut | None = None
+    warnings: list[str]
+    explanation: list[str]
+    efficiency: EfficiencyOut | None = Field(
+        None, description="Step and sample efficiency of the global batch; null without gradient_noise_scale."
+    )
+
+
+_PLAN_JSON: TypeAdapter[core.Plan] = TypeAdapter(core.Plan)
+
+
+def plan_json(plan: core.Plan) -> bytes:
+    """The plan as PlanOut's JSON, serialised straight from the core's dataclass: the same
+    bytes as `PlanOut.model_validate(plan).model_dump_json()` (tested) without validating
+    what the core built."""
+    return _PLAN_JSON.dump_json(plan)
