@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.core.jobs import JobStatus
+import pytest
+
+from app.core.jobs import IllegalTransition, Job, JobStatus
 from app.worker.store import INTERRUPTED, JobStore
 
 
@@ -40,4 +42,25 @@ def test_a_cancelled_job_is_not_started_or_overwritten(tmp_path: Path) -> None:
     job = store.get("a")
     assert job is not None and job.status == "cancelled" and job.result is None
     assert store.get("missing") is None
+    store.close()
+
+
+def test_a_job_refuses_a_move_its_status_does_not_allow(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    job = store.create("a", {"body": {}})
+    assert job.status is JobStatus.QUEUED and job.request == {"body": {}}
+    job.check_transition(JobStatus.RUNNING)
+    job.check_transition(JobStatus.CANCELLED)
+    with pytest.raises(IllegalTransition, match="cannot become succeeded"):
+        job.check_transition(JobStatus.SUCCEEDED)
+    store.finish("a", JobStatus.CANCELLED)
+    done = store.get("a")
+    assert done is not None and done.status.finished
+    with pytest.raises(IllegalTransition, match="check a already cancelled"):
+        done.check_transition(JobStatus.CANCELLED)
+    with pytest.raises(ValueError, match="not a finished status"):
+        store.finish("a", JobStatus.RUNNING)
+    # The JSON a job is served and stored as: the same keys and plain values as the row.
+    assert Job.from_json(done.to_json()) == done
+    assert done.to_json()["status"] == "cancelled" and type(done.to_json()["status"]) is str
     store.close()
