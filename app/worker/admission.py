@@ -34,36 +34,13 @@ class Admission:
     ) -> tuple[CheckSpec, float]:
         """The check's spec and timeout. `options`: the model, noise-scale and
         micro-batch-search fields of the spec; `rendezvous`: endpoint, nnodes and run_id of
-        a check across hosts. Errors of the plan point under /plan, as in a check request."""
+        a check across hosts."""
         try:
-            spec, timeout = self._prepare(
-                request,
-                dtype=dtype,
-                seed=seed,
-                backend=backend,
-                timeout_s=timeout_s,
-                nnodes=int(rendezvous["nnodes"]) if rendezvous else 1,
-                options=options,
-            )
+            planned = plan(request)
         except PlanError as err:
             # The core names fields of the plan; in a check request they sit under /plan.
             raise err.under("/plan") from None
-        if rendezvous is not None:
-            self.limits.check_rendezvous_endpoint(rendezvous["endpoint"])
-        return spec, timeout
-
-    def _prepare(
-        self,
-        request: PlanRequest,
-        *,
-        dtype: str,
-        seed: int,
-        backend: str,
-        timeout_s: float | None,
-        nnodes: int,
-        options: dict[str, Any] | None,
-    ) -> tuple[CheckSpec, float]:
-        spec = spec_from_plan(plan(request), dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
+        spec = spec_from_plan(planned, dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
         if options:
             spec = with_options(spec, options)
         self._check_model(spec, has_dataset=request.dataset is not None)
@@ -88,6 +65,7 @@ class Admission:
                 f"dataset out to check the first step alone",
                 "/plan/dataset/num_samples",
             )
+        nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
         if nnodes > spec.data_parallel_size:
             raise SpecError(
                 f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
@@ -101,6 +79,8 @@ class Admission:
             raise SpecError(
                 f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
             )
+        if rendezvous is not None:
+            self.limits.check_rendezvous_endpoint(rendezvous["endpoint"])
         return spec, timeout
 
     def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:

@@ -13,11 +13,22 @@ import functools
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
 PRELOAD = ["app.worker.rank_server"]
+
+# The pools of this process that fork ranks (one in a server; tests run several apps at
+# once): the fork server is shared, and ends when the last of them stops.
+_users: set[int] = set()
+_users_lock = threading.Lock()
+
+
+def use_fork_server(user: object) -> None:
+    with _users_lock:
+        _users.add(id(user))
 
 
 @functools.cache
@@ -42,12 +53,18 @@ def _reap(pid: int, timeout_s: float) -> None:
         pass  # already reaped
 
 
-def stop_fork_server(timeout_s: float = 2.0) -> None:
-    """End the fork server and its resource tracker, if this process started them, and reap
-    both (blocking: call it from a thread, once the ranks are gone). A later fork starts
-    fresh ones. Private multiprocessing state: there is no public way to stop either, and
-    `ForkServer._stop` waits without a limit."""
+def stop_fork_server(user: object, timeout_s: float = 2.0) -> None:
+    """`user` is done with the fork server: if no other user is left, end it and its
+    resource tracker, if this process started them, and reap both (blocking: call it from a
+    thread, once the ranks are gone). A later fork starts fresh ones. Private
+    multiprocessing state: there is no public way to stop either, and `ForkServer._stop`
+    waits without a limit."""
     from multiprocessing import forkserver, resource_tracker
+
+    with _users_lock:
+        _users.discard(id(user))
+        if _users:
+            return
 
     server: Any = forkserver._forkserver
     with server._lock:

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.ports import free_port
 from app.worker import entry, protocol
-from app.worker.fork_server import fork_context, stop_fork_server
+from app.worker.fork_server import fork_context, stop_fork_server, use_fork_server
 from app.worker.rank_process import RankDied, RankError, RankProcess
 from app.worker.runner import CheckOrder
 
@@ -53,6 +53,7 @@ class RankPool:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        use_fork_server(self)
         for _ in range(self.size):
             self._spawn_soon()
 
@@ -181,7 +182,7 @@ class RankPool:
         self.processes.clear()
         self._ended.clear()
         # Last: the fork server reports (and reaps) the ranks until they are gone.
-        await asyncio.to_thread(stop_fork_server)
+        await asyncio.to_thread(stop_fork_server, self)
 
     @staticmethod
     def _reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:

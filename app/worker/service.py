@@ -19,7 +19,6 @@ from typing import Any
 from app.core.errors import Busy, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
 from app.core.model_registry import SYNTHETIC
-from app.core.models import PlanRequest
 from app.logging_setup import job_id_var
 from app.worker.admission import Admission
 from app.worker.execution import Execution, FinishObserver
@@ -68,7 +67,8 @@ class CheckService:
 
             runner = RankPool(limits.processes_per_host, self.models)
         self.runner: CheckRunner = runner
-        self.admission = Admission(limits, self.models, runner)
+        # Plans a request and holds it against this worker (blocking: run it in a thread).
+        self.prepare = Admission(limits, self.models, runner).prepare
         self._execution = Execution(self.store, runner, limits, self.models)
         self._stopped = False
 
@@ -135,28 +135,6 @@ class CheckService:
         await asyncio.to_thread(self.store.close)
 
     # ------------------------------------------------------------------ requests
-
-    def prepare(
-        self,
-        request: PlanRequest,
-        *,
-        dtype: str,
-        seed: int,
-        backend: str,
-        timeout_s: float | None,
-        rendezvous: dict[str, Any] | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> tuple[CheckSpec, float]:
-        """See Admission.prepare (blocking: run it in a thread)."""
-        return self.admission.prepare(
-            request,
-            dtype=dtype,
-            seed=seed,
-            backend=backend,
-            timeout_s=timeout_s,
-            rendezvous=rendezvous,
-            options=options,
-        )
 
     async def submit(
         self, body: dict[str, Any], spec: CheckSpec, timeout_s: float, rendezvous: dict[str, Any] | None

@@ -82,6 +82,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _exit_code(server: subprocess.Popen[bytes], log: Path) -> int:
+    try:
+        return server.wait(timeout=EXIT_LIMIT_S)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(
+            f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
+        ) from err
+
+
 def _env(db: Path, processes: int) -> dict[str, str]:
     env = image_env(db.parent)
     env |= {
@@ -131,12 +140,7 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
             os.killpg(server.pid, signal.SIGTERM)
         else:
             os.kill(server.pid, signal.SIGTERM)
-        try:
-            code = server.wait(timeout=EXIT_LIMIT_S)
-        except subprocess.TimeoutExpired as err:
-            raise AssertionError(
-                f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
-            ) from err
+        code = _exit_code(server, log)
         took = time.monotonic() - sent
         assert code in (0, -signal.SIGTERM), code  # uvicorn re-raises the signal it shut down for
 
@@ -227,12 +231,7 @@ def test_the_server_reaps_its_fork_server_and_ranks_before_it_exits(tmp_path: Pa
         assert len(children) >= 3, f"the fork server and two ranks at least: {children}"
 
         os.kill(server.pid, signal.SIGTERM)
-        try:
-            code = server.wait(timeout=EXIT_LIMIT_S)
-        except subprocess.TimeoutExpired as err:
-            raise AssertionError(
-                f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
-            ) from err
+        code = _exit_code(server, log)
         assert code in (0, -signal.SIGTERM), code
         left = {pid: state for pid, started in children.items() if (state := _still_there(pid, started))}
         assert not left, f"outlived the server (state by pid; Z: unreaped): {left}\n{log.read_text()[-3000:]}"
