@@ -10,7 +10,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -24,6 +24,9 @@ from app.api.middleware import ServiceMiddleware
 from app.api.problems import install_problem_handlers
 from app.logging_setup import configure_logging
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.worker.runner import CheckRunner
 
 log = logging.getLogger("batchplan")
 
@@ -69,7 +72,8 @@ def _on_shutdown_signals(callback: Callable[[], None]) -> Callable[[], None]:
     return undo
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, runner: CheckRunner | None = None) -> FastAPI:
+    """The app for `settings`; its checks run on `runner` (default: the warm rank pool)."""
     settings = settings or Settings()
     configure_logging(settings)
 
@@ -79,21 +83,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # while the planner already serves; /readyz and /v1/host tell when they are warm.
         service = None
         if settings.worker_enabled:
-            from app.worker.service import CheckService, Limits
+            from app.worker.limits import Limits
+            from app.worker.service import CheckService
 
             try:
                 service = CheckService(
                     settings.jobs_db,
-                    Limits(
-                        max_replicas_per_check=settings.max_replicas_per_check,
-                        processes_per_host=settings.processes_per_host,
-                        queue_size=settings.queue_size,
-                        check_timeout_s=settings.check_timeout_s,
-                        concurrent_checks=settings.concurrent_checks,
-                        max_check_samples=settings.max_check_samples,
-                        rendezvous_hosts=tuple(settings.rendezvous_hosts),
-                    ),
+                    Limits.from_settings(settings),
                     models=settings.model_registry,
+                    runner=runner,
                 )
                 service.observers.append(app.state.metrics.observe_check)
                 await service.start()

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
 from app.api.deps import require_api_key
 from app.api.problems import PROBLEM_RESPONSES
-from app.core.errors import InvalidValue, PlanError, Unavailable
+from app.core.errors import Unavailable
 from app.core.model_registry import SYNTHETIC
 from app.schemas.checks import (
     CHECK_EXAMPLES,
@@ -61,37 +61,21 @@ async def create_check(
     """Plan the request, run one data-parallel training step with `torch.distributed` on the
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
-    nnodes = body.rendezvous.nnodes if body.rendezvous else 1
     stored = body.model_dump(mode="json")
     options = check_options(stored, registered=body.model != SYNTHETIC)
-    try:
-        spec, timeout = await asyncio.to_thread(
-            service.prepare,
-            body.plan.to_core(),
-            dtype=body.dtype,
-            seed=body.seed,
-            backend=body.backend,
-            timeout_s=body.timeout_s,
-            nnodes=nnodes,
-            options=options,
-        )
-    except PlanError as err:
-        # The core names fields of the plan; in this body they sit under /plan.
-        raise err.under("/plan") from None
-    if body.rendezvous is not None:
-        host = body.rendezvous.endpoint.rsplit(":", 1)[0].strip("[]").lower()
-        allowed = service.limits.allowed_rendezvous_hosts()
-        if host not in allowed:
-            # The worker connects to (or serves) the endpoint: only hosts the operator named.
-            raise InvalidValue(
-                f"rendezvous host {host!r} is not one this worker may join; allowed: "
-                f"{', '.join(sorted(allowed))} (set BATCHPLAN_RENDEZVOUS_HOSTS)",
-                pointer="/rendezvous/endpoint",
-            )
-    job = await service.submit(
-        stored, spec, timeout, body.rendezvous.model_dump() if body.rendezvous else None
+    rendezvous = body.rendezvous.model_dump() if body.rendezvous else None
+    spec, timeout = await asyncio.to_thread(
+        service.prepare,
+        body.plan.to_core(),
+        dtype=body.dtype,
+        seed=body.seed,
+        backend=body.backend,
+        timeout_s=body.timeout_s,
+        rendezvous=rendezvous,
+        options=options,
     )
-    response.headers["Location"] = f"/v1/checks/{job['id']}"
+    job = await service.submit(stored, spec, timeout, rendezvous)
+    response.headers["Location"] = f"/v1/checks/{job.id}"
     return CheckJobOut.from_job(job)
 
 

@@ -6,10 +6,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.jobs import Job
 from app.core.model_registry import NAME, SYNTHETIC
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
 
+# The values of app.core.jobs.JobStatus; a Literal so the OpenAPI document lists them inline.
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
@@ -182,9 +184,9 @@ class CheckJobOut(BaseModel):
     request: dict[str, Any] | None = None
 
     @classmethod
-    def from_job(cls, job: dict[str, Any]) -> CheckJobOut:
-        stored = job.get("request") or {}
-        return cls.model_validate({**job, "request": stored.get("body")})
+    def from_job(cls, job: Job) -> CheckJobOut:
+        stored = job.request or {}
+        return cls.model_validate({**job.to_json(), "request": stored.get("body")})
 
 
 class CheckModelOut(BaseModel):

@@ -1,10 +1,10 @@
-"""Warm rank processes, forked from a fork server that has already imported torch.
+"""Warm rank processes, forked from a fork server that has already imported torch: the
+check runner of a worker (app.worker.runner.CheckRunner).
 
 Importing torch and building the first DDP module cost seconds per process; the fork
 server pays the import once and each fork then warms up in tens of milliseconds, so a dead
-or stuck rank is replaced almost at once. Each process has its own pipe; a reader thread
-per process turns its replies (or its death) into messages on the event loop. All pool
-state is touched only from the event loop.
+or stuck rank is replaced almost at once. Each process has its own pipe (rank_process).
+All pool state is touched only from the event loop.
 """
 
 from __future__ import annotations
@@ -12,132 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
 import logging
-import multiprocessing
-import signal
-import threading
-from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from app.worker import entry
+from app.ports import free_port
+from app.worker import entry, protocol
+from app.worker.fork_server import fork_context, stop_fork_server, use_fork_server
+from app.worker.rank_process import RankDied, RankError, RankProcess
+from app.worker.runner import CheckOrder
+
+__all__ = ["SHUTDOWN_GRACE_S", "RankDied", "RankError", "RankPool"]
 
 log = logging.getLogger("batchplan.worker")
 
-PRELOAD = ["app.worker.rank_server"]
 # A fork warms up in tens of milliseconds once start() returns (the fork server has done the
 # imports by then); one that takes this long is stuck and gets replaced.
 WARM_UP_TIMEOUT_S = 15.0
 # How long a rank killed by SIGTERM/SIGINT waits before it is replaced (see RankPool._dead).
 SHUTDOWN_GRACE_S = 2.0
-# The exit code multiprocessing reports for a fork when the fork server that would have
-# told its real status is gone (popen_forkserver.Popen.poll).
-FORK_SERVER_GONE = 255
-
-
-class RankDied(RuntimeError):
-    def __init__(self, message: str, by_shutdown_signal: bool = False) -> None:
-        super().__init__(message)
-        # Killed by SIGTERM/SIGINT: most likely the whole process group is being stopped.
-        self.by_shutdown_signal = by_shutdown_signal
-
-
-class RankError(RuntimeError):
-    pass
-
-
-@functools.cache
-def _fork_context() -> ForkServerContext:
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
-
-
-class RankProcess:
-    def __init__(self, process: BaseProcess, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
-        self.process = process
-        self.conn = conn
-        self.loop = loop
-        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.info: dict[str, Any] = {}
-        self.ready = False
-        self.busy = False
-        self.dead = False
-        self.on_ready: list[Any] = []
-        self.on_death: list[Any] = []
-        self.on_models: list[Any] = []
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
-
-    def start_reader(self) -> None:
-        threading.Thread(target=self._read, daemon=True, name=f"rank-reader-{self.pid}").start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                msg = self.conn.recv()
-            except (EOFError, OSError):
-                with contextlib.suppress(RuntimeError):  # the loop may already be closed
-                    self.loop.call_soon_threadsafe(self._died)
-                return
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self._deliver, msg)
-
-    def _deliver(self, msg: dict[str, Any]) -> None:
-        if msg.get("op") == "ready" and not self.ready:
-            self.info = msg
-            self.ready = True
-            for callback in self.on_ready:
-                callback(self)
-            return
-        if msg.get("op") == "models":
-            for callback in self.on_models:
-                callback(msg["models"])
-            return
-        self.inbox.put_nowait(msg)
-
-    def _died(self) -> None:
-        if self.dead:
-            return
-        self.dead = True
-        self.inbox.put_nowait({"op": "dead"})
-        for callback in self.on_death:
-            callback(self)
-
-    async def request(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if self.dead:
-            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
-        await asyncio.to_thread(self.conn.send, msg)
-        reply = await self.inbox.get()
-        if reply["op"] == "dead":
-            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
-        if reply["op"] == "error":
-            raise RankError(str(reply["error"]))
-        return reply
-
-    def describe_death(self) -> str:
-        self.process.join(timeout=0.5)
-        code = self.process.exitcode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        return f"rank process {self.pid} {how}"
-
-    def killed_by_shutdown_signal(self) -> bool:
-        """Ended by SIGTERM/SIGINT, or with its status lost because the fork server (which
-        reports it) died first: what a signal to the whole process group looks like."""
-        code = self.process.exitcode
-        return code is not None and (-code in (signal.SIGTERM, signal.SIGINT) or code == FORK_SERVER_GONE)
-
-    def kill(self) -> None:
-        with contextlib.suppress(Exception):
-            self.process.kill()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.conn.close()
 
 
 class RankPool:
@@ -150,14 +43,17 @@ class RankPool:
         self.processes: list[RankProcess] = []
         self.stopping = False
         self.changed = asyncio.Condition()
-        self.host_info: dict[str, Any] = {}
+        self.host_info = protocol.HostInfo()  # empty until the first rank is warm
         self.spawn_error: str | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting: set[BaseProcess] = set()
+        # Killed before they joined the pool: stop() waits for these too.
+        self._ended: list[BaseProcess] = []
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        use_fork_server(self)
         for _ in range(self.size):
             self._spawn_soon()
 
@@ -173,7 +69,7 @@ class RankPool:
         if self.stopping:
             return
         loop = asyncio.get_running_loop()
-        ctx = _fork_context()
+        ctx = fork_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
         describe = self.models if self.models and not self.models_info and not self._describing else None
         self._describing = self._describing or describe is not None
@@ -191,6 +87,7 @@ class RankPool:
             await asyncio.wait([starting])
             with contextlib.suppress(Exception):
                 process.kill()
+            self._ended.append(process)
             raise
         except Exception as err:
             self.spawn_error = f"could not start a rank process: {err}"
@@ -207,6 +104,7 @@ class RankPool:
             rank.on_death.append(self._describer_died)
         if self.stopping:
             rank.kill()
+            self._ended.append(process)
             return
         self.processes.append(rank)
         rank.start_reader()
@@ -219,7 +117,8 @@ class RankPool:
             self._spawn_soon()
 
     def _ready(self, rank: RankProcess) -> None:
-        self.host_info = {k: v for k, v in rank.info.items() if k not in ("op", "pid")}
+        if rank.info is not None:
+            self.host_info = rank.info.host
         self._notify()
 
     def _described(self, info: dict[str, dict[str, Any]]) -> None:
@@ -259,7 +158,13 @@ class RankPool:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def begin_stop(self) -> None:
+        """Start no more rank processes (a shutdown has begun)."""
+        self.stopping = True
+
     async def stop(self) -> None:
+        """End every rank process, then the fork server, and reap them all: nothing of the
+        pool outlives it, not even as a zombie."""
         self.stopping = True
         tasks = list(self._tasks)
         for task in tasks:
@@ -269,21 +174,27 @@ class RankPool:
         for process in list(self._starting):
             with contextlib.suppress(Exception):
                 process.kill()
+            self._ended.append(process)
         ranks = list(self.processes)
         for rank in ranks:
-            with contextlib.suppress(Exception):
-                rank.conn.send({"op": "exit"})
-        await asyncio.to_thread(self._reap, ranks)
+            rank.send_exit()
+        await asyncio.to_thread(self._reap, ranks, list(self._ended))
         self.processes.clear()
+        self._ended.clear()
+        # Last: the fork server reports (and reaps) the ranks until they are gone.
+        await asyncio.to_thread(stop_fork_server, self)
 
     @staticmethod
-    def _reap(ranks: list[RankProcess]) -> None:
+    def _reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
         for rank in ranks:
             rank.process.join(timeout=1.0)
             if rank.process.is_alive():
                 rank.kill()
                 rank.process.join(timeout=2.0)
             rank.close()
+        for process in killed:
+            with contextlib.suppress(Exception):  # one that never started has nothing to join
+                process.join(timeout=2.0)
 
     # ------------------------------------------------------------------ use
 
@@ -328,3 +239,61 @@ class RankPool:
             }
             for r in self.processes
         ]
+
+    # ------------------------------------------------------------------ checks
+
+    async def run_check(self, order: CheckOrder) -> dict[str, Any]:
+        """Run one check on min(replicas, size) warm ranks: the leader meets the other nodes
+        (if any) at the rendezvous, then every rank that takes part runs its replicas."""
+        spec = order.spec
+        rendezvous = order.rendezvous or {}
+        dp = spec.data_parallel_size
+        wanted = min(dp, self.size)
+        ranks = await self.acquire(wanted)
+        gpus = int(self.host_info.gpus or 0)
+        backend = "gloo"
+        if spec.backend == "nccl" or (spec.backend == "auto" and gpus >= wanted):
+            backend = "nccl"
+        local = ranks[: min(len(ranks), gpus)] if backend == "nccl" else ranks
+        healthy = False
+        try:
+            endpoint = rendezvous.get("endpoint") or f"127.0.0.1:{free_port()}"
+            run_id = rendezvous.get("run_id") or order.job_id
+            nnodes = int(rendezvous.get("nnodes", 1))
+            join = protocol.Join(endpoint, run_id, nnodes, order.timeout_s, offered=len(local), replicas=dp)
+            joined = await local[0].request(join, protocol.Joined)
+            count = joined.local_count
+            try:
+                async with asyncio.TaskGroup() as group:
+                    replies = [
+                        group.create_task(
+                            rank.request(
+                                protocol.Run(
+                                    endpoint,
+                                    run_id,
+                                    nnodes,
+                                    order.timeout_s,
+                                    spec=order.spec_json,
+                                    world=joined.world,
+                                    backend=backend,
+                                    local_processes=count,
+                                    model_target=order.model_target,
+                                    rank=joined.offset + i,
+                                    local_index=i if i < count else -1,
+                                    leader=i == 0,
+                                ),
+                                protocol.Result if i == 0 else protocol.Done,
+                            )
+                        )
+                        for i, rank in enumerate(local[: max(count, 1)])
+                    ]
+            except ExceptionGroup as failures:
+                raise failures.exceptions[0] from None
+            healthy = True
+            leader = replies[0].result()
+            assert isinstance(leader, protocol.Result)
+            result = leader.result
+            result["node_rank"] = joined.node_rank
+            return result
+        finally:
+            self.release(ranks, healthy)

@@ -1,10 +1,11 @@
 """A warm rank process: torch imported and DDP built once, then checks on demand.
 
 Each process has its own pipe to the pool (a shared queue could hand two ranks of one check
-to the same process, which would deadlock). Messages are dicts:
+to the same process, which would deadlock). The messages are those of
+`app.worker.protocol`, plain dicts on the pipe:
 
-- ``{"op": "join", ...}`` to a node's leader: meet the other nodes, answer the assignment;
-- ``{"op": "run", ...}``: form a fresh process group, run the check, tear the group down.
+- `Join` to a node's leader: meet the other nodes, answer the assignment (`Joined`);
+- `Run`: form a fresh process group, run the check, tear the group down (`Result` or `Done`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker import ddp_check, gradcheck, rendezvous
+from app.worker import ddp_check, gradcheck, protocol, rendezvous
 from app.worker.model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.spec import CheckSpec
 from app.worker.workload import FactoryError, Registered, Workload, load
@@ -77,22 +78,19 @@ def _warm_up() -> None:
         dist.destroy_process_group()
 
 
-def _host_info() -> dict[str, Any]:
+def _host_info() -> protocol.HostInfo:
     cuda = torch.cuda.is_available()
-    return {
-        "pid": os.getpid(),
-        "torch_version": torch.__version__,
-        "cuda_available": cuda,
-        "gpus": torch.cuda.device_count() if cuda else 0,
-        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        if cuda
-        else [],
-        "backends": [
+    return protocol.HostInfo(
+        torch_version=torch.__version__,
+        cuda_available=cuda,
+        gpus=torch.cuda.device_count() if cuda else 0,
+        gpu_names=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        backends=[
             b
             for b, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available() and cuda))
             if ok
         ],
-    }
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -108,33 +106,28 @@ class RankServer:
         self.store: TCPStore | None = None  # the leader's, from "join" to the end of "run"
         self.serving = False
 
-    def join(self, msg: dict[str, Any]) -> dict[str, Any]:
-        self.store, self.serving = rendezvous.open_store(msg["endpoint"], msg["timeout_s"])
-        assignment = rendezvous.join(
-            self.store, msg["run_id"], msg["nnodes"], msg["offered"], msg["replicas"]
-        )
-        return {"op": "joined", **assignment.as_dict()}
+    def join(self, msg: protocol.Join) -> protocol.Joined:
+        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s)
+        assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
+        return protocol.Joined(**assignment.as_dict())
 
-    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
-        leader = msg["leader"]
+    def run(self, msg: protocol.Run) -> protocol.Result | protocol.Done:
         store = (
             self.store
-            if leader and self.store is not None
-            else rendezvous.join_store(msg["endpoint"], msg["timeout_s"])
+            if msg.leader and self.store is not None
+            else rendezvous.join_store(msg.endpoint, msg.timeout_s)
         )
         try:
             return self._run(msg, store)
         finally:
             self.store, self.serving = None, False
 
-    def _run(self, msg: dict[str, Any], store: TCPStore) -> dict[str, Any]:
-        spec = CheckSpec.from_json(msg["spec"])
-        run_id, rank, world = msg["run_id"], msg["rank"], msg["world"]
+    def _run(self, msg: protocol.Run, store: TCPStore) -> protocol.Result | protocol.Done:
+        spec = CheckSpec.from_json(msg.spec)
+        run_id, rank, world = msg.run_id, msg.rank, msg.world
         result: dict[str, Any] | None = None
-        if msg["local_index"] >= 0:
-            backend, device = gradcheck.choose_backend(
-                msg["backend"], msg["local_processes"], msg["local_index"]
-            )
+        if msg.local_index >= 0:
+            backend, device = gradcheck.choose_backend(msg.backend, msg.local_processes, msg.local_index)
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             started = time.perf_counter()
@@ -144,24 +137,24 @@ class RankServer:
                 store=PrefixStore(f"{run_id}/pg", store),
                 rank=rank,
                 world_size=world,
-                timeout=timedelta(seconds=msg["timeout_s"]),
+                timeout=timedelta(seconds=msg.timeout_s),
             )
             setup = time.perf_counter() - started
             try:
                 # Built once the group exists: a factory may ask for its rank.
-                workload = _workload(spec.model, msg.get("model_target"), spec.seed, rank, world)
+                workload = _workload(spec.model, msg.model_target, spec.seed, rank, world)
                 check = ddp_check.run_check(
-                    spec, rank, world, device, backend, nnodes=msg["nnodes"], workload=workload
+                    spec, rank, world, device, backend, nnodes=msg.nnodes, workload=workload
                 )
             finally:
                 dist.destroy_process_group()
             if check is not None:
                 result = check.with_setup_time(setup).to_json()
                 rendezvous.publish_result(store, run_id, result)
-        if not msg["leader"]:
-            return {"op": "done"}
-        result = rendezvous.collect_result(store, run_id, msg["nnodes"], self.serving, msg["timeout_s"])
-        return {"op": "result", "result": result}
+        if not msg.leader:
+            return protocol.Done()
+        result = rendezvous.collect_result(store, run_id, msg.nnodes, self.serving, msg.timeout_s)
+        return protocol.Result(result)
 
 
 def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -183,20 +176,27 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
         # threads per rank here, 0.02 ms with one).
         torch.set_num_threads(1)
     _warm_up()
-    conn.send({"op": "ready", **_host_info()})
+    conn.send(protocol.Ready(os.getpid(), _host_info()).to_dict())
     if describe:
         # After "ready": a slow factory must not count against the warm-up deadline.
-        conn.send({"op": "models", "models": describe_models(describe)})
+        conn.send(protocol.Models(describe_models(describe)).to_dict())
     server = RankServer()
     while True:
         try:
-            msg = conn.recv()
+            raw = conn.recv()
         except (EOFError, OSError):
             return
-        if msg.get("op") == "exit":
-            return
+        reply: protocol.FromRank
         try:
-            reply = server.join(msg) if msg["op"] == "join" else server.run(msg)
+            msg = protocol.from_dict(raw)
+            if isinstance(msg, protocol.Exit):
+                return
+            if isinstance(msg, protocol.Join):
+                reply = server.join(msg)
+            elif isinstance(msg, protocol.Run):
+                reply = server.run(msg)
+            else:
+                raise ValueError(f"a rank does not take {msg.op!r} messages")
         except Exception as err:  # reported to the pool, which replaces this process
-            reply = {"op": "error", "error": f"{type(err).__name__}: {err}"}
-        conn.send(reply)
+            reply = protocol.Error(f"{type(err).__name__}: {err}")
+        conn.send(reply.to_dict())

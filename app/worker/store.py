@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", "cancelled"
-FINISHED = (SUCCEEDED, FAILED, CANCELLED)
+from app.core.jobs import Job, JobStatus
+
 INTERRUPTED = "the server stopped while this check was running; submit it again"
 
 _SCHEMA = """
@@ -51,63 +51,79 @@ class JobStore:
             self._db.close()
 
     @staticmethod
-    def _job(row: sqlite3.Row | None) -> dict[str, Any] | None:
+    def _job(row: sqlite3.Row | None) -> Job | None:
         if row is None:
             return None
-        job = dict(row)
-        job["request"] = json.loads(job["request"])
-        job["result"] = json.loads(job["result"]) if job["result"] else None
-        return job
+        return Job(
+            id=row["id"],
+            status=JobStatus(row["status"]),
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            request=json.loads(row["request"]),
+            result=json.loads(row["result"]) if row["result"] else None,
+            error=row["error"],
+        )
 
-    def create(self, job_id: str, request: dict[str, Any]) -> dict[str, Any]:
+    def create(self, job_id: str, request: dict[str, Any]) -> Job:
         with self._lock:
             self._db.execute(
                 "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
-                (job_id, QUEUED, now(), json.dumps(request)),
+                (job_id, JobStatus.QUEUED.value, now(), json.dumps(request)),
             )
         job = self.get(job_id)
         assert job is not None
         return job
 
-    def get(self, job_id: str) -> dict[str, Any] | None:
+    def get(self, job_id: str) -> Job | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._job(row)
 
-    def recent(self, limit: int, status: str | None = None) -> list[dict[str, Any]]:
+    def recent(self, limit: int, status: JobStatus | None = None) -> list[Job]:
         query = (
             "SELECT * FROM jobs"
             + (" WHERE status = ?" if status else "")
             + " ORDER BY created_at DESC, rowid DESC LIMIT ?"
         )
         with self._lock:
-            rows = self._db.execute(query, (status, limit) if status else (limit,)).fetchall()
+            rows = self._db.execute(query, (status.value, limit) if status else (limit,)).fetchall()
         return [job for job in map(self._job, rows) if job is not None]
 
     def start(self, job_id: str) -> bool:
         """queued → running; False when it is no longer queued (cancelled meanwhile)."""
+        (source,) = JobStatus.RUNNING.sources()
         with self._lock:
             cursor = self._db.execute(
                 "UPDATE jobs SET status = ?, started_at = ? WHERE id = ? AND status = ?",
-                (RUNNING, now(), job_id, QUEUED),
+                (JobStatus.RUNNING.value, now(), job_id, source.value),
             )
         return cursor.rowcount == 1
 
     def finish(
-        self, job_id: str, status: str, *, result: dict[str, Any] | None = None, error: str | None = None
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
     ) -> None:
+        """Move the job to finished `status` if its status allows it; a job already finished
+        (cancelled while its result came in) keeps what it has."""
+        if not status.finished:
+            raise ValueError(f"{status} is not a finished status")
+        sources = [s.value for s in status.sources()]
         with self._lock:
             self._db.execute(
                 "UPDATE jobs SET status = ?, finished_at = ?, result = ?, error = ? "
-                "WHERE id = ? AND status IN (?, ?)",
+                f"WHERE id = ? AND status IN ({', '.join('?' * len(sources))})",
                 (
-                    status,
+                    status.value,
                     now(),
                     json.dumps(result) if result is not None else None,
                     error,
                     job_id,
-                    QUEUED,
-                    RUNNING,
+                    *sources,
                 ),
             )
 
@@ -117,9 +133,9 @@ class JobStore:
         with self._lock:
             self._db.execute(
                 "UPDATE jobs SET status = ?, finished_at = ?, error = ? WHERE status = ?",
-                (FAILED, now(), INTERRUPTED, RUNNING),
+                (JobStatus.FAILED.value, now(), INTERRUPTED, JobStatus.RUNNING.value),
             )
             rows = self._db.execute(
-                "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid", (QUEUED,)
+                "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid", (JobStatus.QUEUED.value,)
             ).fetchall()
         return [row["id"] for row in rows]

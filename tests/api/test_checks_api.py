@@ -330,7 +330,7 @@ def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> 
         done = run(first, EVEN_2)
     # What a server killed mid-check leaves behind: one job running, one queued.
     store = JobStore(db)
-    payload = store.get(done["id"])["request"]  # type: ignore[index]
+    payload = store.get(done["id"]).request  # type: ignore[union-attr]
     store.create("was-running", payload)
     store.start("was-running")
     store.create("was-queued", payload)

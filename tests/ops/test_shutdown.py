@@ -1,7 +1,8 @@
 """SIGTERM to a real uvicorn server with warm ranks and a running check: the server exits
 promptly, leaves no process of its session behind, and the check is recorded as stopped by
 the shutdown. Once to uvicorn alone (`kill PID`), once to the whole process group (what
-Ctrl-C, `docker stop` and systemd do: the ranks and the fork server get it at the same time)."""
+Ctrl-C, `docker stop` and systemd do: the ranks and the fork server get it at the same time).
+And after a finished check: the server reaps every process it started before it exits."""
 
 from __future__ import annotations
 
@@ -81,6 +82,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _exit_code(server: subprocess.Popen[bytes], log: Path) -> int:
+    try:
+        return server.wait(timeout=EXIT_LIMIT_S)
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(
+            f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
+        ) from err
+
+
 def _env(db: Path, processes: int) -> dict[str, str]:
     env = image_env(db.parent)
     env |= {
@@ -130,12 +140,7 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
             os.killpg(server.pid, signal.SIGTERM)
         else:
             os.kill(server.pid, signal.SIGTERM)
-        try:
-            code = server.wait(timeout=EXIT_LIMIT_S)
-        except subprocess.TimeoutExpired as err:
-            raise AssertionError(
-                f"uvicorn still running {EXIT_LIMIT_S} s after SIGTERM:\n{log.read_text()[-3000:]}"
-            ) from err
+        code = _exit_code(server, log)
         took = time.monotonic() - sent
         assert code in (0, -signal.SIGTERM), code  # uvicorn re-raises the signal it shut down for
 
@@ -164,6 +169,72 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
         assert stored["error"].startswith("server shutting down"), stored["error"]
         assert stored["finished_at"] is not None
     assert took < EXIT_LIMIT_S
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> start time (clock ticks since boot) of every process below `root`, zombies
+    included: a pid with the same start time later is the same process."""
+    parents: dict[int, int] = {}
+    started: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry)] = int(fields[1])
+            started[int(entry)] = fields[19]  # starttime, field 22 of proc(5)
+    below: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in below:
+                below[pid] = started[pid]
+                frontier.append(pid)
+    return below
+
+
+def _still_there(pid: int, started: str) -> str | None:
+    """The process's state letter if it still exists (Z: a zombie nobody reaped), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0] if fields[19] == started else None
+
+
+def test_the_server_reaps_its_fork_server_and_ranks_before_it_exits(tmp_path: Path) -> None:
+    """SIGTERM to uvicorn after a check ran on warm ranks: by the time the server has exited,
+    every process it started (the fork server, its resource tracker, the ranks) has exited
+    and been reaped, with no grace period: nothing is left to whoever adopts orphans."""
+    db = tmp_path / "jobs.sqlite3"
+    port = free_port()
+    log = tmp_path / "server.log"
+    with running(uvicorn_argv(port), _env(db, 2), ROOT, log) as server:
+        wait_until_live(server, port, log)
+        status, _, job = _request(port, "POST", "/v1/checks", {"plan": EVEN_2})
+        assert status == 202, job
+        done = _wait(
+            lambda: (
+                (j := _request(port, "GET", f"/v1/checks/{job['id']}")[2])["status"] != "queued"
+                and j["status"] != "running"
+                and j
+            ),
+            "the check to finish",
+            90,
+            log,
+        )
+        assert done["status"] == "succeeded" and done["result"]["passed"], done
+        ranks = {p["pid"] for p in _request(port, "GET", "/v1/host")[2]["processes"]}
+        children = _descendants(server.pid)
+        assert ranks <= set(children), (ranks, children)
+        assert len(children) >= 3, f"the fork server and two ranks at least: {children}"
+
+        os.kill(server.pid, signal.SIGTERM)
+        code = _exit_code(server, log)
+        assert code in (0, -signal.SIGTERM), code
+        left = {pid: state for pid, started in children.items() if (state := _still_there(pid, started))}
+        assert not left, f"outlived the server (state by pid; Z: unreaped): {left}\n{log.read_text()[-3000:]}"
 
 
 def test_no_new_checks_once_the_shutdown_began(tmp_path: Path) -> None:

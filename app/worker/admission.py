@@ -1,0 +1,116 @@
+"""Whether this worker takes a check: the request planned and held against its limits,
+its registered models and its host. Runs before a job exists (blocking: call it in a thread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.errors import PlanError
+from app.core.model_registry import SYNTHETIC, unknown_model
+from app.core.models import PlanRequest
+from app.core.planner import plan
+from app.worker.limits import Limits
+from app.worker.request import with_options
+from app.worker.runner import CheckRunner
+from app.worker.spec import CheckSpec, SpecError, spec_from_plan
+
+
+class Admission:
+    def __init__(self, limits: Limits, models: dict[str, str], runner: CheckRunner) -> None:
+        self.limits = limits
+        self.models = models  # registered check models: name -> package.module:factory
+        self.runner = runner
+
+    def prepare(
+        self,
+        request: PlanRequest,
+        *,
+        dtype: str,
+        seed: int,
+        backend: str,
+        timeout_s: float | None,
+        rendezvous: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[CheckSpec, float]:
+        """The check's spec and timeout. `options`: the model, noise-scale and
+        micro-batch-search fields of the spec; `rendezvous`: endpoint, nnodes and run_id of
+        a check across hosts."""
+        try:
+            planned = plan(request)
+        except PlanError as err:
+            # The core names fields of the plan; in a check request they sit under /plan.
+            raise err.under("/plan") from None
+        spec = spec_from_plan(planned, dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
+        if options:
+            spec = with_options(spec, options)
+        self._check_model(spec, has_dataset=request.dataset is not None)
+        if spec.data_parallel_size > self.limits.max_replicas_per_check:
+            raise SpecError(
+                f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
+                f"checks at most {self.limits.max_replicas_per_check}",
+                "/plan/topology",
+            )
+        cap = self.limits.max_check_samples
+        if spec.global_batch_size > cap:
+            raise SpecError(
+                f"a check materialises the global batch: {spec.global_batch_size} samples is more "
+                f"than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself "
+                f"has no such limit, so check a smaller global batch with the same split",
+                "/plan/global_batch_size",
+            )
+        if request.dataset is not None and request.dataset.num_samples > cap:
+            raise SpecError(
+                f"a check builds the epoch's index list: dataset.num_samples {request.dataset.num_samples} "
+                f"is more than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); leave the "
+                f"dataset out to check the first step alone",
+                "/plan/dataset/num_samples",
+            )
+        nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
+        if nnodes > spec.data_parallel_size:
+            raise SpecError(
+                f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
+                "/rendezvous/nnodes",
+            )
+        gpus = self.runner.host_info.gpus
+        if backend == "nccl" and gpus == 0:
+            raise SpecError("backend nccl needs GPUs; this host has none (use gloo or auto)", "/backend")
+        timeout = self.limits.check_timeout_s if timeout_s is None else timeout_s
+        if timeout > self.limits.check_timeout_s:
+            raise SpecError(
+                f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
+            )
+        if rendezvous is not None:
+            self.limits.check_rendezvous_endpoint(rendezvous["endpoint"])
+        return spec, timeout
+
+    def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
+        if spec.model != SYNTHETIC and spec.model not in self.models:
+            raise SpecError(unknown_model(spec.model, list(self.models)), "/model")
+        info = self.runner.models_info.get(spec.model)
+        if info is not None and not info.get("loaded"):
+            raise SpecError(
+                f"check model {spec.model!r} cannot be built on this worker: {info['error']}", "/model"
+            )
+        size = info.get("dataset_size") if info else None
+        if isinstance(size, int) and spec.num_samples > size:
+            pointer = "/plan/dataset/num_samples" if has_dataset else "/plan/global_batch_size"
+            raise SpecError(
+                f"check model {spec.model!r} has {size} samples; the check's epoch needs {spec.num_samples} "
+                f"(without a dataset it is one global batch): use at most {size}",
+                pointer,
+            )
+        if spec.fit is not None and spec.fit.get("memory_bytes") is None:
+            gpus = self.runner.host_info.gpus
+            if gpus == 0 or spec.backend == "gloo":
+                raise SpecError(
+                    "the search for the largest micro-batch runs on this worker's CPU here, whose "
+                    "memory torch cannot size: give the memory of one GPU of the cluster, e.g. "
+                    "85899345920 for 80 GiB",
+                    "/fit_micro_batch/memory_bytes",
+                )
+        if spec.noise_steps and spec.data_parallel_size == 1 and spec.gradient_accumulation_steps == 1:
+            raise SpecError(
+                "the noise scale compares a small batch with a big one: it needs at least 2 data-parallel "
+                "replicas or 2 accumulation steps; send noise_scale.steps 0 to skip it",
+                "/noise_scale/steps",
+            )

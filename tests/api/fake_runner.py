@@ -1,0 +1,79 @@
+"""A check runner for API tests: no torch, no processes. Checks pass at once with a small
+result, unless a test holds them (`gate`) or makes them fail (`error`)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from app.worker.protocol import HostInfo
+from app.worker.runner import CheckOrder
+
+
+@dataclass
+class FakeRank:
+    busy: bool = False
+
+
+def passing_result(order: CheckOrder) -> dict[str, Any]:
+    """What a passing check returns, in the shape /v1/checks serves."""
+    return {
+        "passed": True,
+        "backend": "gloo",
+        "device": "cpu",
+        "processes": 1,
+        "data_parallel_size": order.spec.data_parallel_size,
+        "replicas_per_process": order.spec.data_parallel_size,
+        "max_abs_diff": 0.0,
+        "rel_l2": 0.0,
+        "tolerance": 1e-12,
+        "controls": [],
+        "timings_s": {},
+        "model": order.spec.model,
+    }
+
+
+class FakeRunner:
+    """Satisfies app.worker.runner.CheckRunner."""
+
+    def __init__(self, size: int = 2, models_info: dict[str, dict[str, Any]] | None = None) -> None:
+        self.size = size
+        self.host_info = HostInfo(torch_version="fake", cuda_available=False, gpus=0, backends=["gloo"])
+        self.models_info = dict(models_info or {})
+        self.spawn_error: str | None = None
+        self.orders: list[CheckOrder] = []
+        self.gate: asyncio.Event | None = None  # set: a check waits for it
+        self.error: Exception | None = None  # set: a check raises it
+        self.started = self.stopping = self.stopped = False
+        self._ranks: list[FakeRank] = []
+
+    def start(self) -> None:
+        self.started = True
+        self._ranks = [FakeRank() for _ in range(self.size)]
+
+    def begin_stop(self) -> None:
+        self.stopping = True
+
+    async def stop(self) -> None:
+        self.stopping = self.stopped = True
+        self._ranks = []
+
+    def warm(self) -> list[FakeRank]:
+        return list(self._ranks)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"pid": None, "state": "busy" if r.busy else "idle"} for r in self._ranks]
+
+    async def run_check(self, order: CheckOrder) -> dict[str, Any]:
+        self.orders.append(order)
+        rank = self._ranks[0]
+        rank.busy = True
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            if self.error is not None:
+                raise self.error
+            return passing_result(order)
+        finally:
+            rank.busy = False

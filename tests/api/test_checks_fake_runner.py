@@ -1,0 +1,105 @@
+"""The check service's side of /v1/checks on a fake runner: queueing, recording, cancel,
+admission and shutdown, without torch or rank processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_runner import FakeRunner
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from app.worker.rank_process import RankError
+from app.worker.spec import CheckSpec
+
+EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+
+
+@pytest.fixture
+def runner() -> FakeRunner:
+    return FakeRunner()
+
+
+@pytest.fixture
+def client(tmp_path: Path, runner: FakeRunner) -> Iterator[TestClient]:
+    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
+    with TestClient(create_app(settings, runner=runner)) as test_client:
+        yield test_client
+
+
+def wait_status(client: TestClient, location: str, *statuses: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while (job := client.get(location).json())["status"] not in statuses:
+        assert time.monotonic() < deadline, f"job stuck: {job}"
+        time.sleep(0.01)
+    return job  # type: ignore[no-any-return]
+
+
+def test_a_check_runs_on_the_runner_and_its_result_is_recorded(
+    client: TestClient, runner: FakeRunner
+) -> None:
+    assert runner.started
+    response = client.post("/v1/checks", json={"plan": EVEN_2, "timeout_s": 30})
+    assert response.status_code == 202, response.text
+    job = wait_status(client, response.headers["location"], "succeeded")
+    assert job["result"]["passed"] is True and job["error"] is None
+    assert set(job["result"]["timings_s"]) >= {"check", "queued", "end_to_end"}
+    assert job["request"]["plan"]["global_batch_size"] == 16
+    (order,) = runner.orders
+    assert order.job_id == job["id"] and order.timeout_s == 30 and order.rendezvous is None
+    assert order.model_target is None  # the built-in model
+    assert CheckSpec.from_json(order.spec_json) == order.spec and order.spec.data_parallel_size == 2
+    host = client.get("/v1/host").json()
+    assert host["ready"] and host["warm_processes"] == 2 and host["torch_version"] == "fake"
+
+
+def test_a_rendezvous_host_outside_the_allow_list_never_reaches_the_runner(
+    client: TestClient, runner: FakeRunner
+) -> None:
+    body = {"plan": EVEN_2, "rendezvous": {"endpoint": "10.0.0.1:29400", "nnodes": 2, "run_id": "probe"}}
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"][0]["pointer"] == "/rendezvous/endpoint"
+    assert client.get("/v1/checks").json()["checks"] == [] and runner.orders == []
+
+
+def test_plan_errors_point_under_plan(client: TestClient) -> None:
+    response = client.post("/v1/checks", json={"plan": {**EVEN_2, "global_batch_size": 15}})
+    assert response.status_code == 422, response.text
+    errors = response.json()["errors"]
+    assert errors and all(e["pointer"].startswith("/plan/") for e in errors), errors
+
+
+def test_cancel_a_running_check_then_a_conflict(client: TestClient, runner: FakeRunner) -> None:
+    runner.gate = client.portal.call(_event)  # type: ignore[union-attr]  # set only inside `with`
+    location = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    wait_status(client, location, "running")
+    cancelled = client.delete(location)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    again = client.delete(location)
+    assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
+
+
+def test_a_runner_error_fails_the_check_with_its_reason(client: TestClient, runner: FakeRunner) -> None:
+    runner.error = RankError("rank 1 fell over")
+    location = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    job = wait_status(client, location, "failed")
+    assert job["error"].startswith("rank 1 fell over") and job["result"] is None
+
+
+def test_the_shutdown_stops_the_runner(tmp_path: Path, runner: FakeRunner) -> None:
+    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
+    with TestClient(create_app(settings, runner=runner)):
+        assert runner.started and not runner.stopped
+    assert runner.stopped
+
+
+async def _event() -> asyncio.Event:
+    """An event made on the app's event loop."""
+    return asyncio.Event()
