@@ -5,13 +5,11 @@ Ctrl-C, `docker stop` and systemd do: the ranks and the fork server get it at th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,66 +17,19 @@ import pytest
 
 pytest.importorskip("torch")
 
-from ops_helpers import HOST, ROOT, free_port, image_env, running, uvicorn_argv, wait_until_live
+from support.bodies import lonely_rendezvous
+from support.image import image_env, uvicorn_argv
+from support.polling import wait_for as _wait
+from support.processes import alive as _alive
+from support.processes import session_processes
+from support.servers import HOST, ROOT, free_port, running, wait_until_live
+from support.servers import request as _request
 
 pytestmark = pytest.mark.slow
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 EXIT_LIMIT_S = 15.0
 ORPHAN_GRACE_S = 3.0
-
-
-def _request(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
-    import urllib.error
-    import urllib.request
-
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://{HOST}:{port}{path}", data=data, method=method)
-    if data is not None:
-        request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, dict(response.headers), json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read() or b"null")
-
-
-def _wait(predicate: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if value := predicate():
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
-def session_processes(sid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process in session `sid` (zombies are gone already)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            # the fields after the parenthesised command: state ppid pgrp session ...
-            state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-            if int(session) != sid or state == "Z":
-                continue
-            cmdline = (
-                Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            )
-        except (OSError, ValueError, IndexError):
-            continue
-        found.append((int(entry), cmdline.strip()))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _env(db: Path, processes: int) -> dict[str, str]:
@@ -96,8 +47,8 @@ def _env(db: Path, processes: int) -> dict[str, str]:
 
 def _blocker(port: int) -> dict[str, Any]:
     """A 2-node check whose second node never joins: it stays running."""
-    rendezvous = {"endpoint": f"{HOST}:{free_port()}", "nnodes": 2, "run_id": f"lonely-{time.time_ns()}"}
-    status, _, job = _request(port, "POST", "/v1/checks", {"plan": EVEN_2, "rendezvous": rendezvous})
+    body = {"plan": EVEN_2, "rendezvous": lonely_rendezvous(HOST)}
+    status, _, job = _request(port, "POST", "/v1/checks", body)
     assert status == 202, job
     return job  # type: ignore[no-any-return]
 

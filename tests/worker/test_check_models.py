@@ -4,7 +4,6 @@ micro-batch search feeding a re-plan."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
+from support.polling import run_check, wait_warm
 
 from app.main import create_app
 from app.settings import Settings
@@ -53,30 +53,15 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
         check_models=",".join(registry),
     )
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            host = test_client.get("/v1/host").json()
-            if host["warm_processes"] >= 4 and all(m["loaded"] is not None for m in host["models"]):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"ranks or models not ready: {host}")
+        wait_warm(test_client, 4, models=True, timeout=90)
         yield test_client
 
 
 def check(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/v1/checks", json=body)
-    assert response.status_code == 202, response.text
-    location = response.headers["location"]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(location).json()
-        if job["status"] not in ("queued", "running"):
-            assert job["status"] == "succeeded", job
-            result: dict[str, Any] = job["result"]
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"check stuck: {job}")
+    job = run_check(client, body, timeout=120)
+    assert job["status"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
 
 
 def problem(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
