@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
+from support.apps import warm_app
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
 from app.main import create_app
@@ -52,16 +53,10 @@ def run(client: TestClient, plan: dict[str, Any], **options: Any) -> dict[str, A
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(
-        jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3",
-        processes_per_host=4,
-        queue_size=2,
-        max_replicas_per_check=2048,
-        check_timeout_s=60,
-        log_level="warning",
-    )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        wait_warm(test_client, 4)
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    with warm_app(
+        db, 4, timeout=60, queue_size=2, max_replicas_per_check=2048, check_timeout_s=60, log_level="warning"
+    ) as test_client:
         yield test_client
 
 

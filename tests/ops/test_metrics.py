@@ -13,10 +13,10 @@ pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from support.apps import warm_app
 from support.polling import FINISHED, hold_ranks, wait_check, wait_warm
 
 from app.logging_setup import configure_logging
-from app.main import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -43,17 +43,11 @@ def value(families: dict[str, Any], sample: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(
-        jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3",
-        processes_per_host=2,
-        queue_size=4,
-        check_timeout_s=60,
-        log_format="json",
-        log_level="info",
-    )
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
     try:
-        with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-            wait_warm(test_client, 2)
+        with warm_app(
+            db, 2, timeout=60, queue_size=4, check_timeout_s=60, log_format="json", log_level="info"
+        ) as test_client:
             yield test_client
     finally:
         configure_logging(Settings(worker_enabled=False))

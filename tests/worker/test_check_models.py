@@ -14,10 +14,9 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.polling import run_check, wait_warm
+from support.apps import warm_app
+from support.polling import run_check
 
-from app.main import create_app
-from app.settings import Settings
 from app.worker import example_models
 from app.worker.memory import probe
 from app.worker.model import build_model
@@ -46,14 +45,8 @@ FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 6
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     registry = [f"{name}={EXAMPLES}:{name}" for name in GOOD] + [f"{n}={t}" for n, t in BROKEN.items()]
-    settings = Settings(
-        jobs_db=Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3",
-        processes_per_host=4,
-        log_level="warning",
-        check_models=",".join(registry),
-    )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        wait_warm(test_client, 4, models=True, timeout=90)
+    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
+    with warm_app(db, 4, models=True, log_level="warning", check_models=",".join(registry)) as test_client:
         yield test_client
 
 
