@@ -2,7 +2,8 @@
 
 - servers:   a uvicorn subprocess on a free loopback port: start, wait until live, stop it and
              everything it started; one-shot JSON requests to it
-- polling:   wait for a condition, for warm ranks, for a check to reach a status
+- polling:   wait for a condition, for warm ranks, for a check to reach a status; hold ranks
+- apps:      the app in-process (a TestClient) with warm ranks
 - processes: live (not zombie) processes of a session, read from /proc; ending a session
 - bodies:    check request bodies several tests build the same way
 - image:     the Dockerfile read as data: the final stage's CMD, HEALTHCHECK and environment

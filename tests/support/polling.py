@@ -22,7 +22,7 @@ NOT_ANSWERING = (OSError, httpx.TransportError)
 
 
 def wait_for(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     what: str,
     timeout: float = 60,
     log: Path | None = None,

@@ -29,7 +29,18 @@ HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[2]
 QUIET = {"BATCHPLAN_LOG_FORMAT": "console", "BATCHPLAN_LOG_LEVEL": "warning"}
 
-__all__ = ["HOST", "ROOT", "Server", "free_port", "request", "running", "serve", "stop", "wait_until_live"]
+__all__ = [
+    "HOST",
+    "ROOT",
+    "Server",
+    "free_port",
+    "request",
+    "running",
+    "serve",
+    "server_argv",
+    "stop",
+    "wait_until_live",
+]
 
 
 def server_argv(port: int, *extra: str) -> list[str]:
