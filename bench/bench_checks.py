@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -21,12 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import httpx
+from _common import ROOT
 
 from app.ports import free_port
 from app.worker.gradcheck import torchrun_argv
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.servers import serve
 
 
 def plan(replicas: int) -> dict[str, Any]:
@@ -80,36 +81,21 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         env = {
-            **os.environ,
             "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
             "BATCHPLAN_PROCESSES_PER_HOST": str(args.processes),
-            "BATCHPLAN_LOG_LEVEL": "warning",
         }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
         figures: dict[str, Any] = {
             "processes_per_host": args.processes,
             "runs": args.runs,
             "cpus": os.cpu_count(),
         }
-        try:
-            client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-            started = time.perf_counter()
-            while True:
-                try:
-                    if client.get("/v1/host").json()["ready"]:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
+        started = time.perf_counter()
+        with serve(env, limit_s=120) as server:
+            client = server.client
+            client.timeout = httpx.Timeout(60)
+            server.wait_warm(args.processes, timeout=600)
             figures["server_start_until_warm_s"] = round(time.perf_counter() - started, 3)
             warm: dict[str, Any] = {}
             for replicas in (2, 4, 8):
@@ -128,10 +114,6 @@ def main() -> int:
                     "rel_l2": result["rel_l2"],
                 }
             figures["warm_http"] = warm
-            client.close()
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
     cold_s, cold = cold_torchrun(8)
     figures["cold_torchrun_8"] = {"wall_s": round(cold_s, 3), "passed": cold["passed"]}
     figures["speedup_8"] = round(cold_s / warm["8"]["median_s"], 1)

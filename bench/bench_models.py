@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,12 +35,11 @@ from _common import machine_line, table
 from bench_checks import check_over_http
 
 from app.core.micro_batch_search import budget_bytes
-from app.ports import free_port
 from app.worker import example_models
 from app.worker.memory import probe
 from app.worker.workload import Registered
+from tests.support.servers import Server, serve
 
-ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = 4
 MODELS = {name: f"app.worker.example_models:{name}" for name in ("mlp", "quadratic", "wide_mlp")}
 NOISE_STEPS = (8, 16, 32)
@@ -58,24 +55,12 @@ QUADRATIC_PLAN = {"topology": topology(), "global_batch_size": 128, "micro_batch
 SEARCH_PLAN = {"topology": topology(), "global_batch_size": 512}
 
 
-def wait_until_warm(client: httpx.Client, server: subprocess.Popen[bytes], limit_s: float = 300) -> None:
-    """Until /v1/host is ready and every model in it has been built (loaded not null)."""
-    deadline = time.perf_counter() + limit_s
-    while time.perf_counter() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode}")
-        try:
-            host = client.get("/v1/host").json()
-            models = host.get("models") or []
-            if host["ready"] and models and all(m.get("loaded") is not None for m in models):
-                broken = [m["name"] for m in models if not m["loaded"]]
-                if broken:
-                    raise RuntimeError(f"models failed to load: {broken}")
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"the server was not warm after {limit_s} s")
+def wait_until_warm(server: Server) -> None:
+    """Until the ranks are warm and every registered model has been built (loaded not null)."""
+    host = server.wait_warm(REPLICAS, models=True, timeout=300)
+    broken = [m["name"] for m in host["models"] if not m["loaded"]]
+    if broken:
+        raise RuntimeError(f"models failed to load: {broken}")
 
 
 def check_times(client: httpx.Client, runs: int) -> dict[str, Any]:
@@ -277,28 +262,19 @@ def main() -> int:
     torch.set_num_threads(1)  # as in the rank processes, for the in-process linear scan
 
     began = time.perf_counter()
-    port = free_port()
     figures: dict[str, Any] = {"runs": args.runs, "cpus": os.cpu_count(), "processes_per_host": REPLICAS}
     with tempfile.TemporaryDirectory() as tmp:
         env = {
-            **os.environ,
             "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
             "BATCHPLAN_PROCESSES_PER_HOST": str(REPLICAS),
-            "BATCHPLAN_LOG_LEVEL": "warning",
             "BATCHPLAN_CHECK_MODELS": ",".join(f"{name}={target}" for name, target in MODELS.items()),
         }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
-                started = time.perf_counter()
-                wait_until_warm(client, server)
+            started = time.perf_counter()
+            with serve(env, limit_s=120) as server:
+                client = server.client
+                client.timeout = httpx.Timeout(120)
+                wait_until_warm(server)
                 figures["server_start_until_warm_s"] = round(time.perf_counter() - started, 3)
                 figures["check_time"] = check_times(client, args.runs)
                 figures["noise_accuracy"] = noise_accuracy(client, args.seeds)
@@ -306,13 +282,6 @@ def main() -> int:
         except Exception as err:  # a bench never fails: say what broke and exit 0
             print(f"bench_models: {type(err).__name__}: {err}", file=sys.stderr)
             return 0
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
     figures["bench_s"] = round(time.perf_counter() - began, 1)
     report(figures)
     if args.json:

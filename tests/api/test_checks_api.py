@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
+from support.apps import warm_app
+from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
 from app.main import create_app
 from app.schemas.checks import CHECK_EXAMPLES
@@ -34,72 +35,16 @@ MIXED = CHECK_EXAMPLES["mixed"]["value"]["plan"]
 LARGE = {"topology": {"num_nodes": 128, "gpus_per_node": 8}, "global_batch_size": 2048}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_warm(client: TestClient, count: int, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        host: dict[str, Any] = client.get("/v1/host").json()
-        if host["warm_processes"] >= count and host["busy_processes"] == 0:
-            return host
-        time.sleep(0.05)
-    raise AssertionError(f"ranks not warm: {host}")
-
-
-def wait_status(
-    client: TestClient, location: str, statuses: tuple[str, ...], timeout: float = 60
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(location).json()
-        if job["status"] in statuses:
-            return job
-        time.sleep(0.01)
-    raise AssertionError(f"job stuck: {job}")
-
-
 def run(client: TestClient, plan: dict[str, Any], **options: Any) -> dict[str, Any]:
-    response = client.post("/v1/checks", json={"plan": plan, **options})
-    assert response.status_code == 202, response.text
-    assert response.headers["location"] == f"/v1/checks/{response.json()['id']}"
-    return wait_status(client, response.headers["location"], ("succeeded", "failed", "cancelled"))
-
-
-def blocker(client: TestClient, **options: Any) -> str:
-    """A check that waits in its rendezvous for a second node that never comes."""
-    body = {
-        "plan": EVEN_2,
-        "rendezvous": {
-            "endpoint": f"127.0.0.1:{_free_port()}",
-            "nnodes": 2,
-            "run_id": f"lonely-{time.monotonic_ns()}",
-        },
-        **options,
-    }
-    response = client.post("/v1/checks", json=body)
-    assert response.status_code == 202, response.text
-    location: str = response.headers["location"]
-    wait_status(client, location, ("running",))
-    return location
+    return run_check(client, {"plan": plan, **options})
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(
-        jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3",
-        processes_per_host=4,
-        queue_size=2,
-        max_replicas_per_check=2048,
-        check_timeout_s=60,
-        log_level="warning",
-    )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        wait_warm(test_client, 4)
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    with warm_app(
+        db, 4, timeout=60, queue_size=2, max_replicas_per_check=2048, check_timeout_s=60, log_level="warning"
+    ) as test_client:
         yield test_client
 
 
@@ -162,7 +107,7 @@ def test_emulated_1024_replicas_on_four_processes(client: TestClient) -> None:
 def test_planner_stays_fast_while_a_check_runs(client: TestClient) -> None:
     response = client.post("/v1/checks", json={"plan": LARGE})
     location = response.headers["location"]
-    wait_status(client, location, ("running",))
+    wait_check(client, location, ("running",))
     slowest = 0.0
     overlapped = 0
     for _ in range(20):
@@ -172,7 +117,7 @@ def test_planner_stays_fast_while_a_check_runs(client: TestClient) -> None:
         overlapped += client.get(location).json()["status"] == "running"
     assert overlapped >= 1
     assert slowest < 0.5
-    assert wait_status(client, location, ("succeeded",))["result"]["passed"]
+    assert wait_check(client, location, ("succeeded",))["result"]["passed"]
 
 
 def test_listing_and_lookup(client: TestClient) -> None:
@@ -248,8 +193,8 @@ def test_malformed_body_is_a_4xx_problem(client: TestClient) -> None:
 
 def test_timeout_kills_and_replaces_the_ranks(client: TestClient) -> None:
     before = {p["pid"] for p in wait_warm(client, 4)["processes"]}
-    location = blocker(client, timeout_s=1.0)
-    job = wait_status(client, location, ("failed",), timeout=10)
+    location = hold_ranks(client, EVEN_2, timeout_s=1.0)
+    job = wait_check(client, location, ("failed",), timeout=10)
     assert "did not finish within timeout_s=1" in job["error"] and "replaced" in job["error"]
     after = {p["pid"] for p in wait_warm(client, 4)["processes"]}
     assert len(before - after) == 2  # the check's two ranks, killed; the others kept
@@ -258,11 +203,11 @@ def test_timeout_kills_and_replaces_the_ranks(client: TestClient) -> None:
 
 def test_a_rank_killed_mid_check_fails_the_job_and_is_replaced(client: TestClient) -> None:
     wait_warm(client, 4)
-    location = blocker(client)
+    location = hold_ranks(client, EVEN_2)
     busy = [p["pid"] for p in client.get("/v1/host").json()["processes"] if p["state"] == "busy"]
     assert len(busy) == 2
     os.kill(busy[0], signal.SIGKILL)
-    job = wait_status(client, location, ("failed",), timeout=10)
+    job = wait_check(client, location, ("failed",), timeout=10)
     assert f"rank process {busy[0]} was killed by signal 9" in job["error"]
     host = wait_warm(client, 4)
     assert not set(busy) & {p["pid"] for p in host["processes"]}
@@ -272,19 +217,17 @@ def test_a_rank_killed_mid_check_fails_the_job_and_is_replaced(client: TestClien
 def test_an_idle_rank_that_dies_is_replaced(client: TestClient) -> None:
     victim = wait_warm(client, 4)["processes"][0]["pid"]
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def replaced() -> bool:
         host = client.get("/v1/host").json()
-        if victim not in {p["pid"] for p in host["processes"]} and host["warm_processes"] == 4:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("the dead rank was not replaced")
+        return victim not in {p["pid"] for p in host["processes"]} and host["warm_processes"] == 4
+
+    wait_for(replaced, "the dead rank to be replaced", 10)
 
 
 def test_queue_full_is_429_and_cancel_works_queued_and_running(client: TestClient) -> None:
     wait_warm(client, 4)
-    running = blocker(client)
+    running = hold_ranks(client, EVEN_2)
     queued = [client.post("/v1/checks", json={"plan": EVEN_2}) for _ in range(2)]
     assert all(r.status_code == 202 for r in queued)
     full = client.post("/v1/checks", json={"plan": EVEN_2})
@@ -294,7 +237,7 @@ def test_queue_full_is_429_and_cancel_works_queued_and_running(client: TestClien
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     stopped = client.delete(running).json()
     assert stopped["status"] == "cancelled" and "cancelled while running" in stopped["error"]
-    last = wait_status(client, queued[1].headers["location"], ("succeeded",))
+    last = wait_check(client, queued[1].headers["location"], ("succeeded",))
     assert last["result"]["passed"]
     assert client.get(queued[0].headers["location"]).json()["status"] == "cancelled"
 
@@ -341,4 +284,4 @@ def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> 
         interrupted = second.get("/v1/checks/was-running").json()
         assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
         wait_warm(second, 2)
-        assert wait_status(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
+        assert wait_check(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]

@@ -56,6 +56,11 @@ def post(client: TestClient, body: dict[str, Any]) -> Any:
     return response.json()
 
 
+def plan_with(client: TestClient, **fields: Any) -> Any:
+    """The plan for TOPOLOGY with `fields`."""
+    return post(client, {"topology": TOPOLOGY, **fields})
+
+
 def assert_field_error(response: Any, pointer: str) -> dict[str, Any]:
     assert response.status_code == 422, response.text
     assert response.headers["content-type"].split(";")[0] == PROBLEM
@@ -67,14 +72,8 @@ def assert_field_error(response: Any, pointer: str) -> dict[str, Any]:
 
 
 def test_efficiency_of_a_batch_below_the_critical_one(client: TestClient) -> None:
-    body = post(
-        client,
-        {
-            "topology": TOPOLOGY,
-            "global_batch_size": 512,
-            "gradient_noise_scale": 4096,
-            "gradient_noise_scale_stderr": 300,
-        },
+    body = plan_with(
+        client, global_batch_size=512, gradient_noise_scale=4096, gradient_noise_scale_stderr=300
     )
     e = body["efficiency"]
     assert set(e) == EFFICIENCY_FIELDS
@@ -95,7 +94,7 @@ def test_efficiency_of_a_batch_below_the_critical_one(client: TestClient) -> Non
 
 
 def test_efficiency_above_and_near_the_critical_batch(client: TestClient) -> None:
-    above = post(client, {"topology": TOPOLOGY, "global_batch_size": 65536, "gradient_noise_scale": 4096})
+    above = plan_with(client, global_batch_size=65536, gradient_noise_scale=4096)
     e = above["efficiency"]
     assert e["verdict"] == "above_critical" and e["batch_to_critical"] == 16.0
     assert e["samples_vs_min"] == 17.0 and e["steps_vs_min"] == 1.0625
@@ -104,7 +103,7 @@ def test_efficiency_above_and_near_the_critical_batch(client: TestClient) -> Non
         "16x the critical batch" in w and "17x the fewest possible samples" in w for w in above["warnings"]
     )
 
-    near = post(client, {"topology": TOPOLOGY, "global_batch_size": 4096, "gradient_noise_scale": 2048.5})
+    near = plan_with(client, global_batch_size=4096, gradient_noise_scale=2048.5)
     assert near["efficiency"]["verdict"] == "near_critical"
     assert near["efficiency"]["gradient_noise_scale"] == 2048.5
     assert not any("critical batch" in w for w in near["warnings"])
@@ -155,15 +154,12 @@ def test_requests_without_the_field_are_answered_as_before(
 
 
 def test_efficiency_uses_the_global_batch_after_rounding(client: TestClient) -> None:
-    body = post(
+    body = plan_with(
         client,
-        {
-            "topology": TOPOLOGY,
-            "global_batch_size": 1000,
-            "micro_batch_size": 32,
-            "divisibility": "round_up",
-            "gradient_noise_scale": 1024,
-        },
+        global_batch_size=1000,
+        micro_batch_size=32,
+        divisibility="round_up",
+        gradient_noise_scale=1024,
     )
     assert body["requested_global_batch_size"] == 1000 and body["global_batch_size"] == 1024
     e = body["efficiency"]
@@ -173,35 +169,19 @@ def test_efficiency_uses_the_global_batch_after_rounding(client: TestClient) -> 
 
 
 def test_efficiency_uses_the_inferred_global_batch(client: TestClient) -> None:
-    body = post(
-        client,
-        {
-            "topology": TOPOLOGY,
-            "micro_batch_size": 4,
-            "gradient_accumulation_steps": 2,
-            "gradient_noise_scale": 64,
-        },
-    )
+    body = plan_with(client, micro_batch_size=4, gradient_accumulation_steps=2, gradient_noise_scale=64)
     assert body["global_batch_size"] == 4 * 2 * 16
     assert body["efficiency"]["batch_size"] == 128 and body["efficiency"]["batch_to_critical"] == 2.0
 
 
 def test_a_whole_number_and_its_float_give_the_same_plan(client: TestClient) -> None:
-    a = post(client, {"topology": TOPOLOGY, "global_batch_size": 512, "gradient_noise_scale": 4096})
-    b = post(client, {"topology": TOPOLOGY, "global_batch_size": 512, "gradient_noise_scale": 4096.0})
+    a = plan_with(client, global_batch_size=512, gradient_noise_scale=4096)
+    b = plan_with(client, global_batch_size=512, gradient_noise_scale=4096.0)
     assert a == b
 
 
 def test_a_zero_stderr_is_accepted(client: TestClient) -> None:
-    body = post(
-        client,
-        {
-            "topology": TOPOLOGY,
-            "global_batch_size": 512,
-            "gradient_noise_scale": 512,
-            "gradient_noise_scale_stderr": 0,
-        },
-    )
+    body = plan_with(client, global_batch_size=512, gradient_noise_scale=512, gradient_noise_scale_stderr=0)
     assert body["efficiency"]["gradient_noise_scale_stderr"] == 0.0
 
 

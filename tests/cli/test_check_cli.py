@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import API_KEY, Invoke, Server
+from support.bodies import fast_and_slow
+from support.cli import API_KEY, Invoke
+from support.servers import Server
 
 from app.cli.output import show_check
 from app.client import BatchplanClient, ProblemError
@@ -35,22 +37,7 @@ def test_check_json_from_a_request_file_with_the_key_from_the_environment(
     run: Invoke, worker_server: Server, tmp_path: Path
 ) -> None:
     request = tmp_path / "check.json"
-    request.write_text(
-        json.dumps(
-            {
-                "plan": {
-                    "topology": {
-                        "node_groups": [
-                            {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 2.0},
-                            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1},
-                        ]
-                    },
-                    "global_batch_size": 30,
-                },
-                "dtype": "float32",
-            }
-        )
-    )
+    request.write_text(json.dumps({"plan": fast_and_slow(2.0, 30), "dtype": "float32"}))
     out = run(
         "check",
         "--request",

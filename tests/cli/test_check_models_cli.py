@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import Invoke
+from support.cli import Invoke
 
 PLAN = ["--gpus-per-node", "2", "-b", "32"]
 EXAMPLES = "app.worker.example_models"

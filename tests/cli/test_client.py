@@ -100,7 +100,7 @@ def test_retry_after_and_non_json_errors() -> None:
 
 
 def test_unreachable() -> None:
-    from cli_helpers import free_port
+    from app.ports import free_port
 
     with (
         BatchplanClient(f"http://127.0.0.1:{free_port()}", timeout=5) as client,

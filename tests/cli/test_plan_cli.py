@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import ROOT, Invoke, Run, Server, free_port
+from support.cli import Invoke, Run
+from support.servers import ROOT, Server, free_port
 
 from app.core.exports import EXPORTERS
 from app.schemas.examples import plan_example

@@ -13,20 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ops_helpers import (
-    DOCKERFILE,
-    HOST,
-    ROOT,
-    free_port,
-    healthcheck_cmd,
-    http_get,
-    image_env,
-    parse_dockerfile,
-    running,
-    stop,
-    uvicorn_argv,
-    wait_until_live,
-)
+from support.image import DOCKERFILE, healthcheck_cmd, image_env, parse_dockerfile, uvicorn_argv
+from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
 
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
@@ -113,8 +101,8 @@ def test_the_image_command_serves_livez_and_its_healthcheck_passes(tmp_path: Pat
     log = tmp_path / "server.log"
     with running(uvicorn_argv(port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
-        status, body = http_get(f"http://{HOST}:{port}/livez", headers={"X-Request-ID": "container-test-1"})
-        assert (status, json.loads(body)) == (200, {"status": "ok"})
+        status, _, body = request(port, "GET", "/livez", headers={"X-Request-ID": "container-test-1"})
+        assert (status, body) == (200, {"status": "ok"})
 
         healthy = subprocess.run(
             check_on, env=env, cwd=tmp_path, capture_output=True, timeout=15, check=False

@@ -3,7 +3,6 @@ loopback reachable renders the operations."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from ops_helpers import HOST, ROOT, VENV_BIN, free_port, running, wait_until_live
+from support.servers import ROOT, serve
 
 ARTIFACTS = ROOT / "test-artifacts"
 ASSET = re.compile(r"""(?:src|href|spec-url)=["']([^"']+)["']|url:\s*'([^']+)'""")
@@ -84,17 +83,9 @@ def _browse(tmp_path: Path, url: str, *extra: str, budget_ms: int = 15000) -> st
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     _chromium()
     tmp = tmp_path_factory.mktemp("docs-server")
-    port = free_port()
-    env = dict(
-        os.environ,
-        PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        BATCHPLAN_WORKER_ENABLED="false",
-        BATCHPLAN_JOBS_DB=str(tmp / "jobs.sqlite3"),
-    )
-    argv = [str(VENV_BIN / "uvicorn"), "app.main:app", "--host", HOST, "--port", str(port)]
-    with running(argv, env, ROOT, tmp / "server.log") as proc:
-        wait_until_live(proc, port, tmp / "server.log")
-        yield f"http://{HOST}:{port}"
+    env = {"BATCHPLAN_WORKER_ENABLED": "false", "BATCHPLAN_JOBS_DB": str(tmp / "jobs.sqlite3")}
+    with serve(env, tmp / "server.log") as running:
+        yield running.url
 
 
 @pytest.mark.slow

@@ -4,8 +4,6 @@ and the job id on every worker log line about a job (JSON logs)."""
 from __future__ import annotations
 
 import json
-import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,43 +13,15 @@ pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from support.apps import warm_app
+from support.polling import FINISHED, hold_ranks, wait_check, wait_warm
 
 from app.logging_setup import configure_logging
-from app.main import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.slow
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
-FINISHED = ("succeeded", "failed", "cancelled")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait(predicate: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _status(client: TestClient, location: str, statuses: tuple[str, ...]) -> dict[str, Any]:
-    def poll() -> dict[str, Any] | None:
-        job: dict[str, Any] = client.get(location).json()
-        return job if job["status"] in statuses else None
-
-    return _wait(poll, f"{location} in {statuses}")  # type: ignore[no-any-return]
-
-
-def _warm(client: TestClient) -> None:
-    _wait(lambda: (h := client.get("/v1/host").json())["ready"] and h["busy_processes"] == 0, "warm ranks")
 
 
 def scrape(client: TestClient) -> dict[str, list[tuple[str, dict[str, str], float]]]:
@@ -71,29 +41,13 @@ def value(families: dict[str, Any], sample: str, **labels: str) -> float:
     return float(matches[0])
 
 
-def _blocker(client: TestClient) -> str:
-    """A 2-node check whose second node never joins: it stays running until cancelled."""
-    rendezvous = {"endpoint": f"127.0.0.1:{_free_port()}", "nnodes": 2, "run_id": f"lonely-{time.time_ns()}"}
-    response = client.post("/v1/checks", json={"plan": EVEN_2, "rendezvous": rendezvous})
-    assert response.status_code == 202, response.text
-    location: str = response.headers["location"]
-    _status(client, location, ("running",))
-    return location
-
-
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(
-        jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3",
-        processes_per_host=2,
-        queue_size=4,
-        check_timeout_s=60,
-        log_format="json",
-        log_level="info",
-    )
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
     try:
-        with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-            _warm(test_client)
+        with warm_app(
+            db, 2, timeout=60, queue_size=4, check_timeout_s=60, log_format="json", log_level="info"
+        ) as test_client:
             yield test_client
     finally:
         configure_logging(Settings(worker_enabled=False))
@@ -106,7 +60,7 @@ def test_metrics_after_a_real_check(client: TestClient) -> None:
     passed_before = value(before, "batchplan_checks_total", status="succeeded", passed="true")
 
     response = client.post("/v1/checks", json={"plan": EVEN_2, "backend": "gloo"})
-    job = _status(client, response.headers["location"], FINISHED)
+    job = wait_check(client, response.headers["location"], FINISHED)
     assert job["status"] == "succeeded" and job["result"]["passed"], job
     assert job["result"]["backend"] == "gloo" and job["result"]["processes"] == 2
 
@@ -130,8 +84,8 @@ def test_metrics_after_a_real_check(client: TestClient) -> None:
 
 
 def test_queue_depth_running_and_cancelled_checks(client: TestClient) -> None:
-    _warm(client)
-    running = _blocker(client)  # holds both ranks
+    wait_warm(client, 2)
+    running = hold_ranks(client, EVEN_2)  # holds both ranks
     waiting = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
     families = scrape(client)
     assert (
@@ -150,7 +104,7 @@ def test_queue_depth_running_and_cancelled_checks(client: TestClient) -> None:
     assert (
         value(families, "batchplan_checks_queued") == 0 and value(families, "batchplan_checks_running") == 0
     )
-    _warm(client)
+    wait_warm(client, 2)
     assert value(scrape(client), "batchplan_warm_ranks") == 2, "the cancelled check's ranks were replaced"
 
 
@@ -171,11 +125,11 @@ def test_unmatched_paths_do_not_add_series(client: TestClient) -> None:
 def test_every_worker_line_about_a_job_carries_its_id(
     client: TestClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _warm(client)
+    wait_warm(client, 2)
     capsys.readouterr()
     response = client.post("/v1/checks", json={"plan": EVEN_2})
     job_id = response.json()["id"]
-    assert _status(client, response.headers["location"], FINISHED)["status"] == "succeeded"
+    assert wait_check(client, response.headers["location"], FINISHED)["status"] == "succeeded"
     records = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
     about = [r for r in records if r["logger"].startswith("batchplan.worker") and job_id in r["message"]]
     messages = {r["message"] for r in about}

@@ -6,13 +6,11 @@ And after a finished check: the server reaps every process it started before it 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,66 +18,19 @@ import pytest
 
 pytest.importorskip("torch")
 
-from ops_helpers import HOST, ROOT, free_port, image_env, running, uvicorn_argv, wait_until_live
+from support.bodies import lonely_rendezvous
+from support.image import image_env, uvicorn_argv
+from support.polling import wait_for as _wait
+from support.processes import alive as _alive
+from support.processes import descendants, session_processes, still_there
+from support.servers import HOST, ROOT, free_port, running, wait_until_live
+from support.servers import request as _request
 
 pytestmark = pytest.mark.slow
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 EXIT_LIMIT_S = 15.0
 ORPHAN_GRACE_S = 3.0
-
-
-def _request(port: int, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
-    import urllib.error
-    import urllib.request
-
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"http://{HOST}:{port}{path}", data=data, method=method)
-    if data is not None:
-        request.add_header("content-type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, dict(response.headers), json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read() or b"null")
-
-
-def _wait(predicate: Callable[[], Any], what: str, timeout: float, log: Path) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if value := predicate():
-                return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
-def session_processes(sid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process in session `sid` (zombies are gone already)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            # the fields after the parenthesised command: state ppid pgrp session ...
-            state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-            if int(session) != sid or state == "Z":
-                continue
-            cmdline = (
-                Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            )
-        except (OSError, ValueError, IndexError):
-            continue
-        found.append((int(entry), cmdline.strip()))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _exit_code(server: subprocess.Popen[bytes], log: Path) -> int:
@@ -106,8 +57,8 @@ def _env(db: Path, processes: int) -> dict[str, str]:
 
 def _blocker(port: int) -> dict[str, Any]:
     """A 2-node check whose second node never joins: it stays running."""
-    rendezvous = {"endpoint": f"{HOST}:{free_port()}", "nnodes": 2, "run_id": f"lonely-{time.time_ns()}"}
-    status, _, job = _request(port, "POST", "/v1/checks", {"plan": EVEN_2, "rendezvous": rendezvous})
+    body = {"plan": EVEN_2, "rendezvous": lonely_rendezvous(HOST)}
+    status, _, job = _request(port, "POST", "/v1/checks", body)
     assert status == 202, job
     return job  # type: ignore[no-any-return]
 
@@ -171,38 +122,6 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
     assert took < EXIT_LIMIT_S
 
 
-def _descendants(root: int) -> dict[int, str]:
-    """pid -> start time (clock ticks since boot) of every process below `root`, zombies
-    included: a pid with the same start time later is the same process."""
-    parents: dict[int, int] = {}
-    started: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            parents[int(entry)] = int(fields[1])
-            started[int(entry)] = fields[19]  # starttime, field 22 of proc(5)
-    below: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in below:
-                below[pid] = started[pid]
-                frontier.append(pid)
-    return below
-
-
-def _still_there(pid: int, started: str) -> str | None:
-    """The process's state letter if it still exists (Z: a zombie nobody reaped), else None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0] if fields[19] == started else None
-
-
 def test_the_server_reaps_its_fork_server_and_ranks_before_it_exits(tmp_path: Path) -> None:
     """SIGTERM to uvicorn after a check ran on warm ranks: by the time the server has exited,
     every process it started (the fork server, its resource tracker, the ranks) has exited
@@ -226,14 +145,14 @@ def test_the_server_reaps_its_fork_server_and_ranks_before_it_exits(tmp_path: Pa
         )
         assert done["status"] == "succeeded" and done["result"]["passed"], done
         ranks = {p["pid"] for p in _request(port, "GET", "/v1/host")[2]["processes"]}
-        children = _descendants(server.pid)
+        children = descendants(server.pid)
         assert ranks <= set(children), (ranks, children)
         assert len(children) >= 3, f"the fork server and two ranks at least: {children}"
 
         os.kill(server.pid, signal.SIGTERM)
         code = _exit_code(server, log)
         assert code in (0, -signal.SIGTERM), code
-        left = {pid: state for pid, started in children.items() if (state := _still_there(pid, started))}
+        left = {pid: state for pid, started in children.items() if (state := still_there(pid, started))}
         assert not left, f"outlived the server (state by pid; Z: unreaped): {left}\n{log.read_text()[-3000:]}"
 
 

@@ -7,20 +7,24 @@
   are refused with 422 before the job is queued;
 - spawn a shell: no subprocess with shell=True, no os.system, in app/.
 
-Nothing here runs a rank: the check endpoints are served by a service that stores jobs and
-never runs them (conftest.queued_only_client).
+Nothing here runs a rank but the one test of registered models, on a real server: the other
+check endpoints are served by a service that stores jobs and never runs them
+(conftest.queued_only_client).
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.servers import serve
 
 APP = Path(__file__).resolve().parents[2] / "app"
 TWO = {"num_nodes": 1, "gpus_per_node": 2}
+EXAMPLES = "app.worker.example_models"
 
 
 def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
@@ -54,26 +58,58 @@ def test_no_shell_eval_exec_pickle_or_dynamic_import_in_the_app() -> None:
     assert found == ["app/worker/workload.py:importlib.import_module"]
 
 
-def test_the_one_import_resolves_only_operator_settings() -> None:
-    """A check spec carries a model *name*; the worker looks the import target up in its own
-    registry, and a name it does not know never reaches an import."""
-    import inspect
-
-    from app.worker import gradcheck, rank_server, service, workload
+def test_a_spec_carries_a_model_name_and_nothing_to_import() -> None:
+    from app.worker import workload
     from app.worker.spec import CheckSpec
 
     fields = set(CheckSpec.__dataclass_fields__)
     assert "model" in fields and not fields & {"module", "script", "code", "path", "callable", "target"}
-    assert '"model_target": self.models.get(spec.model)' in inspect.getsource(service.CheckService._run)
-    assert "not in self.models" in inspect.getsource(service.CheckService._run)
     # Without a target a name builds the synthetic model, whatever it says.
     built = workload.load("os.system", None, 0)
     assert type(built) is workload.Workload and built.name == "synthetic"
-    assert "load(spec.model, None" in inspect.getsource(gradcheck.run_check)
-    assert 'msg.get("model_target")' in inspect.getsource(rank_server.RankServer._run)
     spec_json = CheckSpec(1, 1, 1, "mean", "even", (), 1, True, 0, False, 1).to_json()
     with pytest.raises(TypeError):  # a spec with an extra key does not load
         CheckSpec.from_json(spec_json[:-1] + ', "target": "os:system"}')
+
+
+def _canary(code: Path, marks: Path, module: str) -> None:
+    """A factory module that leaves a mark when anything imports it (the server or a rank)."""
+    (code / f"{module}.py").write_text(
+        "from pathlib import Path\n"
+        f"Path({str(marks / module)!r}).touch()\n"
+        "from app.worker.example_models import mlp as factory\n"
+    )
+
+
+@pytest.mark.slow
+def test_the_one_import_resolves_only_operator_settings(tmp_path: Path) -> None:
+    """On a real server: the worker imports what the operator registered (BATCHPLAN_CHECK_MODELS)
+    and nothing a request names. An unregistered name, module or import path is refused at
+    /model and its code is never imported, by the server or its ranks; a registered name runs."""
+    pytest.importorskip("torch")
+    code, marks = tmp_path / "code", tmp_path / "imported"
+    code.mkdir()
+    marks.mkdir()
+    for module in ("registered_canary", "unregistered_canary"):
+        _canary(code, marks, module)
+    env = {
+        "BATCHPLAN_JOBS_DB": str(tmp_path / "jobs.sqlite3"),
+        "BATCHPLAN_PROCESSES_PER_HOST": "2",
+        "BATCHPLAN_CHECK_MODELS": "ok=registered_canary:factory",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])),
+    }
+    with serve(env, tmp_path / "server.log") as server:
+        server.wait_warm(2, models=True)
+        assert (marks / "registered_canary").exists(), "the control: a registered factory is imported"
+        plan = {"topology": TWO, "global_batch_size": 16}
+        for model in ["unregistered_canary", "unregistered_canary:factory", "os:system", f"{EXAMPLES}:mlp"]:
+            response = server.client.post("/v1/checks", json={"plan": plan, "model": model})
+            assert response.status_code == 422, response.text
+            assert response.json()["errors"][0]["pointer"] == "/model"
+        assert server.client.get("/v1/checks").json()["checks"] == []
+        job = server.check({"plan": plan, "model": "ok", "noise_scale": {"steps": 0}})
+        assert job["status"] == "succeeded" and job["result"]["passed"] and job["result"]["model"] == "ok"
+    assert not (marks / "unregistered_canary").exists(), "a name a request gave reached an import"
 
 
 @pytest.mark.parametrize(

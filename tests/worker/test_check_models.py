@@ -4,7 +4,6 @@ micro-batch search feeding a re-plan."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,9 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
+from support.apps import warm_app
+from support.polling import run_check
 
-from app.main import create_app
-from app.settings import Settings
 from app.worker import example_models
 from app.worker.memory import probe
 from app.worker.model import build_model
@@ -46,37 +45,16 @@ FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 6
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     registry = [f"{name}={EXAMPLES}:{name}" for name in GOOD] + [f"{n}={t}" for n, t in BROKEN.items()]
-    settings = Settings(
-        jobs_db=Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3",
-        processes_per_host=4,
-        log_level="warning",
-        check_models=",".join(registry),
-    )
-    with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            host = test_client.get("/v1/host").json()
-            if host["warm_processes"] >= 4 and all(m["loaded"] is not None for m in host["models"]):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"ranks or models not ready: {host}")
+    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
+    with warm_app(db, 4, models=True, log_level="warning", check_models=",".join(registry)) as test_client:
         yield test_client
 
 
 def check(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/v1/checks", json=body)
-    assert response.status_code == 202, response.text
-    location = response.headers["location"]
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = client.get(location).json()
-        if job["status"] not in ("queued", "running"):
-            assert job["status"] == "succeeded", job
-            result: dict[str, Any] = job["result"]
-            return result
-        time.sleep(0.02)
-    raise AssertionError(f"check stuck: {job}")
+    job = run_check(client, body, timeout=120)
+    assert job["status"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
 
 
 def problem(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:

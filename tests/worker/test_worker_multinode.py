@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from support.bodies import fast_and_slow
+from support.polling import wait_check, wait_for
+from support.processes import alive
+from support.servers import Server, serve
 
 from app.ports import free_port
 from app.worker.gradcheck import torchrun_argv
@@ -27,104 +27,36 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 2}, "global_batch_size": 32, "micro_batch_size": 4}
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie has exited; only its parent's wait is missing
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
-
-
-class Server:
-    def __init__(self, db: Path, processes: int = 2) -> None:
-        self.db, self.processes = db, processes
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {
-            **os.environ,
-            "BATCHPLAN_JOBS_DB": str(db),
-            "BATCHPLAN_PROCESSES_PER_HOST": str(processes),
-            "BATCHPLAN_LOG_LEVEL": "warning",
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "app.main:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.client = httpx.Client(base_url=self.url, timeout=10)
-
-    def wait_warm(self, timeout: float = 90) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, "server exited"
-            try:
-                host: dict[str, Any] = self.client.get("/v1/host").json()
-                if host["warm_processes"] >= self.processes:
-                    return host
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("server ranks never warmed up")
-
-    def wait(self, location: str, statuses: tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            job: dict[str, Any] = self.client.get(location).json()
-            if job["status"] in statuses:
-                return job
-            time.sleep(0.02)
-        raise AssertionError(f"job stuck: {job}")
-
-    def rank_pids(self) -> list[int]:
-        return [p["pid"] for p in self.client.get("/v1/host").json()["processes"]]
-
-    def stop(self) -> None:
-        self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def _env(db: Path) -> dict[str, str]:
+    return {"BATCHPLAN_JOBS_DB": str(db), "BATCHPLAN_PROCESSES_PER_HOST": "2"}
 
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[Server]]:
-    started = [Server(tmp_path / "a.sqlite3"), Server(tmp_path / "b.sqlite3")]
-    try:
-        yield started
-    finally:
-        for server in started:
-            server.stop()
+    """Two servers, started together; each test waits for their ranks."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(serve(_env(tmp_path / f"{n}.sqlite3"), tmp_path / f"{n}.log", live=False))
+            for n in "ab"
+        ]
 
 
 def test_two_servers_join_one_two_node_check_and_a_killed_server_leaves_nothing(
     servers: list[Server], tmp_path: Path
 ) -> None:
     a, b = servers
-    a.wait_warm()
-    b.wait_warm()
+    a.wait_warm(2)
+    b.wait_warm(2)
     rendezvous = {"endpoint": f"127.0.0.1:{free_port()}", "nnodes": 2, "run_id": "two-node-check"}
     locations = []
     for server in (a, b):
         response = server.client.post("/v1/checks", json={"plan": PLAN, "rendezvous": rendezvous})
         assert response.status_code == 202, response.text
         locations.append(response.headers["location"])
-    jobs = [server.wait(loc, ("succeeded", "failed")) for server, loc in zip(servers, locations, strict=True)]
+    jobs = [
+        wait_check(server.client, loc, ("succeeded", "failed"))
+        for server, loc in zip(servers, locations, strict=True)
+    ]
     assert [j["status"] for j in jobs] == ["succeeded", "succeeded"], jobs
     results = [j["result"] for j in jobs]
     assert all(r["passed"] and r["nnodes"] == 2 and r["processes"] == 4 for r in results)
@@ -138,31 +70,20 @@ def test_two_servers_join_one_two_node_check_and_a_killed_server_leaves_nothing(
     # A server killed mid-check: its ranks go with it, and the restarted server reports the job failed.
     lonely = {"endpoint": f"127.0.0.1:{free_port()}", "nnodes": 2, "run_id": "never-completes"}
     location = a.client.post("/v1/checks", json={"plan": PLAN, "rendezvous": lonely}).headers["location"]
-    a.wait(location, ("running",))
-    ranks = a.rank_pids()
+    wait_check(a.client, location, ("running",))
+    ranks = [p["pid"] for p in a.client.get("/v1/host").json()["processes"]]
     a.process.kill()
     a.process.wait()
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in ranks if alive(pid)], "rank processes outlived their server"
-    restarted = Server(a.db)
-    servers[0] = restarted
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            job = restarted.client.get(location).json()
-            break
-        except httpx.TransportError:
-            assert time.monotonic() < deadline and restarted.process.poll() is None
-            time.sleep(0.1)
-    assert job["status"] == "failed" and "server stopped while this check was running" in job["error"]
-    assert restarted.client.get(locations[0]).json()["result"] == results[0]
+    wait_for(lambda: not [pid for pid in ranks if alive(pid)], "rank processes to end with their server", 10)
+    with serve(_env(tmp_path / "a.sqlite3"), tmp_path / "restarted.log", limit_s=60) as restarted:
+        job = restarted.client.get(location).json()
+        assert job["status"] == "failed" and "server stopped while this check was running" in job["error"]
+        assert restarted.client.get(locations[0]).json()["result"] == results[0]
 
-    # A graceful stop ends every rank process too.
-    ranks = restarted.wait_warm()["processes"]
-    restarted.stop()
-    assert not [p["pid"] for p in ranks if alive(p["pid"])]
+        # A graceful stop ends every rank process too.
+        ranks = restarted.wait_warm(2)["processes"]
+        restarted.stop()
+        assert not [p["pid"] for p in ranks if alive(p["pid"])]
 
 
 def _torchrun(
@@ -186,19 +107,7 @@ def _torchrun(
 
 
 def test_the_rank_program_under_torchrun_prints_the_result() -> None:
-    request = json.dumps(
-        {
-            "plan": {
-                "topology": {
-                    "node_groups": [
-                        {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 3.0},
-                        {"name": "slow", "num_nodes": 1, "gpus_per_node": 1},
-                    ]
-                },
-                "global_batch_size": 24,
-            }
-        }
-    )
+    request = json.dumps({"plan": fast_and_slow(3.0, 24)})
     result = _torchrun(request, 2, timeout=120)
     assert result["passed"] and result["split"] == "proportional" and result["processes"] == 2
     assert any(c["name"] == "unweighted_mean" and c["detected"] for c in result["controls"])

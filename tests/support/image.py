@@ -1,29 +1,19 @@
-"""Helpers for the ops tests: read the Dockerfile, run a server on a free loopback port, always stop it."""
+"""The Dockerfile read as data: its stages and instructions, the final CMD and HEALTHCHECK,
+and the environment the image gives its process, mapped onto this machine."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .servers import HOST, ROOT
+
 DOCKERFILE = ROOT / "Dockerfile"
 VENV_BIN = Path(sys.executable).parent
-HOST = "127.0.0.1"
-
-
-# ------------------------------------------------------------------ Dockerfile
 
 
 @dataclass
@@ -120,64 +110,6 @@ def image_env(data_dir: Path) -> dict[str, str]:
         env[key] = str(data_dir) + value.removeprefix("/data") if value.startswith("/data/") else value
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     return env
-
-
-# ------------------------------------------------------------------ servers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def http_get(url: str, headers: dict[str, str] | None = None, timeout: float = 2.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
-
-
-def stop(proc: subprocess.Popen[bytes]) -> int | None:
-    """SIGTERM the process group (the server and anything it started), SIGKILL after 10 s."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    return proc.returncode
-
-
-@contextlib.contextmanager
-def running(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Start `argv` in its own session (so the whole group can be stopped), always stop it."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            yield proc
-        finally:
-            stop(proc)
-
-
-def wait_until_live(proc: subprocess.Popen[bytes], port: int, log: Path, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            if http_get(f"http://{HOST}:{port}/livez", timeout=1.0)[0] == 200:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"/livez did not answer within {limit_s:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 def uvicorn_argv(port: int) -> list[str]:

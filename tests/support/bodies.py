@@ -1,0 +1,24 @@
+"""Check request parts that several tests build the same way (the request examples
+themselves come from app.schemas)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.ports import free_port
+
+
+def lonely_rendezvous(host: str = "127.0.0.1") -> dict[str, Any]:
+    """A 2-node rendezvous on a free port whose second node never comes: a check naming it
+    waits there, running, holding its ranks."""
+    return {"endpoint": f"{host}:{free_port(host)}", "nnodes": 2, "run_id": f"lonely-{time.time_ns()}"}
+
+
+def fast_and_slow(fast_throughput: float, global_batch_size: int) -> dict[str, Any]:
+    """A plan over two one-GPU nodes of unequal speed: the split is proportional."""
+    groups = [
+        {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": fast_throughput},
+        {"name": "slow", "num_nodes": 1, "gpus_per_node": 1},
+    ]
+    return {"topology": {"node_groups": groups}, "global_batch_size": global_batch_size}
