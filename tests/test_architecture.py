@@ -58,15 +58,24 @@ def test_core_imports_only_the_standard_library_and_itself(path: Path) -> None:
     assert offending == []
 
 
-def test_gradcheck_imports_no_web_stack() -> None:
-    if not GRADCHECK.exists():
-        pytest.skip("app/worker/gradcheck.py is not written yet")
+def worker_files() -> list[Path]:
+    return sorted((ROOT / "app" / "worker").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", worker_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_worker_imports_no_web_stack(path: Path) -> None:
+    """The rank program (gradcheck, what torchrun starts on cluster nodes) and every worker
+    module it may reach run where only torch and the core are installed."""
     offending = [
-        f"line {line}: {module}"
-        for line, module in imported_modules(GRADCHECK)
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for line, module in imported_modules(path)
         if any(is_within(module, banned) for banned in WEB_STACK)
     ]
     assert offending == []
+
+
+def test_the_rank_program_is_among_the_scanned() -> None:
+    assert GRADCHECK in worker_files()
 
 
 def test_the_scanner_resolves_and_catches_imports() -> None:

@@ -40,8 +40,8 @@ class _WorkerCollector:
         queued = running = warm = busy = size = 0
         if service is not None:
             queued, running = service.queue_depth(), service.running_count()
-            warm_ranks = service.pool.warm()
-            warm, busy, size = len(warm_ranks), sum(1 for r in warm_ranks if r.busy), service.pool.size
+            warm_ranks = service.runner.warm()
+            warm, busy, size = len(warm_ranks), sum(1 for r in warm_ranks if r.busy), service.runner.size
         yield GaugeMetricFamily("batchplan_checks_queued", "Checks waiting in the queue", value=queued)
         yield GaugeMetricFamily("batchplan_checks_running", "Checks running now", value=running)
         yield GaugeMetricFamily("batchplan_warm_ranks", "Warm rank processes", value=warm)

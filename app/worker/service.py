@@ -73,11 +73,6 @@ class CheckService:
         self._stopped = False
 
     @property
-    def pool(self) -> CheckRunner:
-        """The runner, by the name app.api.metrics reads (warm(), size)."""
-        return self.runner
-
-    @property
     def observers(self) -> list[FinishObserver]:
         return self._execution.observers
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_runner import FakeRunner
 from fastapi.testclient import TestClient
+from support.fake_runner import FakeRunner
 
 from app.main import create_app
 from app.settings import Settings

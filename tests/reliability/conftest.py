@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.fake_runner import FakeRunner
 
 
 @pytest.fixture
@@ -16,20 +18,16 @@ def queued_only_client(tmp_path: Path) -> Iterator[object]:
 
     from app.main import create_app
     from app.settings import Settings
-    from app.worker.service import CheckService, Limits
+    from app.worker.limits import Limits
+    from app.worker.service import CheckService
 
     settings = Settings(worker_enabled=False, log_level="warning")
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
-        service = CheckService(
-            tmp_path / "jobs.sqlite3",
-            Limits(
-                max_replicas_per_check=settings.max_replicas_per_check,
-                processes_per_host=1,
-                queue_size=4,
-                check_timeout_s=settings.check_timeout_s,
-                concurrent_checks=1,
-            ),
+        limits = dataclasses.replace(
+            Limits.from_settings(settings), processes_per_host=1, queue_size=4, concurrent_checks=1
         )
+        # Never started: jobs are admitted and stored, and the runner never sees them.
+        service = CheckService(tmp_path / "jobs.sqlite3", limits, runner=FakeRunner(size=1))
         client.app.state.checks = service  # type: ignore[attr-defined]
         try:
             yield client
