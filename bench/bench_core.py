@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Timing, fmt_time, machine_line, measure, table, verdict
 
 from app.core.errors import PlanError
-from app.core.models import (
+from app.core.plan_types import (
     DatasetSpec,
     Divisibility,
     LearningRateSpec,

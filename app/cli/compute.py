@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 
 from pydantic import ValidationError
 
 from app.cli.output import client_errors, fail, table, validation_problem_of
 from app.client import BatchplanClient, Json
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportInput
+from app.core.exports import EXPORTERS, ExportInput, unknown_format
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem
 from app.schemas.plan_requests import PlanRequestIn
@@ -61,8 +60,7 @@ def export_text(fmt: str, body: Json, options: Json, url: str | None, api_key: s
         fail(validation_problem_of(*invalid))
     exporter = EXPORTERS.get(fmt)
     if exporter is None:
-        shown = re.sub(r"[^A-Za-z0-9_.-]", "?", fmt[:40])
-        fail({"detail": f"unknown export format '{shown}'; known formats: {', '.join(EXPORTERS)}"})
+        fail(domain_problem(unknown_format(fmt)))
     try:
         core_request = request.to_core()
         return exporter(ExportInput(core_request, plan_locally(core_request), export_options.to_core())).text

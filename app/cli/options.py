@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from app.client import Json
-from app.core.models import Divisibility, LossReduction, LRRule, Optimizer
+from app.core.plan_types import Divisibility, LossReduction, LRRule, Optimizer
 
 NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "

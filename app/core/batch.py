@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
-from app.core.models import MAX_SAFE_INTEGER, Divisibility
+from app.core.plan_types import MAX_SAFE_INTEGER, Divisibility
 from app.core.split import Share, proportional_shares
 from app.core.topology import Layout, Segment, uniform_layout
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.learning_rate import plan_learning_rate
-from app.core.models import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
+from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
 
 # The 38 smallest highly composite numbers, as DeepSpeed lists them (enough for 720K x base).
 HCN = (

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.core.models import (
+from app.core.noise_scale import readable
+from app.core.plan_types import (
     BatchEfficiency,
     LearningRatePlan,
     LossReduction,
@@ -10,7 +11,6 @@ from app.core.models import (
     ReplicaGroup,
     SamplerPlan,
 )
-from app.core.noise_scale import readable
 
 _MAX_LISTED = 4
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal, localcontext
 
 from app.core.errors import InvalidValue
-from app.core.models import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
+from app.core.plan_types import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
 
 # kappa = global batch / base batch
 SCALING_RULES: dict[LRRule, Callable[[float], float]] = {

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.core.models import BatchEfficiency
+from app.core.plan_types import BatchEfficiency
 
 # A global batch within this factor of the critical one is "near" it: both efficiencies are
 # at least 1/3 there.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core import models as core
+from app.core import plan_types as core
 
 
 def plan_request(data: Mapping[str, Any]) -> core.PlanRequest:

@@ -9,7 +9,8 @@ from app.core.errors import InvalidValue, TopologyError
 from app.core.explain import explain
 from app.core.integers import nearest
 from app.core.learning_rate import plan_learning_rate
-from app.core.models import (
+from app.core.noise_scale import efficiency, readable
+from app.core.plan_types import (
     MAX_SAFE_INTEGER,
     MAX_WORLD_SIZE,
     BatchEfficiency,
@@ -19,7 +20,6 @@ from app.core.models import (
     ReplicaGroup,
     SamplerPlan,
 )
-from app.core.noise_scale import efficiency, readable
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from app.core.integers import ceil_div
-from app.core.models import DatasetSpec, SamplerPlan
+from app.core.plan_types import DatasetSpec, SamplerPlan
 
 
 def distributed_sampler_num_samples(num_samples: int, num_replicas: int, drop_last: bool) -> int:

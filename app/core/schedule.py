@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from app.core.errors import InfeasiblePlan, InvalidValue
-from app.core.models import MAX_SAFE_INTEGER, Plan
+from app.core.plan_types import MAX_SAFE_INTEGER, Plan
 
 MAX_POINTS = 5000
 MAX_STAGES = 100_000

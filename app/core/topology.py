@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from app.core.errors import InvalidValue, TopologyError
-from app.core.models import MAX_WORLD_SIZE, Parallelism, Topology
+from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,9 @@ from typing import Annotated, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from app.core import models as core
 from app.core import plan_request as core_request
-from app.core.models import MAX_SAFE_INTEGER
+from app.core import plan_types as core
+from app.core.plan_types import MAX_SAFE_INTEGER
 from app.schemas.types import (
     WHOLE,
     Count,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, TypeAdapter
 
-from app.core import models as core
+from app.core import plan_types as core
 from app.schemas.types import ResponseModel, with_examples
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.core.errors import PlanError
 from app.core.model_registry import SYNTHETIC, unknown_model
-from app.core.models import PlanRequest
+from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
 from app.worker.request import with_options

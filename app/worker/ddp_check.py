@@ -23,10 +23,10 @@ from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Lay
 from app.worker.controls import CONTROLS, Control, changes_gradient
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
 from app.worker.micro_batch_fit import fit_micro_batch
-from app.worker.model import backward
 from app.worker.noise_measurement import measure_noise_scale
 from app.worker.shards import Shards
 from app.worker.spec import CheckSpec, replica_range, replicas_per_process
+from app.worker.synthetic_model import backward
 from app.worker.timings import Timer
 from app.worker.workload import Workload, load
 

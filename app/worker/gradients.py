@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker.model import backward, flat_gradient
+from app.worker.synthetic_model import backward, flat_gradient
 from app.worker.workload import Workload
 
 Batch = tuple[Sequence[int], float, str]  # sample indices, loss scale, reduction

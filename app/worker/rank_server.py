@@ -29,8 +29,8 @@ from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import ddp_check, gradcheck, protocol, rendezvous
-from app.worker.model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.spec import CheckSpec
+from app.worker.synthetic_model import backward, batch_loss, build_model, synthetic_batch
 from app.worker.workload import FactoryError, Registered, Workload, load
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>

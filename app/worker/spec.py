@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from app.core.errors import DomainError
-from app.core.models import DatasetSpec, Plan
+from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
 
 DTYPES = ("float64", "float32")

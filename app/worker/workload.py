@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from app.core.model_registry import SYNTHETIC
-from app.worker.model import batch_loss, build_model, half_squared_error, synthetic_batch
+from app.worker.synthetic_model import batch_loss, build_model, half_squared_error, synthetic_batch
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 

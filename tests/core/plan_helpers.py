@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 
 from app.core.errors import PlanError
-from app.core.models import (
+from app.core.plan_types import (
     Divisibility,
     LossReduction,
     NodeGroup,

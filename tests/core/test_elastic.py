@@ -75,7 +75,7 @@ def test_candidates_are_hcn_multiples_of_each_base() -> None:
 
 
 def test_learning_rate_is_one_value_for_every_count() -> None:
-    from app.core.models import LearningRateSpec, LRRule
+    from app.core.plan_types import LearningRateSpec, LRRule
 
     result = elastic_plan(
         ElasticRequest(8, 64, (4, 8), 4096, learning_rate=LearningRateSpec(0.1, 256, LRRule.LINEAR))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from torch.distributed.run import get_args_parser
 
 from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, export, to_yaml
-from app.core.models import PlanRequest
+from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from plan_helpers import examples, homogeneous
 
 from app.core.errors import InvalidValue
-from app.core.models import DatasetSpec, LearningRateSpec, LRRule, Optimizer, PlanRequest, Topology
+from app.core.plan_types import DatasetSpec, LearningRateSpec, LRRule, Optimizer, PlanRequest, Topology
 from app.core.planner import plan
 
 

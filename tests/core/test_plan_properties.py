@@ -18,7 +18,7 @@ from plan_helpers import (
     try_plan,
 )
 
-from app.core.models import (
+from app.core.plan_types import (
     DatasetSpec,
     Divisibility,
     LossReduction,

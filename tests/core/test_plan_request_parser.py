@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.core.models import PlanRequest, Topology
 from app.core.plan_request import plan_request
+from app.core.plan_types import PlanRequest, Topology
 from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn

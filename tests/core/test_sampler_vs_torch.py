@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, homogeneous
 
-from app.core.models import MAX_SAFE_INTEGER, DatasetSpec, SamplerPlan
+from app.core.plan_types import MAX_SAFE_INTEGER, DatasetSpec, SamplerPlan
 from app.core.planner import plan
 
 

@@ -11,7 +11,7 @@ from plan_helpers import examples, try_plan
 from test_plan_properties import requests
 
 from app.core.errors import PlanError, TopologyError
-from app.core.models import Divisibility, Parallelism, PlanRequest, Topology
+from app.core.plan_types import Divisibility, Parallelism, PlanRequest, Topology
 from app.core.planner import plan
 
 TRIAD = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps")

@@ -19,7 +19,7 @@ from support.polling import run_check
 
 from app.worker import example_models
 from app.worker.memory import probe
-from app.worker.model import build_model
+from app.worker.synthetic_model import build_model
 from app.worker.workload import Registered
 
 pytestmark = pytest.mark.slow

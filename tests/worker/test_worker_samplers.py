@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DistributedSampler  # noqa: E402
 
-from app.core.models import DatasetSpec  # noqa: E402
+from app.core.plan_types import DatasetSpec  # noqa: E402
 from app.core.sampler import proportional_sampler  # noqa: E402
 from app.worker.samplers import IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
 

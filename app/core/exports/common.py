@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import PlanError
-from app.core.models import Divisibility, Plan, PlanRequest
+from app.core.plan_types import Divisibility, Plan, PlanRequest
 from app.core.planner import plan as run_plan
 
 # ----------------------------------------------------------------------------- types
