@@ -16,8 +16,14 @@ import typer
 
 from app.cli import check, export, plan, serve
 
+# Click's plain help, not rich's: rich's table cuts option names to fit 80 columns
+# ("--global-batch-s…"), click's never cuts a name (tests/cli/test_help.py).
 cli = typer.Typer(
-    help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False
+    help="Split a distributed PyTorch batch exactly.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
 for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
     cli.command()(command)

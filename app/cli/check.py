@@ -34,10 +34,22 @@ CheckRequestFile = Annotated[
 class CheckFlags:
     """What the check runs: they set the check request's fields over the plan's (and --request's)."""
 
-    backend: Annotated[Backend | None, typer.Option(help="(default: auto)", show_default=False)] = None
-    dtype: Annotated[DType | None, typer.Option(help="(default: float64)", show_default=False)] = None
+    backend: Annotated[
+        Backend | None,
+        typer.Option(
+            help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto).", show_default=False
+        ),
+    ] = None
+    dtype: Annotated[
+        DType | None, typer.Option(help="Precision of the step (default: float64).", show_default=False)
+    ] = None
     seed: Annotated[
-        int | None, typer.Option(help="Weights and data seed (default: 0).", show_default=False)
+        int | None,
+        typer.Option(
+            help="The check's seed (default: 0): model weights, synthetic samples, and the "
+            "shuffle when there is no dataset. The sampler's seed is --data-seed.",
+            show_default=False,
+        ),
     ] = None
     timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
     model: Annotated[
@@ -66,7 +78,10 @@ class CheckFlags:
         typer.Option(help="SGD learning rate between those steps (default: 0).", show_default=False),
     ] = None
     fit_micro_batch: Annotated[
-        bool, typer.Option(help="Find the largest micro-batch that fits one device; re-plan with it.")
+        bool,
+        typer.Option(
+            "--fit-micro-batch", help="Find the largest micro-batch that fits one device; re-plan with it."
+        ),
     ] = False
     fit_memory_bytes: Annotated[
         int | None,
@@ -130,7 +145,9 @@ def check(
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
 ) -> None:
-    """Prove a plan: one real DDP step vs. a single-process gradient (exit 0 passed, 1 failed, 2 error)."""
+    """Prove a plan with one real DDP step against a single-process gradient.
+
+    Exit status: 0 passed, 1 failed, 2 did not run (an error)."""
     body = check_body(request, flags, run)
     if run.model_factory and url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
