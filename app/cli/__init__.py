@@ -6,8 +6,9 @@ the other field errors and the suggestions, with exit status 2.
 
 One module per command: plan, export, check (local_check runs one here), serve (with host).
 options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
-them into a plan request, compute.py answers plan and export here or via a server, and
-output.py prints results and problems.
+them into a plan request, compute.py answers plan and export here or via a server,
+progress.py shows the phase of a running check on stderr, and output.py prints results and
+problems.
 """
 
 from __future__ import annotations
