@@ -6,8 +6,9 @@ the other field errors and the suggestions, with exit status 2.
 
 One module per command: plan, export, check (local_check runs one here), serve (with host).
 options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
-them into a plan request, compute.py answers plan and export here or via a server, and
-output.py prints results and problems.
+them into a plan request, compute.py answers plan and export here or via a server,
+progress.py shows the phase of a running check on stderr, and output.py prints results and
+problems.
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ import typer
 
 from app.cli import check, export, plan, serve
 
+# Click's plain help, not rich's: rich's table cuts option names to fit 80 columns
+# ("--global-batch-s…"), click's never cuts a name (tests/cli/test_help.py).
 cli = typer.Typer(
-    help="Split a distributed PyTorch batch exactly.", no_args_is_help=True, add_completion=False
+    help="Split a distributed PyTorch batch exactly.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 100},
 )
 for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
     cli.command()(command)

@@ -14,7 +14,7 @@ from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
 from app.cli.options import ApiKey, BatchFlags, Url
 from app.cli.output import client_errors, fail, show_check
-from app.cli.progress import Progress
+from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
 from app.client import BatchplanError, CheckTimeout, Json
 
@@ -34,10 +34,22 @@ CheckRequestFile = Annotated[
 class CheckFlags:
     """What the check runs: they set the check request's fields over the plan's (and --request's)."""
 
-    backend: Annotated[Backend | None, typer.Option(help="(default: auto)", show_default=False)] = None
-    dtype: Annotated[DType | None, typer.Option(help="(default: float64)", show_default=False)] = None
+    backend: Annotated[
+        Backend | None,
+        typer.Option(
+            help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto).", show_default=False
+        ),
+    ] = None
+    dtype: Annotated[
+        DType | None, typer.Option(help="Precision of the step (default: float64).", show_default=False)
+    ] = None
     seed: Annotated[
-        int | None, typer.Option(help="Weights and data seed (default: 0).", show_default=False)
+        int | None,
+        typer.Option(
+            help="The check's seed (default: 0): model weights, synthetic samples, and the "
+            "shuffle when there is no dataset. The sampler's seed is --data-seed.",
+            show_default=False,
+        ),
     ] = None
     timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
     model: Annotated[
@@ -66,7 +78,10 @@ class CheckFlags:
         typer.Option(help="SGD learning rate between those steps (default: 0).", show_default=False),
     ] = None
     fit_micro_batch: Annotated[
-        bool, typer.Option(help="Find the largest micro-batch that fits one device; re-plan with it.")
+        bool,
+        typer.Option(
+            "--fit-micro-batch", help="Find the largest micro-batch that fits one device; re-plan with it."
+        ),
     ] = False
     fit_memory_bytes: Annotated[
         int | None,
@@ -130,48 +145,72 @@ def check(
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
 ) -> None:
-    """Prove a plan: one real DDP step vs. a single-process gradient (exit 0 passed, 1 failed, 2 error)."""
+    """Prove a plan with one real DDP step against a single-process gradient.
+
+    Exit status: 0 passed, 1 failed, 2 did not run (an error)."""
     body = check_body(request, flags, run)
     if run.model_factory and url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
     if run.model_factory and run.model:
         fail({"detail": "give --model (a registered name) or --model-factory, not both"})
     if url:
-        with client_errors(), make_client(url, api_key) as client:
-            job = client.submit_check(body)
-            label = f"check {job['id']}"
-            try:
-                with Progress(label) as progress:
-                    done = client.wait_check(
-                        job["id"],
-                        timeout=wait or (run.timeout or 120.0) + 60.0,
-                        poll=0.25,
-                        on_progress=progress,
-                    )
-            except CheckTimeout as err:
-                fail({"detail": str(err)})
-            except KeyboardInterrupt:
+        done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
+    else:
+        done = _check_here(body, run, processes, launcher)
+    raise typer.Exit(show_check(done, as_json))
+
+
+def _check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:
+    """Submit the check and wait for it, showing its phase; Ctrl-C cancels it on the server."""
+    progress = Progress("check")
+    with client_errors(), make_client(url, api_key) as client:
+
+        def host() -> Json | None:
+            with contextlib.suppress(BatchplanError):
+                return client.host()
+            return None
+
+        phase = ServerPhase(host)
+        job: Json = {}
+        try:
+            with progress:
+                progress.show("planning", logged=False)  # the server plans while it admits the check
+                job = client.submit_check(body)
+                progress.label = f"check {job['id']}"
+                return client.wait_check(
+                    job["id"], timeout=wait, poll=0.25, on_progress=lambda job, _: progress.show(phase(job))
+                )
+        except CheckTimeout as err:
+            fail({"detail": str(err)})
+        except KeyboardInterrupt:
+            if "id" in job:
                 with contextlib.suppress(BatchplanError):
                     client.cancel_check(job["id"])
-                typer.echo(f"{label}: cancelled", err=True)
-                raise typer.Exit(130) from None
-    else:
-        stored, replicas = prepare_local_check(body, run.model_factory)
-        count = processes or min(replicas, 4)
-        if not 1 <= count <= replicas:
-            fail({"detail": f"--processes must be between 1 and the {replicas} replicas of the plan"})
-        label = f"local check ({count} processes)"
-        try:
-            with Progress(label) as progress:
-                done = run_local_check(
-                    stored,
-                    count,
-                    run.timeout or 120.0,
-                    progress,
-                    model_factory=run.model_factory,
-                    launcher=launcher,
-                )
-        except KeyboardInterrupt:
-            typer.echo(f"{label}: interrupted; its processes were stopped", err=True)
+            typer.echo(f"{progress.label}: cancelled", err=True)
             raise typer.Exit(130) from None
-    raise typer.Exit(show_check(done, as_json))
+
+
+def _check_here(body: Json, run: CheckFlags, processes: int | None, launcher: Launcher) -> Json:
+    """Validate and plan as a server would, then run the ranks here, showing the phase."""
+    progress = Progress("local check")
+    try:
+        with progress:
+            progress.show("planning", logged=False)
+            stored, replicas = prepare_local_check(body, run.model_factory)
+            count = processes or min(replicas, 4)
+            if not 1 <= count <= replicas:
+                fail({"detail": f"--processes must be between 1 and the {replicas} replicas of the plan"})
+            progress.label = f"local check ({count} processes)"
+            done = run_local_check(
+                stored,
+                count,
+                run.timeout or 120.0,
+                progress.show,
+                model_factory=run.model_factory,
+                launcher=launcher,
+            )
+            progress.show(str(done.get("status")))
+            return done
+    except KeyboardInterrupt:
+        typer.echo(f"{progress.label}: interrupted; its processes were stopped", err=True)
+        raise typer.Exit(130) from None

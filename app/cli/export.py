@@ -25,6 +25,6 @@ def export(
     exports: ExportFlags,
     output: Output = None,
 ) -> None:
-    """Write the plan for a launcher or trainer: the same as `plan --format FORMAT`."""
+    """Write the plan for a launcher or trainer (as `plan --format FORMAT`)."""
     body = plan_request(request, flags)
     emit(export_text(fmt, body, exports.query(), url, api_key), output)

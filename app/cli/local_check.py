@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from app.cli.output import fail, validation_problem_of
+from app.cli.progress import local_phase
 from app.client import Json
 from app.core.errors import PlanError
 from app.core.planner import plan as plan_locally
@@ -42,7 +43,7 @@ def run_local_check(
     body: Json,
     processes: int,
     timeout_s: float,
-    on_progress: Callable[[Json, float], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
     *,
     model_factory: str | None = None,
     launcher: Launcher = "direct",
@@ -51,7 +52,8 @@ def run_local_check(
     NCCL when there is a GPU per rank); returns a job shaped like GET /v1/checks/{id}.
 
     `launcher` "direct" starts the ranks itself (fast); "torchrun" starts one torchrun,
-    which starts them, exactly as a job in the user's environment would run."""
+    which starts them, exactly as a job in the user's environment would run. `on_progress`
+    hears the phase (progress.local_phase) while the ranks run."""
     job: Json = {
         "id": "local",
         "status": "running",
@@ -95,6 +97,8 @@ def run_local_check(
                 base_env.pop(key)  # torchrun sets them for its ranks
         ranks: list[subprocess.Popen[bytes]] = []
         started = time.monotonic()
+        if on_progress is not None:
+            on_progress(f"starting {processes} ranks" + (" under torchrun" if launcher == "torchrun" else ""))
         try:
             for rank, launch in enumerate(launches):
                 env = {**base_env, **launch}
@@ -116,7 +120,7 @@ def run_local_check(
                     )
                     return job
                 if on_progress is not None:
-                    on_progress(job, elapsed)
+                    on_progress(local_phase(codes))
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     ranks[0].wait(timeout=0.2)
         finally:

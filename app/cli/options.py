@@ -1,5 +1,10 @@
 """The options several commands share, declared once: typer `Annotated` aliases, and the flag
-groups (see flag_groups.py) that `plan`, `export` and `check` take as one parameter each."""
+groups (see flag_groups.py) that `plan`, `export` and `check` take as one parameter each.
+
+Every option has help (tests/cli/test_help.py holds that). Two seeds, two names, the same in
+every command: `--data-seed` is the sampler's shuffle seed (the request's `dataset.seed`);
+`--seed`, on `check` only, is the check's own seed (weights and synthetic samples).
+"""
 
 from __future__ import annotations
 
@@ -14,20 +19,58 @@ from app.core.plan_types import Divisibility, LossReduction, LRRule, Optimizer
 
 NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "
-    "(e.g. h100:2:8:2.0:64). Instead of --num-nodes/--gpus-per-node."
+    "(e.g. h100:2:8:2.0:64). Replaces --num-nodes and --gpus-per-node."
+)
+DIVISIBILITY_HELP = (
+    "When the numbers do not divide: exact refuses (with suggestions), round_down/round_up move "
+    "the global batch, balance gives replicas different micro-batches."
 )
 
 NumNodes = Annotated[int | None, typer.Option(help="Nodes in the cluster (default: 1).", show_default=False)]
 GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8).", show_default=False)]
 NodeGroups = Annotated[
-    list[str] | None, typer.Option("--node-group", help=NODE_GROUP_HELP, show_default=False)
+    list[str] | None,
+    typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP, show_default=False),
 ]
-GlobalBatch = Annotated[int | None, typer.Option("--global-batch-size", "-b")]
-MicroBatch = Annotated[int | None, typer.Option("--micro-batch-size", "-m")]
-Accumulation = Annotated[int | None, typer.Option("--accumulation", "-g")]
+GlobalBatch = Annotated[
+    int | None,
+    typer.Option("--global-batch-size", "-b", help="Samples per optimizer step, all replicas together."),
+]
+MicroBatch = Annotated[
+    int | None, typer.Option("--micro-batch-size", "-m", help="Samples per GPU per forward/backward.")
+]
+Accumulation = Annotated[
+    int | None,
+    typer.Option("--accumulation", "-g", help="Gradient accumulation steps (micro-batches per step)."),
+]
 MaxMicro = Annotated[int | None, typer.Option(help="Micro-batch cap per GPU.")]
+Div = Annotated[Divisibility, typer.Option(help=DIVISIBILITY_HELP)]
+Reduction = Annotated[
+    LossReduction, typer.Option(help="How the training loss reduces a micro-batch (sets loss scales).")
+]
+Tensor = Annotated[int, typer.Option(help="Tensor-parallel size.")]
+Pipeline = Annotated[int, typer.Option(help="Pipeline-parallel size.")]
+Context = Annotated[int, typer.Option(help="Context-parallel size.")]
 NumSamples = Annotated[int | None, typer.Option(help="Dataset size (adds the sampler).")]
-BaseLr = Annotated[float | None, typer.Option(help="Adds the learning rate.")]
+DropLast = Annotated[
+    bool,
+    typer.Option(
+        help="Sampler: drop what does not split evenly over replicas (default: pad).", show_default=False
+    ),
+]
+Shuffle = Annotated[
+    bool, typer.Option(help="Sampler: shuffle the dataset every epoch (default: yes).", show_default=False)
+]
+DataSeed = Annotated[int, typer.Option("--data-seed", help="Sampler shuffle seed (dataset.seed).")]
+Epochs = Annotated[int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).")]
+BaseLr = Annotated[
+    float | None, typer.Option(help="Adds the learning rate: the LR tuned for --base-batch-size.")
+]
+BaseBatch = Annotated[int, typer.Option(help="The global batch that --base-lr was tuned for.")]
+Rule = Annotated[LRRule, typer.Option(help="LR scaling; auto: linear for sgd/lars, sqrt for adam-like.")]
+Opt = Annotated[Optimizer, typer.Option(help="The optimizer (picks the auto rule).")]
+WarmupEpochs = Annotated[float | None, typer.Option(help="LR warmup in epochs (needs --num-samples).")]
+WarmupSteps = Annotated[int | None, typer.Option(help="LR warmup in optimizer steps.")]
 RequestFile = Annotated[
     Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)
 ]
@@ -52,30 +95,28 @@ class BatchFlags:
     micro_batch_size: MicroBatch = None
     gradient_accumulation_steps: Accumulation = None
     max_micro_batch_size: MaxMicro = None
-    divisibility: Divisibility = Divisibility.EXACT
-    loss_reduction: LossReduction = LossReduction.MEAN
-    tensor: int = 1
-    pipeline: int = 1
-    context: int = 1
+    divisibility: Div = Divisibility.EXACT
+    loss_reduction: Reduction = LossReduction.MEAN
+    tensor: Tensor = 1
+    pipeline: Pipeline = 1
+    context: Context = 1
     num_samples: NumSamples = None
-    drop_last: bool = False
-    no_shuffle: bool = False
-    data_seed: Annotated[int, typer.Option("--data-seed", help="Sampler shuffle seed.")] = 0
-    epochs: int | None = None
+    drop_last: DropLast = False
+    shuffle: Shuffle = True
+    data_seed: DataSeed = 0
+    epochs: Epochs = None
 
 
 @dataclass(frozen=True)
 class PlanFlags(BatchFlags):
-    """`plan` and `export` add the learning rate, and `--seed` for the sampler (on `check`,
-    `--seed` seeds the weights). A redeclared field keeps its place in the option list."""
+    """`plan` and `export` add the learning rate."""
 
-    data_seed: Annotated[int, typer.Option("--seed", "--data-seed", help="Sampler shuffle seed.")] = 0
     base_lr: BaseLr = None
-    base_batch_size: int = 256
-    rule: LRRule = LRRule.AUTO
-    optimizer: Optimizer = Optimizer.SGD
-    warmup_epochs: float | None = None
-    warmup_steps: int | None = None
+    base_batch_size: BaseBatch = 256
+    rule: Rule = LRRule.AUTO
+    optimizer: Opt = Optimizer.SGD
+    warmup_epochs: WarmupEpochs = None
+    warmup_steps: WarmupSteps = None
 
 
 @dataclass(frozen=True)

@@ -125,17 +125,28 @@ def show_check(job: Json, as_json: bool) -> int:
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process)",
             "controls (wrong setups the check must tell apart):",
+            *_control_lines(result),
+            *_model_lines(result),
         ]
-        for c in result.get("controls", []):
-            seen = "detected" if c.get("detected") else "MISSED"
-            lines.append(
-                f"  {seen:<9} {c['name']:<28} rel_l2 {c['rel_l2']:<10.3g} {c.get('description', '')}"
-            )
-        if not result.get("controls"):
-            lines.append("  (none applies to this plan)")
-        lines += _model_lines(result)
         typer.echo("\n".join(line.rstrip() for line in lines))
     return 0 if passed else 1
+
+
+def _control_lines(result: Json) -> list[str]:
+    """The controls that ran, with their verdicts, and those that did not apply, with why."""
+    lines = []
+    for c in result.get("controls", []):
+        seen = "detected" if c.get("detected") else "MISSED"
+        lines.append(f"  {seen:<9} {c['name']:<28} rel_l2 {c['rel_l2']:<10.3g} {c.get('description', '')}")
+    skipped = result.get("controls_skipped")
+    if not isinstance(skipped, list):  # a worker from before the reasons: the names alone
+        skipped = [{"name": name} for name in result.get("controls_not_applicable") or []]
+    for c in skipped:
+        reason = c.get("reason") or "does not apply to this plan"
+        lines.append(f"  {'skipped':<9} {c.get('name')!s:<28} {reason}")
+    if not lines:
+        lines.append("  (none applies to this plan)")
+    return lines
 
 
 def _model_lines(result: Json) -> list[str]:

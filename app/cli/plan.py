@@ -29,6 +29,6 @@ def plan(
     exports: PlanExportFlags,
     output: Output = None,
 ) -> None:
-    """Plan a batch split (locally with the core, or on a server with --url)."""
+    """Plan a batch split: here with the core, or on a server with --url."""
     body = plan_request(request, flags)
     emit(render("json" if as_json else fmt, body, exports.query(), url, api_key), output)

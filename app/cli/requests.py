@@ -69,7 +69,7 @@ def plan_body(flags: BatchFlags) -> Json:
         body["dataset"] = {
             "num_samples": flags.num_samples,
             "drop_last": flags.drop_last,
-            "shuffle": not flags.no_shuffle,
+            "shuffle": flags.shuffle,
             "seed": flags.data_seed,
             **_given(flags, "epochs"),
         }

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from support.bodies import fast_and_slow
 from support.cli import API_KEY, Invoke
-from support.servers import Server
+from support.servers import Server, serve
 
 from app.cli.output import show_check
 from app.client import BatchplanClient, ProblemError
@@ -21,6 +22,17 @@ def _assert_passed_output(stdout: str) -> None:
     assert lines[0].startswith("PASSED: the DDP gradient matches")
     assert "gloo on cpu: 2 processes for 2 replicas (1 per process)" in stdout
     assert any(line.strip().startswith("detected") for line in lines)
+    # Two controls cannot differ from the right setup on this plan: named, with why.
+    assert re.search(r"^  skipped +unweighted_mean +\S", stdout, re.MULTILINE), stdout
+    assert re.search(r"^  skipped +whole_global_batch +\S", stdout, re.MULTILINE), stdout
+
+
+def _phases(stderr: str, label: str) -> list[str]:
+    """The phases of the progress lines (`LABEL: PHASE, 1.2 s`), which are all of stderr."""
+    lines = stderr.splitlines()
+    found = [re.fullmatch(rf"{label}: (.+), \d+\.\d s", line) for line in lines]
+    assert all(found), stderr
+    return [m.group(1) for m in found if m]
 
 
 @pytest.mark.slow
@@ -28,8 +40,27 @@ def test_check_on_a_server(run: Invoke, worker_server: Server) -> None:
     out = run("check", *PLAN, "--backend", "gloo", "--url", worker_server.url, "--api-key", API_KEY)
     assert out.exit_code == 0, out.stderr
     _assert_passed_output(out.stdout)
-    # Not a terminal: plain progress lines on stderr, one per status change.
+    # Not a terminal: plain progress lines on stderr, one per phase (the ranks are warm).
     assert out.stderr.startswith("check ") and ("running" in out.stderr or "succeeded" in out.stderr)
+    phases = _phases(out.stderr, r"check [\w-]+")
+    assert phases[-1] == "succeeded"
+    assert set(phases) <= {"queued", "waiting for free ranks", "running", "succeeded"}, phases
+
+
+@pytest.mark.slow
+def test_check_on_a_server_whose_ranks_are_still_warming(run: Invoke, tmp_path: Path) -> None:
+    env = {
+        "BATCHPLAN_WORKER_ENABLED": "true",
+        "BATCHPLAN_PROCESSES_PER_HOST": "2",
+        "BATCHPLAN_JOBS_DB": str(tmp_path / "jobs.sqlite3"),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    with serve(env, tmp_path / "server.log") as cold:  # live, its ranks not yet warm
+        out = run("check", *PLAN, "--backend", "gloo", "--url", cold.url)
+    assert out.exit_code == 0, out.stderr
+    phases = _phases(out.stderr, r"check [\w-]+")
+    assert re.fullmatch(r"warming ranks \([01]/2 warm\)", phases[0]), phases
+    assert phases[-1] == "succeeded"
 
 
 @pytest.mark.slow
@@ -113,6 +144,9 @@ def test_check_locally(run: Invoke) -> None:
     assert out.exit_code == 0, out.stderr
     _assert_passed_output(out.stdout)
     assert out.stderr.startswith("local check (2 processes)")
+    phases = _phases(out.stderr, re.escape("local check (2 processes)"))
+    assert phases[0] == "starting 2 ranks" and phases[-1] == "succeeded"
+    assert set(phases[1:-1]) <= {"running", "comparing on rank 0"}, phases
 
 
 def test_local_check_validates_like_the_server(run: Invoke) -> None:
@@ -146,3 +180,45 @@ def test_exit_status_of_a_finished_check(capsys: pytest.CaptureFixture[str]) -> 
         show_check({"id": "x", "status": "failed", "result": None, "error": "rank died"}, as_json=True) == 2
     )
     assert "check x failed: rank died" in capsys.readouterr().err
+
+
+def test_a_check_lists_the_controls_that_ran_and_those_skipped_with_why(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = {
+        "passed": False,  # a control was missed
+        "backend": "gloo",
+        "device": "cpu",
+        "processes": 2,
+        "data_parallel_size": 2,
+        "replicas_per_process": 1,
+        "max_abs_diff": 0.0,
+        "rel_l2": 1e-16,
+        "tolerance": 1e-10,
+        "controls": [
+            {"name": "sum_without_scaling", "rel_l2": 7.0, "detected": True, "description": "sums"},
+            {"name": "no_distributed_sampler", "rel_l2": 1e-12, "detected": False, "description": "same"},
+        ],
+        "controls_skipped": [
+            {"name": "unweighted_mean", "reason": "every replica has the same micro-batch"},
+            {"name": "whole_global_batch", "reason": "one micro-step per replica"},
+        ],
+        "controls_not_applicable": ["unweighted_mean", "whole_global_batch"],
+    }
+    job = {"id": "x", "status": "succeeded", "result": result, "error": None}
+    assert show_check(job, as_json=False) == 1
+    lines = capsys.readouterr().out.splitlines()
+    controls = lines[lines.index("controls (wrong setups the check must tell apart):") + 1 :]
+    assert [line.split()[:2] for line in controls] == [
+        ["detected", "sum_without_scaling"],
+        ["MISSED", "no_distributed_sampler"],
+        ["skipped", "unweighted_mean"],
+        ["skipped", "whole_global_batch"],
+    ]
+    assert "rel_l2 7 " in controls[0] and "rel_l2 1e-12 " in controls[1]
+    assert controls[2].endswith("unweighted_mean              every replica has the same micro-batch")
+    assert controls[3].endswith("one micro-step per replica")
+    # A result from a worker without the reasons: the names, and that they did not apply.
+    del result["controls_skipped"]
+    show_check(job, as_json=False)
+    assert "  skipped   whole_global_batch           does not apply to this plan" in capsys.readouterr().out
