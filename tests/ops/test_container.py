@@ -18,7 +18,19 @@ from typing import Any
 
 import httpx
 import pytest
-from support.image import DOCKERFILE, Stage, exec_form, parse_dockerfile
+from image_targets import (
+    copied_from,
+    dockerfile_env,
+    healthcheck_of,
+    image_stages,
+    inherited,
+    lineage,
+    named_stages,
+    process_env,
+    run_healthcheck,
+    target_argv,
+)
+from support.image import DOCKERFILE, exec_form, parse_dockerfile
 from support.polling import wait_for
 from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
 
@@ -32,126 +44,71 @@ COMPOSE_SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
 # ------------------------------------------------------------------ the Dockerfile
 
 
-def _stages() -> dict[str, Stage]:
-    stages = parse_dockerfile()[1]
-    assert all(stage.name for stage in stages), "every stage is named, so that it can be a target"
-    return {str(stage.name): stage for stage in stages}
-
-
-def _lineage(target: str) -> list[Stage]:
-    """`target` and the stages it is built FROM, base first."""
-    stages = _stages()
-    chain = [stages[target]]
-    while chain[0].base in stages:
-        chain.insert(0, stages[chain[0].base])
-    return chain
-
-
-def _copied_from(target: str) -> list[str]:
-    """The stages whose files `target` copies (COPY --from=...)."""
-    return [
-        args.split()[0].removeprefix("--from=")
-        for stage in _lineage(target)
-        for args in stage.all("COPY")
-        if args.startswith("--from=")
-    ]
-
-
-def _image(target: str) -> list[Stage]:
-    """Every stage that makes `target`'s files: its lineage and what it copies, recursively."""
-    found: list[Stage] = []
-    for stage in _lineage(target):
-        found.append(stage)
-    for source in _copied_from(target):
-        found += _image(source)
-    return found
-
-
-def _last(target: str, keyword: str) -> str:
-    """What the image of `target` gets from its lineage's last `keyword` (CMD, USER, ...)."""
-    values = [args for stage in _lineage(target) for args in stage.all(keyword)]
-    assert values, f"{target} has no {keyword}"
-    return values[-1]
-
-
-def _env(target: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for stage in _lineage(target):
-        env |= stage.env()
-    return env
-
-
-def _healthcheck(target: str) -> tuple[dict[str, str], list[str]]:
-    head, sep, command = _last(target, "HEALTHCHECK").partition("CMD ")
-    assert sep
-    return dict(opt.lstrip("-").split("=", 1) for opt in head.split()), exec_form(command)
-
-
 def test_dockerfile_builds_two_slim_non_root_targets_the_worker_by_default() -> None:
     preamble, stages = parse_dockerfile()
     assert len(stages) >= 2, "multi-stage: build, then a runtime without the build tools"
     python_version = dict(a.split("=", 1) for kw, a in preamble if kw == "ARG" and "=" in a)["PYTHON_VERSION"]
     assert python_version == "3.11"
-    names = _stages()
+    names = named_stages()
     for stage in stages:
         assert stage.base in names or stage.base == "python:${PYTHON_VERSION}-slim", stage.name
     # `docker build .` (no --target) builds the last stage: the full worker, as before.
     assert stages[-1].name == "worker"
     for target in ("api", "worker"):
-        assert _copied_from(target), f"{target} copies an installed venv from a build stage"
-        runtime_runs = [run for stage in _lineage(target) for run in stage.all("RUN")]
+        assert copied_from(target), f"{target} copies an installed venv from a build stage"
+        runtime_runs = [run for stage in lineage(target) for run in stage.all("RUN")]
         assert not any("pip " in run for run in runtime_runs), f"{target}: no build tools at runtime"
-        user = _last(target, "USER").split(":")[0]
+        user = inherited(target, "USER").split(":")[0]
         assert user not in {"", "0", "root"}, f"{target} runs as {user!r}"
-        assert _env(target)["BATCHPLAN_LOG_FORMAT"] == "json"
-        assert exec_form(_last(target, "CMD"))[0] == "uvicorn"
+        assert dockerfile_env(target)["BATCHPLAN_LOG_FORMAT"] == "json"
+        assert exec_form(inherited(target, "CMD"))[0] == "uvicorn"
 
 
 def test_the_api_target_has_no_torch_and_no_volume() -> None:
     """The planner-only image: nothing that makes it installs torch, and it keeps no state, so a
     read-only container gets no anonymous volume."""
-    image = _image("api")
+    image = image_stages("api")
     assert {s.name for s in image} >= {"api", "build-api"}
     runs = [run for stage in image for run in stage.all("RUN")]
     assert any("pip install ." in run for run in runs), "installs the package"
     assert not any("torch" in run or "[worker]" in run for run in runs), runs
-    assert not any(stage.all("VOLUME") for stage in _lineage("api"))
-    assert _env("api")["BATCHPLAN_WORKER_ENABLED"] == "false"
+    assert not any(stage.all("VOLUME") for stage in lineage("api"))
+    assert dockerfile_env("api")["BATCHPLAN_WORKER_ENABLED"] == "false"
 
 
 def test_the_worker_target_keeps_its_jobs_in_the_data_volume() -> None:
-    assert json.loads(_last("worker", "VOLUME")) == ["/data"]
-    env = _env("worker")
+    assert json.loads(inherited("worker", "VOLUME")) == ["/data"]
+    env = dockerfile_env("worker")
     assert env["BATCHPLAN_JOBS_DB"].startswith("/data/")
     assert env["BATCHPLAN_WORKER_ENABLED"] == "true"
-    runs = [run for stage in _image("worker") for run in stage.all("RUN")]
+    runs = [run for stage in image_stages("worker") for run in stage.all("RUN")]
     assert any('"./[worker]"' in run for run in runs), "the worker extra, with torch installed first"
 
 
 def test_both_targets_give_matplotlib_a_writable_config_dir() -> None:
     # The image's user has no home; a read-only container writes only to /tmp (a tmpfs).
     for target in ("api", "worker"):
-        assert _env(target)["MPLCONFIGDIR"].startswith("/tmp/"), target
+        assert dockerfile_env(target)["MPLCONFIGDIR"].startswith("/tmp/"), target
 
 
 def test_the_api_is_healthy_when_live_and_the_worker_when_its_ranks_are_warm() -> None:
-    options, api_check = _healthcheck("api")
+    options, api_check = healthcheck_of("api")
     assert "http://127.0.0.1:8000/livez" in " ".join(api_check)
     assert {"interval", "timeout", "start-period", "retries"} <= options.keys()
-    options, worker_check = _healthcheck("worker")
+    options, worker_check = healthcheck_of("worker")
     assert "http://127.0.0.1:8000/readyz" in " ".join(worker_check)
     assert "['worker'].get('ready'" in " ".join(worker_check)
     assert int(options["start-period"].removesuffix("s")) >= 120, "ranks import torch first"
 
 
 def test_torch_is_cpu_by_default_and_a_build_argument() -> None:
-    build = _stages()["build-worker"]
+    build = named_stages()["build-worker"]
     args = dict(a.split("=", 1) for a in build.all("ARG") if "=" in a)
     assert args["TORCH_VERSION"] == "2.13.0"
     assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     install = next(r for r in build.all("RUN") if "torch==" in r)
     assert '--index-url "${TORCH_INDEX_URL}"' in install and '"torch==${TORCH_VERSION}"' in install
-    assert _copied_from("worker") == ["build-worker"]
+    assert copied_from("worker") == ["build-worker"]
 
 
 def test_dockerignore_keeps_everything_the_build_copies() -> None:
@@ -192,52 +149,6 @@ def test_hadolint_passes() -> None:
 
 # ------------------------------------------------------------------ the targets' commands, run here
 
-# What the api image lacks, made so here: `import torch` fails in every process started with it.
-NO_TORCH = """
-import importlib.abc, sys
-
-class NoTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r} (the planner-only image)", name=name)
-        return None
-
-sys.meta_path.insert(0, NoTorch())
-"""
-
-
-def _target_env(target: str, tmp_path: Path, *, torch: bool = True) -> dict[str, str]:
-    """The environment `target` gives its process, mapped onto this machine: /data and /tmp
-    under `tmp_path`, the venv's bin first on PATH, the user's missing home; without `torch`,
-    torch cannot be imported."""
-    env = dict(os.environ)
-    for key, value in _env(target).items():
-        root = next((r for r in ("/data/", "/tmp/") if value.startswith(r)), None)
-        env[key] = value if root is None else str(tmp_path / root.strip("/") / value.removeprefix(root))
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env["HOME"] = "/nonexistent"  # the image's user has no home: nothing may write there
-    if not torch:
-        blocker = tmp_path / "no-torch"
-        blocker.mkdir(exist_ok=True)
-        (blocker / "sitecustomize.py").write_text(NO_TORCH)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(blocker), env.get("PYTHONPATH")]))
-    return env
-
-
-def _argv(target: str, port: int) -> list[str]:
-    """The target's CMD, on loopback and a free port instead of 0.0.0.0:8000."""
-    argv = exec_form(_last(target, "CMD"))
-    for flag, value in (("--host", HOST), ("--port", str(port))):
-        argv[argv.index(flag) + 1] = value
-    return argv
-
-
-def _health(target: str, port: int, env: dict[str, str]) -> int:
-    """The exit status of the target's HEALTHCHECK, pointed at `port`."""
-    check = [arg.replace("127.0.0.1:8000", f"{HOST}:{port}") for arg in _healthcheck(target)[1]]
-    return subprocess.run(check, env=env, capture_output=True, timeout=15, check=False).returncode
-
-
 PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 4}, "global_batch_size": 256, "micro_batch_size": 8}
 
 
@@ -246,17 +157,17 @@ def test_the_api_image_command_serves_the_planner_without_torch(tmp_path: Path) 
     """The api target's CMD with its environment and no torch: plans, exports, schedules (a
     chart too, its cache in MPLCONFIGDIR) and elastic plans; its healthcheck passes while it
     serves and fails once it has stopped; it logs JSON lines."""
-    env = _target_env("api", tmp_path, torch=False)
+    env = process_env("api", tmp_path, torch=False)
     assert env["BATCHPLAN_WORKER_ENABLED"] == "false"
     cant = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, check=False)
     assert cant.returncode == 1 and b"planner-only image" in cant.stderr
     port = free_port()
     log = tmp_path / "server.log"
-    with running(_argv("api", port), env, tmp_path, log) as proc:
+    with running(target_argv("api", port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
         status, _, body = request(port, "GET", "/livez", headers={"X-Request-ID": "container-test-1"})
         assert (status, body) == (200, {"status": "ok"})
-        assert _health("api", port, env) == 0
+        assert run_healthcheck("api", port, env) == 0
 
         status, _, plan = request(port, "POST", "/v1/plans", PLAN)
         assert status == 200 and plan["gradient_accumulation_steps"] == 4, plan
@@ -281,7 +192,7 @@ def test_the_api_image_command_serves_the_planner_without_torch(tmp_path: Path) 
         assert "Application shutdown complete." in log.read_text()
 
     # Down, the same healthcheck fails (exit 1, which Docker counts as unhealthy).
-    assert _health("api", port, env) == 1
+    assert run_healthcheck("api", port, env) == 1
     # The image logs JSON lines (BATCHPLAN_LOG_FORMAT=json), uvicorn's own lines included.
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert any(r["logger"].startswith("uvicorn") for r in records)
@@ -291,14 +202,14 @@ def test_the_api_image_command_serves_the_planner_without_torch(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_the_worker_image_is_healthy_once_its_ranks_are_warm(tmp_path: Path) -> None:
-    env = _target_env("worker", tmp_path) | {"BATCHPLAN_PROCESSES_PER_HOST": "1"}
+    env = process_env("worker", tmp_path) | {"BATCHPLAN_PROCESSES_PER_HOST": "1"}
     assert env["BATCHPLAN_JOBS_DB"] == str(tmp_path / "data" / "jobs.sqlite3")
     (tmp_path / "data").mkdir()
     port = free_port()
     log = tmp_path / "server.log"
-    with running(_argv("worker", port), env, tmp_path, log) as proc:
+    with running(target_argv("worker", port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
-        wait_for(lambda: _health("worker", port, env) == 0, "a healthy worker", 90, log, proc=proc)
+        wait_for(lambda: run_healthcheck("worker", port, env) == 0, "a healthy worker", 90, log, proc=proc)
         status, _, ready = request(port, "GET", "/readyz")
         assert status == 200 and ready["worker"]["ready"] is True and ready["worker"]["warm_processes"] == 1
     assert (tmp_path / "data" / "jobs.sqlite3").is_file()
@@ -308,17 +219,17 @@ def test_the_worker_image_is_healthy_once_its_ranks_are_warm(tmp_path: Path) -> 
 def test_a_worker_image_without_torch_is_live_but_unhealthy(tmp_path: Path) -> None:
     """An enabled worker that cannot start: the planner serves (the api's livez check passes),
     /readyz says why, and the worker's healthcheck fails."""
-    env = _target_env("worker", tmp_path, torch=False)
+    env = process_env("worker", tmp_path, torch=False)
     (tmp_path / "data").mkdir()
     port = free_port()
     log = tmp_path / "server.log"
-    with running(_argv("worker", port), env, tmp_path, log) as proc:
+    with running(target_argv("worker", port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
         assert request(port, "POST", "/v1/plans", PLAN)[0] == 200
         status, _, ready = request(port, "GET", "/readyz")
         assert status == 503 and "torch is not installed" in ready["worker"]["error"]
-        assert _health("api", port, env) == 0
-        assert _health("worker", port, env) == 1
+        assert run_healthcheck("api", port, env) == 0
+        assert run_healthcheck("worker", port, env) == 1
 
 
 @pytest.mark.parametrize(
@@ -348,7 +259,7 @@ def test_the_worker_healthcheck_reads_whether_the_ranks_are_warm(readyz: Any, he
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            status = _health("worker", server.server_address[1], dict(os.environ))
+            status = run_healthcheck("worker", server.server_address[1], dict(os.environ))
         finally:
             server.shutdown()
     assert status == (0 if healthy else 1)
@@ -418,7 +329,7 @@ def test_compose_builds_a_planner_image_without_torch_and_distinct_tags() -> Non
     services = _compose()["services"]
     targets = {name: service["build"].get("target") for name, service in services.items()}
     assert targets == {"api": "api", "worker": "worker", "worker-cpu": "worker"}
-    assert set(targets.values()) <= set(_stages())
+    assert set(targets.values()) <= set(named_stages())
     assert "args" not in services["api"]["build"], "the planner image takes no torch arguments"
     tags = [service["image"] for service in services.values()]
     assert len(set(tags)) == len(tags), f"two services build the same tag: {tags}"
@@ -428,14 +339,14 @@ def test_compose_api_is_read_only_without_a_volume_but_can_draw_charts() -> None
     api = _compose()["services"]["api"]
     assert api["read_only"] is True
     assert "volumes" not in api
-    assert not any(stage.all("VOLUME") for stage in _lineage("api")), "nor an anonymous one"
-    mplconfig = _env("api")["MPLCONFIGDIR"]
+    assert not any(stage.all("VOLUME") for stage in lineage("api")), "nor an anonymous one"
+    mplconfig = dockerfile_env("api")["MPLCONFIGDIR"]
     assert any(mplconfig.startswith(f"{tmpfs.rstrip('/')}/") for tmpfs in api["tmpfs"]), mplconfig
 
 
 def test_compose_healthchecks_are_the_images_and_the_workers_wait_for_warm_ranks() -> None:
     services = _compose()["services"]
-    api_check, worker_check = _healthcheck("api")[1], _healthcheck("worker")[1]
+    api_check, worker_check = healthcheck_of("api")[1], healthcheck_of("worker")[1]
     assert services["api"]["healthcheck"]["test"] == ["CMD", *api_check]
     assert services["worker-cpu"]["healthcheck"]["test"] == ["CMD", *worker_check]
     # The GPU worker listens on the host's port 8001 (host networking): the same check there.
@@ -453,7 +364,7 @@ def test_compose_gpu_worker_uses_the_host_network_on_its_own_port() -> None:
     assert gpu["network_mode"] == "host"
     assert "ports" not in gpu
     argv = gpu["command"]
-    assert argv[: argv.index("--host")] == exec_form(_last("worker", "CMD"))[: argv.index("--host")]
+    assert argv[: argv.index("--host")] == exec_form(inherited("worker", "CMD"))[: argv.index("--host")]
     assert _default(argv[argv.index("--host") + 1]) == "127.0.0.1", "loopback unless BATCHPLAN_PUBLISH"
     port = argv[argv.index("--port") + 1]
     published = [p.rsplit(":", 2)[1] for p in services["api"]["ports"]]
