@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import signal
 import sqlite3
@@ -72,6 +73,15 @@ def _on_shutdown_signals(callback: Callable[[], None]) -> Callable[[], None]:
     return undo
 
 
+def _torch_missing() -> bool:
+    """Whether torch cannot be imported, found without importing it (the web process never
+    does; the planner-only image has no torch at all)."""
+    try:
+        return importlib.util.find_spec("torch") is None
+    except (ImportError, ValueError):
+        return True
+
+
 def create_app(settings: Settings | None = None, runner: CheckRunner | None = None) -> FastAPI:
     """The app for `settings`; its checks run on `runner` (default: the warm rank pool)."""
     settings = settings or Settings()
@@ -82,7 +92,15 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         # The worker starts here, not at import: rank processes warm up in the background
         # while the planner already serves; /readyz and /v1/host tell when they are warm.
         service = None
-        if settings.worker_enabled:
+        if settings.worker_enabled and runner is None and _torch_missing():
+            # The planner-only image, or an install without the `worker` extra: the planner
+            # serves and the worker says why it does not, as for an unusable job database.
+            app.state.worker_error = (
+                "the worker could not start: torch is not installed (install batchplan[worker], "
+                "use the worker image, or set BATCHPLAN_WORKER_ENABLED=false)"
+            )
+            log.error("%s", app.state.worker_error)
+        elif settings.worker_enabled:
             from app.worker.limits import Limits
             from app.worker.service import CheckService
 

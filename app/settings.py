@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,7 +26,11 @@ class Settings(BaseSettings):
     # The worker (gradient checks).
     jobs_db: Path = Field(Path("batchplan-jobs.sqlite3"), description="SQLite job database.")
     worker_enabled: bool = Field(True, description="Start warm rank processes at startup.")
-    processes_per_host: int = Field(4, ge=1, le=64, description="Warm rank processes.")
+    processes_per_host: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        "auto",
+        description="Warm rank processes: `auto` is one per GPU this process sees "
+        "(app.worker.limits.visible_gpus), or 4 on a host without GPUs.",
+    )
     max_replicas_per_check: int = Field(4096, ge=1)
     queue_size: int = Field(16, ge=1, description="Checks that may wait; more get 429.")
     check_timeout_s: float = Field(120.0, gt=0, le=3600)

@@ -2,14 +2,53 @@
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core.errors import InvalidValue
 
 if TYPE_CHECKING:
     from app.settings import Settings
+
+# Ranks on a host without GPUs (gloo on CPU): a few emulate any data-parallel size; more cost
+# memory and start-up time, not accuracy.
+CPU_PROCESSES_PER_HOST = 4
+MAX_PROCESSES_PER_HOST = 64  # the setting's own bound
+
+
+def visible_gpus(environ: Mapping[str, str] = os.environ, dev: Path = Path("/dev")) -> int:
+    """The CUDA devices this process would see, counted without importing torch (the web
+    process never does, and the planner-only image has none).
+
+    The driver makes one /dev/nvidiaN node per GPU, and the NVIDIA container toolkit mounts
+    only the container's own; CUDA_VISIBLE_DEVICES then narrows them as CUDA does: its entries
+    up to the first that is not a device (so "" and "-1" hide every GPU). One MIG instance
+    counts as its whole GPU here unless CUDA_VISIBLE_DEVICES names the instances.
+    """
+    try:
+        nodes = sum(1 for name in os.listdir(dev) if re.fullmatch(r"nvidia\d+", name))
+    except OSError:
+        nodes = 0
+    listed = environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None or nodes == 0:
+        return nodes
+    count = 0
+    for entry in (e.strip() for e in listed.split(",")):
+        uuid = entry.startswith(("GPU-", "MIG-"))
+        if not (uuid or (entry.isdigit() and int(entry) < nodes)):
+            break
+        count += 1
+    return count
+
+
+def default_processes_per_host() -> int:
+    """`auto`: one rank per visible GPU, so a check uses the whole host; a few without GPUs."""
+    return min(visible_gpus(), MAX_PROCESSES_PER_HOST) or CPU_PROCESSES_PER_HOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +65,10 @@ class Limits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
+        processes = settings.processes_per_host
         return cls(
             max_replicas_per_check=settings.max_replicas_per_check,
-            processes_per_host=settings.processes_per_host,
+            processes_per_host=default_processes_per_host() if processes == "auto" else processes,
             queue_size=settings.queue_size,
             check_timeout_s=settings.check_timeout_s,
             concurrent_checks=settings.concurrent_checks,

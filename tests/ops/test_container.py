@@ -4,17 +4,38 @@ real, hadolint, and docker-compose.yml against the Compose JSON schema."""
 from __future__ import annotations
 
 import fnmatch
+import http.server
 import json
+import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from support.image import DOCKERFILE, healthcheck_cmd, image_env, parse_dockerfile, uvicorn_argv
+from image_targets import (
+    copied_from,
+    dockerfile_env,
+    healthcheck_of,
+    image_stages,
+    inherited,
+    lineage,
+    named_stages,
+    process_env,
+    run_healthcheck,
+    target_argv,
+)
+from support.image import DOCKERFILE, exec_form, parse_dockerfile
+from support.polling import wait_for
 from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
+
+from app.schemas.exports import ELASTIC_REQUEST_EXAMPLE
+from app.settings import Settings
 
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
@@ -23,31 +44,71 @@ COMPOSE_SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
 # ------------------------------------------------------------------ the Dockerfile
 
 
-def test_dockerfile_is_multi_stage_slim_non_root_with_data_volume() -> None:
+def test_dockerfile_builds_two_slim_non_root_targets_the_worker_by_default() -> None:
     preamble, stages = parse_dockerfile()
     assert len(stages) >= 2, "multi-stage: build, then a runtime without the build tools"
     python_version = dict(a.split("=", 1) for kw, a in preamble if kw == "ARG" and "=" in a)["PYTHON_VERSION"]
     assert python_version == "3.11"
+    names = named_stages()
     for stage in stages:
-        assert stage.base == "python:${PYTHON_VERSION}-slim"
-    final = stages[-1]
-    assert any(a.startswith(f"--from={stages[0].name} ") for a in final.all("COPY")), "copies the build"
-    user = final.last("USER").split(":")[0]
-    assert user not in {"", "0", "root"}, f"the runtime runs as {user!r}"
-    assert json.loads(final.last("VOLUME")) == ["/data"]
-    env = final.env()
+        assert stage.base in names or stage.base == "python:${PYTHON_VERSION}-slim", stage.name
+    # `docker build .` (no --target) builds the last stage: the full worker, as before.
+    assert stages[-1].name == "worker"
+    for target in ("api", "worker"):
+        assert copied_from(target), f"{target} copies an installed venv from a build stage"
+        runtime_runs = [run for stage in lineage(target) for run in stage.all("RUN")]
+        assert not any("pip " in run for run in runtime_runs), f"{target}: no build tools at runtime"
+        user = inherited(target, "USER").split(":")[0]
+        assert user not in {"", "0", "root"}, f"{target} runs as {user!r}"
+        assert dockerfile_env(target)["BATCHPLAN_LOG_FORMAT"] == "json"
+        assert exec_form(inherited(target, "CMD"))[0] == "uvicorn"
+
+
+def test_the_api_target_has_no_torch_and_no_volume() -> None:
+    """The planner-only image: nothing that makes it installs torch, and it keeps no state, so a
+    read-only container gets no anonymous volume."""
+    image = image_stages("api")
+    assert {s.name for s in image} >= {"api", "build-api"}
+    runs = [run for stage in image for run in stage.all("RUN")]
+    assert any("pip install ." in run for run in runs), "installs the package"
+    assert not any("torch" in run or "[worker]" in run for run in runs), runs
+    assert not any(stage.all("VOLUME") for stage in lineage("api"))
+    assert dockerfile_env("api")["BATCHPLAN_WORKER_ENABLED"] == "false"
+
+
+def test_the_worker_target_keeps_its_jobs_in_the_data_volume() -> None:
+    assert json.loads(inherited("worker", "VOLUME")) == ["/data"]
+    env = dockerfile_env("worker")
     assert env["BATCHPLAN_JOBS_DB"].startswith("/data/")
-    assert env["BATCHPLAN_LOG_FORMAT"] == "json"
-    assert final.last("CMD") and final.last("HEALTHCHECK")
+    assert env["BATCHPLAN_WORKER_ENABLED"] == "true"
+    runs = [run for stage in image_stages("worker") for run in stage.all("RUN")]
+    assert any('"./[worker]"' in run for run in runs), "the worker extra, with torch installed first"
+
+
+def test_both_targets_give_matplotlib_a_writable_config_dir() -> None:
+    # The image's user has no home; a read-only container writes only to /tmp (a tmpfs).
+    for target in ("api", "worker"):
+        assert dockerfile_env(target)["MPLCONFIGDIR"].startswith("/tmp/"), target
+
+
+def test_the_api_is_healthy_when_live_and_the_worker_when_its_ranks_are_warm() -> None:
+    options, api_check = healthcheck_of("api")
+    assert "http://127.0.0.1:8000/livez" in " ".join(api_check)
+    assert {"interval", "timeout", "start-period", "retries"} <= options.keys()
+    options, worker_check = healthcheck_of("worker")
+    assert "http://127.0.0.1:8000/readyz" in " ".join(worker_check)
+    assert "['worker'].get('ready'" in " ".join(worker_check)
+    assert int(options["start-period"].removesuffix("s")) >= 120, "ranks import torch first"
 
 
 def test_torch_is_cpu_by_default_and_a_build_argument() -> None:
-    build = parse_dockerfile()[1][0]
+    build = named_stages()["build-worker"]
     args = dict(a.split("=", 1) for a in build.all("ARG") if "=" in a)
     assert args["TORCH_VERSION"] == "2.13.0"
     assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     install = next(r for r in build.all("RUN") if "torch==" in r)
     assert '--index-url "${TORCH_INDEX_URL}"' in install and '"torch==${TORCH_VERSION}"' in install
+    assert copied_from("worker") == ["build-worker"]
 
 
 def test_dockerignore_keeps_everything_the_build_copies() -> None:
@@ -86,28 +147,44 @@ def test_hadolint_passes() -> None:
     assert result.returncode == 0 and findings == [], findings or result.stderr
 
 
-@pytest.mark.slow
-def test_the_image_command_serves_livez_and_its_healthcheck_passes(tmp_path: Path) -> None:
-    """The final CMD (on loopback and a free port), with the image's environment and the compose
-    api service's BATCHPLAN_WORKER_ENABLED=false, from a working directory that is not the repo."""
-    port = free_port()
-    env = image_env(tmp_path) | {"BATCHPLAN_WORKER_ENABLED": "false"}
-    assert env["BATCHPLAN_JOBS_DB"] == str(tmp_path / "jobs.sqlite3")
-    options, check = healthcheck_cmd()
-    assert "http://127.0.0.1:8000/livez" in " ".join(check)
-    assert {"interval", "timeout", "start-period", "retries"} <= options.keys()
-    check_on = [arg.replace("127.0.0.1:8000", f"{HOST}:{port}") for arg in check]
+# ------------------------------------------------------------------ the targets' commands, run here
 
+PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 4}, "global_batch_size": 256, "micro_batch_size": 8}
+
+
+@pytest.mark.slow
+def test_the_api_image_command_serves_the_planner_without_torch(tmp_path: Path) -> None:
+    """The api target's CMD with its environment and no torch: plans, exports, schedules (a
+    chart too, its cache in MPLCONFIGDIR) and elastic plans; its healthcheck passes while it
+    serves and fails once it has stopped; it logs JSON lines."""
+    env = process_env("api", tmp_path, torch=False)
+    assert env["BATCHPLAN_WORKER_ENABLED"] == "false"
+    cant = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, check=False)
+    assert cant.returncode == 1 and b"planner-only image" in cant.stderr
+    port = free_port()
     log = tmp_path / "server.log"
-    with running(uvicorn_argv(port), env, tmp_path, log) as proc:
+    with running(target_argv("api", port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
         status, _, body = request(port, "GET", "/livez", headers={"X-Request-ID": "container-test-1"})
         assert (status, body) == (200, {"status": "ok"})
+        assert run_healthcheck("api", port, env) == 0
 
-        healthy = subprocess.run(
-            check_on, env=env, cwd=tmp_path, capture_output=True, timeout=15, check=False
-        )
-        assert healthy.returncode == 0, healthy.stderr
+        status, _, plan = request(port, "POST", "/v1/plans", PLAN)
+        assert status == 200 and plan["gradient_accumulation_steps"] == 4, plan
+        export = httpx.post(f"http://{HOST}:{port}/v1/plans/export/torchrun", json=PLAN, timeout=10)
+        assert export.status_code == 200 and "GRADIENT_ACCUMULATION_STEPS=4" in export.text
+        schedule = {"plan": PLAN, "train_steps": 100}
+        status, _, steps = request(port, "POST", "/v1/plans/schedule", schedule)
+        assert status == 200 and steps["train_steps"] == 100
+        status, _, elastic = request(port, "POST", "/v1/plans/elastic", ELASTIC_REQUEST_EXAMPLE)
+        assert status == 200 and elastic["valid_gpus"]
+        status, _, ready = request(port, "GET", "/readyz")
+        assert status == 200 and ready["worker"] == {"enabled": False}
+
+        chart = httpx.post(f"http://{HOST}:{port}/v1/plans/schedule?format=svg", json=schedule, timeout=60)
+        assert chart.status_code == 200 and chart.headers["content-type"].startswith("image/svg+xml")
+        mplconfig = Path(env["MPLCONFIGDIR"])
+        assert mplconfig.is_relative_to(tmp_path / "tmp") and any(mplconfig.glob("fontlist*.json"))
 
         # What `docker stop` does: SIGTERM, then wait. uvicorn shuts the app down, then re-raises
         # the signal so that the exit status says why it stopped.
@@ -115,13 +192,77 @@ def test_the_image_command_serves_livez_and_its_healthcheck_passes(tmp_path: Pat
         assert "Application shutdown complete." in log.read_text()
 
     # Down, the same healthcheck fails (exit 1, which Docker counts as unhealthy).
-    down = subprocess.run(check_on, env=env, cwd=tmp_path, capture_output=True, timeout=15, check=False)
-    assert down.returncode == 1
+    assert run_healthcheck("api", port, env) == 1
     # The image logs JSON lines (BATCHPLAN_LOG_FORMAT=json), uvicorn's own lines included.
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert any(r["logger"].startswith("uvicorn") for r in records)
     access = [r for r in records if r["logger"] == "batchplan.access"]
     assert any(r["request_id"] == "container-test-1" and r["route"] == "/livez" for r in access)
+
+
+@pytest.mark.slow
+def test_the_worker_image_is_healthy_once_its_ranks_are_warm(tmp_path: Path) -> None:
+    env = process_env("worker", tmp_path) | {"BATCHPLAN_PROCESSES_PER_HOST": "1"}
+    assert env["BATCHPLAN_JOBS_DB"] == str(tmp_path / "data" / "jobs.sqlite3")
+    (tmp_path / "data").mkdir()
+    port = free_port()
+    log = tmp_path / "server.log"
+    with running(target_argv("worker", port), env, tmp_path, log) as proc:
+        wait_until_live(proc, port, log)
+        wait_for(lambda: run_healthcheck("worker", port, env) == 0, "a healthy worker", 90, log, proc=proc)
+        status, _, ready = request(port, "GET", "/readyz")
+        assert status == 200 and ready["worker"]["ready"] is True and ready["worker"]["warm_processes"] == 1
+    assert (tmp_path / "data" / "jobs.sqlite3").is_file()
+
+
+@pytest.mark.slow
+def test_a_worker_image_without_torch_is_live_but_unhealthy(tmp_path: Path) -> None:
+    """An enabled worker that cannot start: the planner serves (the api's livez check passes),
+    /readyz says why, and the worker's healthcheck fails."""
+    env = process_env("worker", tmp_path, torch=False)
+    (tmp_path / "data").mkdir()
+    port = free_port()
+    log = tmp_path / "server.log"
+    with running(target_argv("worker", port), env, tmp_path, log) as proc:
+        wait_until_live(proc, port, log)
+        assert request(port, "POST", "/v1/plans", PLAN)[0] == 200
+        status, _, ready = request(port, "GET", "/readyz")
+        assert status == 503 and "torch is not installed" in ready["worker"]["error"]
+        assert run_healthcheck("api", port, env) == 0
+        assert run_healthcheck("worker", port, env) == 1
+
+
+@pytest.mark.parametrize(
+    ("readyz", "healthy"),
+    [
+        ({"status": "ready", "planner": True, "worker": {"enabled": True, "ready": False}}, False),
+        ({"status": "ready", "planner": True, "worker": {"enabled": True, "ready": True}}, True),
+        ({"status": "ready", "planner": True, "worker": {"enabled": False}}, True),
+    ],
+)
+def test_the_worker_healthcheck_reads_whether_the_ranks_are_warm(readyz: Any, healthy: bool) -> None:
+    """/readyz answers 200 while the ranks still warm up: the check reads worker.ready."""
+
+    class ReadyZ(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(readyz).encode()
+            self.send_response(200 if self.path == "/readyz" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer((HOST, 0), ReadyZ) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            status = run_healthcheck("worker", server.server_address[1], dict(os.environ))
+        finally:
+            server.shutdown()
+    assert status == (0 if healthy else 1)
 
 
 # ------------------------------------------------------------------ docker-compose.yml
@@ -149,13 +290,18 @@ def test_compose_file_matches_the_compose_schema() -> None:
     assert not validator.is_valid(broken)
 
 
+def _default(value: str) -> str:
+    """The value of `${VAR:-default}` where VAR is unset."""
+    match = re.fullmatch(r"\$\{\w+:-([^}]*)\}", value)
+    assert match, value
+    return match.group(1)
+
+
 def test_compose_runs_the_planner_and_a_gpu_worker_with_a_cpu_variant() -> None:
     doc = _compose()
     services = doc["services"]
-    _, check = healthcheck_cmd()
     for name, service in services.items():
         assert service["init"] is True, name
-        assert service["healthcheck"]["test"] == ["CMD", *check], f"{name}: same check as the image"
         assert service["build"]["context"] == "."
 
     api = services["api"]
@@ -177,3 +323,60 @@ def test_compose_runs_the_planner_and_a_gpu_worker_with_a_cpu_variant() -> None:
         # Passed through from the shell when set; a secret never written into the file.
         assert worker["environment"]["BATCHPLAN_API_KEY"] is None
     assert "jobs" in doc["volumes"]
+
+
+def test_compose_builds_a_planner_image_without_torch_and_distinct_tags() -> None:
+    services = _compose()["services"]
+    targets = {name: service["build"].get("target") for name, service in services.items()}
+    assert targets == {"api": "api", "worker": "worker", "worker-cpu": "worker"}
+    assert set(targets.values()) <= set(named_stages())
+    assert "args" not in services["api"]["build"], "the planner image takes no torch arguments"
+    tags = [service["image"] for service in services.values()]
+    assert len(set(tags)) == len(tags), f"two services build the same tag: {tags}"
+
+
+def test_compose_api_is_read_only_without_a_volume_but_can_draw_charts() -> None:
+    api = _compose()["services"]["api"]
+    assert api["read_only"] is True
+    assert "volumes" not in api
+    assert not any(stage.all("VOLUME") for stage in lineage("api")), "nor an anonymous one"
+    mplconfig = dockerfile_env("api")["MPLCONFIGDIR"]
+    assert any(mplconfig.startswith(f"{tmpfs.rstrip('/')}/") for tmpfs in api["tmpfs"]), mplconfig
+
+
+def test_compose_healthchecks_are_the_images_and_the_workers_wait_for_warm_ranks() -> None:
+    services = _compose()["services"]
+    api_check, worker_check = healthcheck_of("api")[1], healthcheck_of("worker")[1]
+    assert services["api"]["healthcheck"]["test"] == ["CMD", *api_check]
+    assert services["worker-cpu"]["healthcheck"]["test"] == ["CMD", *worker_check]
+    # The GPU worker listens on the host's port 8001 (host networking): the same check there.
+    on_8001 = [arg.replace("127.0.0.1:8000/", "127.0.0.1:8001/") for arg in worker_check]
+    assert services["worker"]["healthcheck"]["test"] == ["CMD", *on_8001]
+    for name in ("worker", "worker-cpu"):
+        assert services[name]["healthcheck"]["start_period"] == "120s", name
+
+
+def test_compose_gpu_worker_uses_the_host_network_on_its_own_port() -> None:
+    """Multi-node checks: the rendezvous port and the ports NCCL and gloo pick must be reachable
+    from the other nodes, which host networking gives (no published ports then)."""
+    services = _compose()["services"]
+    gpu = services["worker"]
+    assert gpu["network_mode"] == "host"
+    assert "ports" not in gpu
+    argv = gpu["command"]
+    assert argv[: argv.index("--host")] == exec_form(inherited("worker", "CMD"))[: argv.index("--host")]
+    assert _default(argv[argv.index("--host") + 1]) == "127.0.0.1", "loopback unless BATCHPLAN_PUBLISH"
+    port = argv[argv.index("--port") + 1]
+    published = [p.rsplit(":", 2)[1] for p in services["api"]["ports"]]
+    assert published == ["8000"] and port == "8001", "the worker's port on the host is not the api's"
+    assert gpu["environment"]["BATCHPLAN_RENDEZVOUS_HOSTS"] is None, "passed through from the shell"
+
+
+def test_compose_workers_default_to_one_rank_per_visible_gpu() -> None:
+    for name in ("worker", "worker-cpu"):
+        value = _compose()["services"][name]["environment"]["BATCHPLAN_PROCESSES_PER_HOST"]
+        assert _default(value) == "auto", name
+        # The app's own default, which compose states rather than overrides.
+        assert Settings.model_fields["processes_per_host"].default == _default(value)
+        settings = Settings(processes_per_host=_default(value), worker_enabled=False)
+        assert settings.processes_per_host == "auto"

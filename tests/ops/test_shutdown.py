@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from image_targets import process_env, target_argv
 from support.bodies import lonely_rendezvous
-from support.image import image_env, uvicorn_argv
 from support.polling import wait_for as _wait
 from support.processes import alive as _alive
 from support.processes import descendants, session_processes, still_there
@@ -43,7 +43,7 @@ def _exit_code(server: subprocess.Popen[bytes], log: Path) -> int:
 
 
 def _env(db: Path, processes: int) -> dict[str, str]:
-    env = image_env(db.parent)
+    env = process_env("worker", db.parent)
     env |= {
         "BATCHPLAN_JOBS_DB": str(db),
         "BATCHPLAN_PROCESSES_PER_HOST": str(processes),
@@ -68,7 +68,7 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
     db = tmp_path / "jobs.sqlite3"
     port = free_port()
     log = tmp_path / "server.log"
-    with running(uvicorn_argv(port), _env(db, 2), ROOT, log) as server:
+    with running(target_argv("worker", port), _env(db, 2), ROOT, log) as server:
         wait_until_live(server, port, log)
 
         def warm() -> bool:
@@ -113,7 +113,7 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
     # A restarted server on the same database reports the check stopped by the shutdown.
     port = free_port()
     log = tmp_path / "restarted.log"
-    with running(uvicorn_argv(port), _env(db, 1), ROOT, log) as restarted:
+    with running(target_argv("worker", port), _env(db, 1), ROOT, log) as restarted:
         wait_until_live(restarted, port, log)
         status, _, stored = _request(port, "GET", f"/v1/checks/{job['id']}")
         assert status == 200 and stored["status"] == "failed", stored
@@ -129,7 +129,7 @@ def test_the_server_reaps_its_fork_server_and_ranks_before_it_exits(tmp_path: Pa
     db = tmp_path / "jobs.sqlite3"
     port = free_port()
     log = tmp_path / "server.log"
-    with running(uvicorn_argv(port), _env(db, 2), ROOT, log) as server:
+    with running(target_argv("worker", port), _env(db, 2), ROOT, log) as server:
         wait_until_live(server, port, log)
         status, _, job = _request(port, "POST", "/v1/checks", {"plan": EVEN_2})
         assert status == 202, job
