@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from image_targets import (
+from support.image import DOCKERFILE, exec_form, parse_dockerfile
+from support.image_targets import (
     copied_from,
     dockerfile_env,
     healthcheck_of,
@@ -30,7 +31,6 @@ from image_targets import (
     run_healthcheck,
     target_argv,
 )
-from support.image import DOCKERFILE, exec_form, parse_dockerfile
 from support.polling import wait_for
 from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
 

@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from image_targets import process_env, target_argv
 from support.bodies import lonely_rendezvous
+from support.image_targets import process_env, target_argv
 from support.polling import wait_for as _wait
 from support.processes import alive as _alive
 from support.processes import descendants, session_processes, still_there

@@ -4,13 +4,12 @@ and the environment the image gives its process, mapped onto this machine."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .servers import HOST, ROOT
+from .servers import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 VENV_BIN = Path(sys.executable).parent
@@ -87,35 +86,3 @@ def exec_form(args: str) -> list[str]:
     value = json.loads(args)
     assert isinstance(value, list) and value and all(isinstance(v, str) for v in value), args
     return value
-
-
-def final_cmd() -> list[str]:
-    return exec_form(parse_dockerfile()[1][-1].last("CMD"))
-
-
-def healthcheck_cmd() -> tuple[dict[str, str], list[str]]:
-    """The final stage's HEALTHCHECK: its options and its exec-form command."""
-    args = parse_dockerfile()[1][-1].last("HEALTHCHECK")
-    head, sep, command = args.partition("CMD ")
-    assert sep, f"HEALTHCHECK without CMD: {args}"
-    options = dict(opt.lstrip("-").split("=", 1) for opt in head.split())
-    return options, exec_form(command)
-
-
-def image_env(data_dir: Path) -> dict[str, str]:
-    """The environment the image's final stage gives its process, mapped onto this machine:
-    the venv's bin first on PATH (the image's /opt/venv/bin), /data moved to `data_dir`."""
-    env = dict(os.environ)
-    for key, value in parse_dockerfile()[1][-1].env().items():
-        env[key] = str(data_dir) + value.removeprefix("/data") if value.startswith("/data/") else value
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-    return env
-
-
-def uvicorn_argv(port: int) -> list[str]:
-    """The image's CMD, on loopback and a free port instead of 0.0.0.0:8000."""
-    argv = final_cmd()
-    for flag, value in (("--host", HOST), ("--port", str(port))):
-        assert flag in argv, f"the CMD has no {flag}: {argv}"
-        argv[argv.index(flag) + 1] = value
-    return argv
