@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
@@ -20,6 +20,7 @@ from app.core.schedule import schedule
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.exports import (
     ELASTIC_REQUEST_EXAMPLE,
+    SCHEDULE_REQUEST_EXAMPLE,
     ElasticCountOut,
     ElasticLearningRateOut,
     ElasticOut,
@@ -81,7 +82,16 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
     response_class=Response,
 )
 async def export_plan(
-    format: str,
+    format: Annotated[
+        str,
+        # Documented as an enum for Swagger and ReDoc, received as a str: an unknown format
+        # still reaches the handler and gets the 404 that lists the known ones.
+        Path(
+            description="The format to write.",
+            json_schema_extra={"enum": list(EXPORTERS)},
+            openapi_examples={"torchrun": {"summary": "A torchrun launch script", "value": "torchrun"}},
+        ),
+    ],
     request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
     options: Annotated[ExportOptionsIn, Query()],
 ) -> Response:
@@ -125,7 +135,14 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     response_model=ScheduleOut,
 )
 async def plan_schedule(
-    body: ScheduleRequestIn,
+    body: Annotated[
+        ScheduleRequestIn,
+        Body(
+            openapi_examples={
+                "rampup": {"summary": "ImageNet, batch ramp-up 128 to 512", "value": SCHEDULE_REQUEST_EXAMPLE}
+            }
+        ),
+    ],
     format: Annotated[Literal["json", "png", "svg"], Query(description="json, or a chart")] = "json",
 ) -> Any:
     """Step by step: the global batch and accumulation under Megatron-style ramp-up
