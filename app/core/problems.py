@@ -35,12 +35,15 @@ def problem_body(
     *,
     errors: list[dict[str, str]] | None = None,
     suggestions: Mapping[str, list[int]] | None = None,
+    combined_suggestions: list[dict[str, int]] | None = None,
 ) -> Problem:
     body: Problem = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
     if errors:
         body["errors"] = errors
     if suggestions:
         body["suggestions"] = dict(suggestions)
+    if combined_suggestions:
+        body["combined_suggestions"] = [dict(change) for change in combined_suggestions]
     return body
 
 
@@ -81,6 +84,7 @@ def domain_problem(err: DomainError) -> Problem:
         err.detail,
         errors=[{"pointer": e.pointer, "detail": e.detail} for e in err.errors],
         suggestions=err.suggestions,
+        combined_suggestions=err.combined_suggestions,
     )
 
 
