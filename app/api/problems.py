@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import DomainError
@@ -129,7 +130,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
-def _documented(description: str, examples: dict[str, Problem]) -> dict[str, Any]:
+def problem_response(description: str, examples: dict[str, Problem]) -> dict[str, Any]:
+    """An error response as OpenAPI documents it, with its own examples (without them Swagger
+    shows ProblemOut's, an infeasible plan, under every status)."""
     return {
         "description": description,
         "content": {
@@ -144,8 +147,21 @@ def _documented(description: str, examples: dict[str, Problem]) -> dict[str, Any
 # A body the 400 example answers, kept beside it so a test can send it (tests/api).
 NOT_JSON_EXAMPLE = '{"topology": {"num_nodes": 2, "gpus_per_node": 8}\n  "global_batch_size": 512}'
 
+
+def refusal(call: Callable[[], object]) -> Problem:
+    """The problem the service answers when `call` (a request, validated and served) fails:
+    documented examples are computed, so they are what the service really says."""
+    try:
+        call()
+    except DomainError as err:
+        return domain_problem(err)
+    except ValidationError as err:
+        return validation_problem(err.errors())
+    raise AssertionError("an example meant to fail was accepted")
+
+
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: _documented(
+    400: problem_response(
         "Malformed body (not JSON, or not application/json).",
         {
             "not_json": malformed_json(
@@ -154,5 +170,5 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
             "wrong_content_type": unsupported_media_type("send the body as application/json, not text/plain"),
         },
     ),
-    413: _documented("Request body too large.", {"too_large": too_large(4 * 1024 * 1024)}),
+    413: problem_response("Request body too large.", {"too_large": too_large(4 * 1024 * 1024)}),
 }

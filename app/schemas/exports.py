@@ -165,6 +165,14 @@ ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {
     "learning_rate": {"base_lr": 0.0003, "base_batch_size": 256, "optimizer": "adamw"},
 }
 
+# 7 GPUs with micro-batch 2 divide no batch of at most 8: refused (the documented 422).
+ELASTIC_INFEASIBLE_EXAMPLE: dict[str, Any] = {
+    "min_gpus": 7,
+    "max_gpus": 7,
+    "micro_batch_sizes": [2],
+    "max_global_batch_size": 8,
+}
+
 
 class ElasticRequestIn(RequestModel):
     """DeepSpeed-style elasticity: one global batch for a range of data-parallel GPU counts."""
