@@ -12,12 +12,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.api.plans import refused_plans
-from app.api.problems import PROBLEM_RESPONSES, Problem, problem_response, refusal
+from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.elastic import elastic_plan
 from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput, unknown_format
 from app.core.plan_types import Plan
 from app.core.planner import plan
+from app.core.problems import Problem
 from app.core.schedule import Schedule, schedule
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.examples import plan_example

@@ -7,9 +7,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
-from app.api.problems import PROBLEM_RESPONSES, Problem, problem_response, refusal
+from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import PlanError
 from app.core.planner import plan
+from app.core.problems import Problem
 from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut, plan_json

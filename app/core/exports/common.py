@@ -149,7 +149,8 @@ def pinned_ranks(x: ExportInput) -> bool:
 _TRIES = 6
 
 
-def _splits_evenly(request: PlanRequest, **changes: int | None) -> bool:
+def _splits_evenly(request: PlanRequest, **changes: Any) -> bool:
+    """True when the request, with the batch fields in `changes`, plans an even split."""
     try:
         candidate = run_plan(replace(request, **changes))
     except PlanError:
