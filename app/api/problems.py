@@ -25,6 +25,7 @@ from app.core.problems import (
     unsupported_media_type,
     validation_problem,
 )
+from app.schemas.problem import ProblemOut
 
 
 def problem(
@@ -134,6 +135,7 @@ def problem_response(description: str, examples: dict[str, Problem]) -> dict[str
     """An error response as OpenAPI documents it, with its own examples (without them Swagger
     shows ProblemOut's, an infeasible plan, under every status)."""
     return {
+        "model": ProblemOut,  # registers the component that the content refers to
         "description": description,
         "content": {
             MEDIA_TYPE: {
