@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import importlib.util
 import logging
 import signal
@@ -82,6 +83,14 @@ def _torch_missing() -> bool:
         return True
 
 
+def _version() -> str:
+    """The installed package's version: the schema's `info.version` says which build answers."""
+    try:
+        return importlib.metadata.version("batchplan")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
 def create_app(settings: Settings | None = None, runner: CheckRunner | None = None) -> FastAPI:
     """The app for `settings`; its checks run on `runner` (default: the warm rank pool)."""
     settings = settings or Settings()
@@ -135,7 +144,7 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
 
     app = FastAPI(
         title="batchplan",
-        version="1.0.0",
+        version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
         docs_url=None,

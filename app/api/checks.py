@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 
-from app.api.deps import require_api_key
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.deps import API_KEY_HELP, require_api_key
+from app.api.plans import refused_plans
+from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Unavailable
+from app.core.jobs import Job
+from app.core.jobs import JobStatus as Status
 from app.core.model_registry import SYNTHETIC
+from app.core.problems import domain_problem, problem_body
 from app.schemas.checks import (
     CHECK_EXAMPLES,
     CheckJobOut,
@@ -20,27 +24,50 @@ from app.schemas.checks import (
     HostOut,
     JobStatus,
 )
-from app.schemas.problem import ProblemOut
 from app.worker.request import check_options
-from app.worker.service import CheckService
+from app.worker.service import CheckService, no_such_check, queue_full, shutting_down
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
 
-_PROBLEMS = {
-    **PROBLEM_RESPONSES,
-    401: {"model": ProblemOut, "description": "Missing or wrong API key."},
-    404: {"model": ProblemOut, "description": "No such check."},
-    422: {"model": ProblemOut, "description": "Invalid or uncheckable request, naming the field."},
-    429: {"model": ProblemOut, "description": "The queue is full; see Retry-After."},
-    503: {"model": ProblemOut, "description": "The worker is disabled, or the server is shutting down."},
+
+def _worker_disabled(reason: str | None) -> Unavailable:
+    return Unavailable(reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
+
+
+_EXAMPLE_ID = "4f9c2b7e0d1a4c6b8e3f5a7c9d2e1b0a"
+_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    401: problem_response(
+        "Missing or wrong API key.",
+        {"no_key": problem_body(401, "http-401", "Unauthorized", API_KEY_HELP)},
+    ),
+    404: problem_response("No such check.", {"unknown_id": domain_problem(no_such_check(_EXAMPLE_ID))}),
+    429: problem_response(
+        "The queue is full; see Retry-After.", {"queue_full": domain_problem(queue_full(16, 30))}
+    ),
+    503: problem_response(
+        "The worker is disabled, or the server is shutting down.",
+        {
+            "disabled": domain_problem(_worker_disabled(None)),
+            "shutting_down": domain_problem(shutting_down()),
+        },
+    ),
 }
+_FINISHED = problem_response(
+    "Already finished.",
+    {
+        "already_finished": refusal(
+            lambda: Job(_EXAMPLE_ID, Status.SUCCEEDED, "2026-01-01T00:00:00Z", {}).check_transition(
+                Status.CANCELLED
+            )
+        )
+    },
+)
 
 
 def _service(request: Request) -> CheckService:
     service: CheckService | None = request.app.state.checks
     if service is None:
-        reason = request.app.state.worker_error
-        raise Unavailable(reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
+        raise _worker_disabled(request.app.state.worker_error)
     return service
 
 
@@ -51,7 +78,14 @@ Service = Annotated[CheckService, Depends(_service)]
     "/checks",
     status_code=202,
     summary="Check a plan with a real DDP step",
-    responses=_PROBLEMS,
+    responses={
+        **PROBLEM_RESPONSES,
+        **_PROBLEMS,
+        422: problem_response(
+            "Invalid or uncheckable request, naming the field (a plan's under /plan).",
+            refused_plans(lambda body: CheckRequestIn.model_validate({"plan": body}).plan, "/plan"),
+        ),
+    },
 )
 async def create_check(
     body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],
@@ -95,7 +129,7 @@ async def get_check(check_id: str, service: Service) -> CheckJobOut:
 @router.delete(
     "/checks/{check_id}",
     summary="Cancel a queued or running check",
-    responses={**_PROBLEMS, 409: {"model": ProblemOut, "description": "Already finished."}},
+    responses={**_PROBLEMS, 409: _FINISHED},
 )
 async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
     job = await service.cancel(check_id)

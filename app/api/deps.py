@@ -15,6 +15,9 @@ def _presented_key(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
+API_KEY_HELP = "send the API key as Authorization: Bearer <key> or X-API-Key"
+
+
 async def require_api_key(request: Request) -> None:
     """When BATCHPLAN_API_KEY is set: `Authorization: Bearer <key>` or `X-API-Key: <key>`."""
     expected = request.app.state.settings.api_key
@@ -25,7 +28,7 @@ async def require_api_key(request: Request) -> None:
     if given is None or not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
         raise HTTPException(
             401,
-            "send the API key as Authorization: Bearer <key> or X-API-Key",
+            API_KEY_HELP,
             headers={"WWW-Authenticate": 'Bearer realm="batchplan"'},
         )
 

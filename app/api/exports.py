@@ -7,19 +7,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Path, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.plans import refused_plans
+from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.elastic import elastic_plan
 from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput, unknown_format
+from app.core.plan_types import Plan
 from app.core.planner import plan
-from app.core.schedule import schedule
+from app.core.problems import Problem
+from app.core.schedule import Schedule, schedule
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
+from app.schemas.examples import plan_example
 from app.schemas.exports import (
     ELASTIC_REQUEST_EXAMPLE,
+    SCHEDULE_REQUEST_EXAMPLE,
     ElasticCountOut,
     ElasticLearningRateOut,
     ElasticOut,
@@ -29,17 +34,25 @@ from app.schemas.exports import (
     ScheduleRequestIn,
 )
 from app.schemas.plan_requests import PlanRequestIn
-from app.schemas.problem import PROBLEM_EXAMPLE, ProblemOut
 
 router = APIRouter(prefix="/v1/plans", tags=["exports"])
 
-_UNPROCESSABLE: dict[int | str, dict[str, Any]] = {
-    422: {
-        "model": ProblemOut,
-        "description": "Invalid or infeasible values, or a plan the format cannot express, with suggestions.",
-        "content": {"application/problem+json": {"example": PROBLEM_EXAMPLE}},
-    },
-}
+_UNPROCESSABLE = "Invalid or infeasible values, or a plan the format cannot express, with suggestions."
+
+
+def _exported(fmt: str, body: dict[str, Any]) -> None:
+    request = PlanRequestIn.model_validate(body).to_core()
+    EXPORTERS[fmt](ExportInput(request, plan(request)))
+
+
+def _export_refusals() -> dict[str, Problem]:
+    return {
+        **refused_plans(),
+        "uneven_for_deepspeed": refusal(lambda: _exported("deepspeed", plan_example("mixed"))),
+        "uneven_needs_two_changes": refusal(
+            lambda: _exported("hf-trainer", {**plan_example("mixed"), "global_batch_size": 1001})
+        ),
+    }
 
 
 def _export_examples() -> dict[int | str, dict[str, Any]]:
@@ -55,23 +68,17 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
         }
     return {
         200: {"description": "The export, ready to paste or save.", "content": content},
-        404: {
-            "model": ProblemOut,
-            "description": "Unknown format; the detail lists the known ones.",
-            "content": {
-                "application/problem+json": {
-                    "example": {
-                        "type": "urn:batchplan:problem:http-404",
-                        "title": "Not found",
-                        "status": 404,
-                        "detail": unknown_format("ray").detail,
-                    }
-                }
-            },
-        },
+        404: problem_response(
+            "Unknown format; the detail lists the known ones.",
+            {"unknown_format": refusal(lambda: _raise(unknown_format("ray")))},
+        ),
         **PROBLEM_RESPONSES,
-        **_UNPROCESSABLE,
+        422: problem_response(_UNPROCESSABLE, _export_refusals()),
     }
+
+
+def _raise(err: Exception) -> None:
+    raise err
 
 
 @router.post(
@@ -81,7 +88,16 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
     response_class=Response,
 )
 async def export_plan(
-    format: str,
+    format: Annotated[
+        str,
+        # Documented as an enum for Swagger and ReDoc, received as a str: an unknown format
+        # still reaches the handler and gets the 404 that lists the known ones.
+        Path(
+            description="The format to write.",
+            json_schema_extra={"enum": list(EXPORTERS)},
+            openapi_examples={"torchrun": {"summary": "A torchrun launch script", "value": "torchrun"}},
+        ),
+    ],
     request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
     options: Annotated[ExportOptionsIn, Query()],
 ) -> Response:
@@ -105,6 +121,14 @@ async def export_plan(
     )
 
 
+def _scheduled(body: ScheduleRequestIn) -> tuple[Plan, Schedule]:
+    try:
+        the_plan = plan(body.plan.to_core())
+    except PlanError as err:
+        raise err.under("/plan") from None
+    return the_plan, schedule(the_plan, body.to_core())
+
+
 _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The series as JSON, or with `?format=png|svg` a chart of it.",
@@ -114,7 +138,20 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
     **PROBLEM_RESPONSES,
-    **_UNPROCESSABLE,
+    422: problem_response(
+        "Invalid or infeasible values, in the plan (under /plan) or the ramp-up, with suggestions.",
+        {
+            **refused_plans(lambda body: ScheduleRequestIn.model_validate({"plan": body}).plan, "/plan"),
+            # Megatron's rule that batchplan checks up front: every stage in whole micro-batches.
+            "rampup_not_in_whole_micro_batches": refusal(
+                lambda: _scheduled(
+                    ScheduleRequestIn.model_validate(
+                        {**SCHEDULE_REQUEST_EXAMPLE, "plan": plan_example("dataset_and_lr")}
+                    )
+                )
+            ),
+        },
+    ),
 }
 
 
@@ -125,19 +162,21 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     response_model=ScheduleOut,
 )
 async def plan_schedule(
-    body: ScheduleRequestIn,
+    body: Annotated[
+        ScheduleRequestIn,
+        Body(
+            openapi_examples={
+                "rampup": {"summary": "ImageNet, batch ramp-up 128 to 512", "value": SCHEDULE_REQUEST_EXAMPLE}
+            }
+        ),
+    ],
     format: Annotated[Literal["json", "png", "svg"], Query(description="json, or a chart")] = "json",
 ) -> Any:
     """Step by step: the global batch and accumulation under Megatron-style ramp-up
     (`--rampup-batch-size start increment samples`) and the lr (linear warmup from the plan's
     `warmup_start_lr`, then cosine or linear decay to `min_lr`). The series is downsampled to
     at most `max_points` points, keeping the steps where the batch changes."""
-    core_request = body.plan.to_core()
-    try:
-        the_plan = plan(core_request)
-    except PlanError as err:
-        raise err.under("/plan") from None
-    result = schedule(the_plan, body.to_core())
+    the_plan, result = _scheduled(body)
     if format == "json":
         return ScheduleOut.model_validate(result)
     from app.charts import MEDIA_TYPES, schedule_chart  # matplotlib loads only when a chart is asked for
@@ -154,7 +193,26 @@ async def plan_schedule(
 @router.post(
     "/elastic",
     summary="One global batch for a range of GPU counts (DeepSpeed elasticity)",
-    responses={**PROBLEM_RESPONSES, **_UNPROCESSABLE},
+    responses={
+        **PROBLEM_RESPONSES,
+        422: problem_response(
+            "Invalid values, or a GPU range that no candidate batch divides.",
+            {
+                "no_gpu_count_divides": refusal(
+                    lambda: elastic_plan(
+                        ElasticRequestIn.model_validate(
+                            {
+                                "min_gpus": 7,
+                                "max_gpus": 7,
+                                "micro_batch_sizes": [2],
+                                "max_global_batch_size": 8,
+                            }
+                        ).to_core()
+                    )
+                )
+            },
+        ),
+    },
 )
 async def plan_elastic(
     body: Annotated[

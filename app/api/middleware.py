@@ -15,17 +15,10 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import Metrics
-from app.core.problems import MEDIA_TYPE, problem_body
+from app.core.problems import MEDIA_TYPE, Problem, problem_json, too_large, unsupported_media_type
 from app.logging_setup import request_id_var
 
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
-
-
-def _problem_bytes(status: int, title: str, detail: str) -> bytes:
-    import json
-
-    return json.dumps(problem_body(status, f"http-{status}", title, detail)).encode()
-
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -75,18 +68,13 @@ class ServiceMiddleware:
         except ValueError:
             length = 0
         if length > self.max_body:
-            await self._reject(
-                send_with_id,
-                413,
-                "Request body too large",
-                f"the body is over the limit of {self.max_body} bytes",
-            )
+            await self._reject(send_with_id, too_large(self.max_body))
             self._observe(scope, 413, started)
             return
         if scope.get("method") in _BODY_METHODS:
             wrong = _not_json(headers, length)
             if wrong:
-                await self._reject(send_with_id, 400, "The request body is not JSON", wrong)
+                await self._reject(send_with_id, unsupported_media_type(wrong))
                 self._observe(scope, 400, started)
                 return
 
@@ -101,18 +89,19 @@ class ServiceMiddleware:
                     # An HTTPException is what FastAPI lets through its body parsing
                     # untouched (anything else becomes a 400), and the app's handler
                     # renders it as problem+json.
-                    raise HTTPException(413, f"the body is over the limit of {self.max_body} bytes")
+                    raise HTTPException(413, too_large(self.max_body)["detail"])
             return message
 
         await self.app(scope, limited_receive, send_with_id)
         self._observe(scope, status_holder["status"], started)
 
-    async def _reject(self, send: Send, status: int, title: str, detail: str) -> None:
-        body = _problem_bytes(status, title, detail)
+    async def _reject(self, send: Send, problem: Problem) -> None:
+        """Answer before routing, in the shape and serialisation of every other problem."""
+        body = problem_json(problem)
         await send(
             {
                 "type": "http.response.start",
-                "status": status,
+                "status": problem["status"],
                 "headers": [
                     (b"content-type", MEDIA_TYPE.encode()),
                     (b"content-length", str(len(body)).encode()),

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
-from app.api.problems import PROBLEM_RESPONSES
+from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
+from app.core.errors import PlanError
 from app.core.planner import plan
-from app.schemas.examples import PLAN_EXAMPLES
+from app.core.problems import Problem
+from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut, plan_json
-from app.schemas.problem import PROBLEM_EXAMPLE, ProblemOut
 
 router = APIRouter(prefix="/v1", tags=["plans"])
 
@@ -29,14 +31,30 @@ def _response_examples() -> dict[str, Any]:
     return out
 
 
+def refused_plans(
+    validate: Callable[[dict[str, Any]], PlanRequestIn] = PlanRequestIn.model_validate, prefix: str = ""
+) -> dict[str, Problem]:
+    """The 422s of a plan request, with the suggestions the service really gives: an infeasible
+    split and a value out of range. `validate` reads a plan request as the operation's body
+    nests it, at `prefix` (a check's or a schedule's `/plan`)."""
+
+    def planned(body: dict[str, Any]) -> None:
+        request = validate(body)
+        try:
+            plan(request.to_core())
+        except PlanError as err:
+            raise err.under(prefix) from None
+
+    return {
+        "infeasible": refusal(lambda: planned(INFEASIBLE_PLAN)),
+        "out_of_range": refusal(lambda: planned(OUT_OF_RANGE_PLAN)),
+    }
+
+
 PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"application/json": {"examples": _response_examples()}}},
     **PROBLEM_RESPONSES,
-    422: {
-        "model": ProblemOut,
-        "description": "Invalid or infeasible values, with suggestions.",
-        "content": {"application/problem+json": {"example": PROBLEM_EXAMPLE}},
-    },
+    422: problem_response("Invalid or infeasible values, with suggestions.", refused_plans()),
 }
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import DomainError
@@ -16,10 +17,15 @@ from app.core.problems import (
     MEDIA_TYPE,
     Problem,
     domain_problem,
+    malformed_json,
     problem_body,
+    problem_json,
     retry_headers,
+    too_large,
+    unsupported_media_type,
     validation_problem,
 )
+from app.schemas.problem import ProblemOut
 
 
 def problem(
@@ -31,24 +37,26 @@ def problem(
     errors: list[dict[str, str]] | None = None,
     suggestions: dict[str, list[int]] | None = None,
     headers: dict[str, str] | None = None,
-) -> JSONResponse:
+) -> Response:
     body = problem_body(status, slug, title, detail, errors=errors, suggestions=suggestions)
-    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+    return _respond(body, headers)
 
 
-def _respond(body: Problem, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(body, status_code=body["status"], media_type=MEDIA_TYPE, headers=headers)
+def _respond(body: Problem, headers: dict[str, str] | None = None) -> Response:
+    return Response(problem_json(body), status_code=body["status"], media_type=MEDIA_TYPE, headers=headers)
 
 
-async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-    return _respond(validation_problem(exc.errors()))
+async def _validation(request: Request, exc: RequestValidationError) -> Response:
+    # FastAPI keeps the undecodable text as the error's body: the line and column come from it.
+    document = exc.body if isinstance(exc.body, (str, bytes)) else None
+    return _respond(validation_problem(exc.errors(), document))
 
 
-async def _domain_error(request: Request, exc: DomainError) -> JSONResponse:
+async def _domain_error(request: Request, exc: DomainError) -> Response:
     return _respond(domain_problem(exc), retry_headers(exc))
 
 
-async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http(request: Request, exc: StarletteHTTPException) -> Response:
     titles = {
         404: "Not found",
         405: "Method not allowed",
@@ -66,13 +74,13 @@ async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     )
 
 
-async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+async def _too_deep(request: Request, exc: RecursionError) -> Response:
     return problem(
         400, "malformed-body", "The request body is nested too deeply", "JSON nesting is too deep to parse"
     )
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _unexpected(request: Request, exc: Exception) -> Response:
     return problem(
         500,
         "internal-error",
@@ -123,13 +131,46 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+def problem_response(description: str, examples: dict[str, Problem]) -> dict[str, Any]:
+    """An error response as OpenAPI documents it, with its own examples (without them Swagger
+    shows ProblemOut's, an infeasible plan, under every status)."""
+    return {
+        "model": ProblemOut,  # registers the component that the content refers to
+        "description": description,
+        "content": {
+            MEDIA_TYPE: {
+                "schema": {"$ref": "#/components/schemas/ProblemOut"},
+                "examples": {name: {"value": value} for name, value in examples.items()},
+            }
+        },
+    }
+
+
+# A body the 400 example answers, kept beside it so a test can send it (tests/api).
+NOT_JSON_EXAMPLE = '{"topology": {"num_nodes": 2, "gpus_per_node": 8}\n  "global_batch_size": 512}'
+
+
+def refusal(call: Callable[[], object]) -> Problem:
+    """The problem the service answers when `call` (a request, validated and served) fails:
+    documented examples are computed, so they are what the service really says."""
+    try:
+        call()
+    except DomainError as err:
+        return domain_problem(err)
+    except ValidationError as err:
+        return validation_problem(err.errors())
+    raise AssertionError("an example meant to fail was accepted")
+
+
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    400: {
-        "description": "Malformed body (not JSON, or not application/json).",
-        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}},
-    },
-    413: {
-        "description": "Request body too large.",
-        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}},
-    },
+    400: problem_response(
+        "Malformed body (not JSON, or not application/json).",
+        {
+            "not_json": malformed_json(
+                "Expecting ',' delimiter", NOT_JSON_EXAMPLE, NOT_JSON_EXAMPLE.index("\n") + 3
+            ),
+            "wrong_content_type": unsupported_media_type("send the body as application/json, not text/plain"),
+        },
+    ),
+    413: problem_response("Request body too large.", {"too_large": too_large(4 * 1024 * 1024)}),
 }

@@ -27,11 +27,13 @@ class FieldIssue:
 @dataclass(eq=False)
 class DomainError(Exception):
     """An error a client can act on. `slug` names the problem type; `pointer` the request field,
-    when there is one; `suggestions` the nearest valid values."""
+    when there is one; `suggestions` the nearest valid values, each working on its own;
+    `combined_suggestions` changes of several fields that work only together."""
 
     detail: str
     pointer: str = ""
     suggestions: dict[str, list[int]] = field(default_factory=dict)
+    combined_suggestions: list[dict[str, int]] = field(default_factory=list)
     slug: str = "invalid-request"
     title: str = "The request is invalid"
     kind: ErrorKind = ErrorKind.INVALID

@@ -6,6 +6,7 @@ domain errors and nothing else, and `batchplan plan` prints the body the server 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,13 +35,45 @@ def problem_body(
     *,
     errors: list[dict[str, str]] | None = None,
     suggestions: Mapping[str, list[int]] | None = None,
+    combined_suggestions: list[dict[str, int]] | None = None,
 ) -> Problem:
     body: Problem = {"type": PROBLEM_TYPE + slug, "title": title, "status": status, "detail": detail}
     if errors:
         body["errors"] = errors
     if suggestions:
         body["suggestions"] = dict(suggestions)
+    if combined_suggestions:
+        body["combined_suggestions"] = [dict(change) for change in combined_suggestions]
     return body
+
+
+def problem_json(body: Problem) -> bytes:
+    """The one serialisation of a problem, whichever layer answers: compact, as FastAPI's
+    JSONResponse writes every other body."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def malformed_json(message: str, document: str | bytes | None, position: int | None) -> Problem:
+    """400 for a body that is not JSON: the parser's message with the line and column where it
+    stopped. No `errors`: a character offset is not a JSON Pointer into anything."""
+    where = ""
+    if document is not None and position is not None:
+        text = document.decode("utf-8", "replace") if isinstance(document, bytes) else document
+        line = text.count("\n", 0, position) + 1
+        column = position - text.rfind("\n", 0, position)
+        where = f" at line {line}, column {column}"
+    detail = f"the body is not valid JSON: {message}{where}"
+    return problem_body(400, "malformed-body", "The request body is not valid JSON", detail)
+
+
+def unsupported_media_type(detail: str) -> Problem:
+    """400 for a body sent as something other than JSON (the contract allows 400 or 422)."""
+    return problem_body(400, "unsupported-media-type", "The request body is not JSON", detail)
+
+
+def too_large(limit: int) -> Problem:
+    detail = f"the body is over the limit of {limit} bytes"
+    return problem_body(413, "http-413", "Request body too large", detail)
 
 
 def domain_problem(err: DomainError) -> Problem:
@@ -51,6 +84,7 @@ def domain_problem(err: DomainError) -> Problem:
         err.detail,
         errors=[{"pointer": e.pointer, "detail": e.detail} for e in err.errors],
         suggestions=err.suggestions,
+        combined_suggestions=err.combined_suggestions,
     )
 
 
@@ -69,7 +103,7 @@ def _pointer(loc: Iterable[Any]) -> str:
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts) if parts else ""
 
 
-def _bound(err: Mapping[str, Any]) -> int | None:
+def nearest_bound(err: Mapping[str, Any]) -> int | None:
     """The nearest valid value for a range error, when it is a whole bound."""
     ctx = err.get("ctx") or {}
     for key in ("ge", "le"):
@@ -82,24 +116,32 @@ def _bound(err: Mapping[str, Any]) -> int | None:
     return None
 
 
-def validation_problem(schema_errors: Iterable[Mapping[str, Any]]) -> Problem:
+CHECKED = "checked_suggestions"
+"""The `ctx` key of a schema error whose suggestions were already tried on the request: the
+plan request's validator (app.schemas) sets it, and only the values that plan are kept."""
+
+
+def validation_problem(
+    schema_errors: Iterable[Mapping[str, Any]], document: str | bytes | None = None
+) -> Problem:
     """The problem for schema errors in pydantic's shape (`loc`, `msg`, `type`, `ctx`, `input`):
-    400 for a body that is not JSON, else 422 naming each field and the nearest bound."""
+    400 for a body that is not JSON (`document` is the body, for the line and column), else 422
+    naming each field and the nearest valid value."""
     errors = []
     suggestions: dict[str, list[int]] = {}
-    malformed = False
     for err in schema_errors:
+        ctx = err.get("ctx") or {}
         if err.get("type") == "json_invalid":
-            malformed = True
+            loc = tuple(err.get("loc", ()))
+            position = loc[-1] if loc and isinstance(loc[-1], int) else None
+            return malformed_json(str(ctx.get("error", "invalid JSON")), document, position)
         pointer = _pointer(tuple(err.get("loc", ())))
         errors.append({"pointer": pointer, "detail": err.get("msg", "invalid value")})
-        bound = _bound(err)
-        if bound is not None and pointer:
-            suggestions[pointer.rsplit("/", 1)[1]] = [bound]
-    if malformed:
-        return problem_body(
-            400, "malformed-body", "The request body is not valid JSON", errors[0]["detail"], errors=errors
-        )
+        if not pointer:
+            continue
+        values = list(ctx[CHECKED]) if CHECKED in ctx else [b for b in [nearest_bound(err)] if b is not None]
+        if values:
+            suggestions.setdefault(pointer.rsplit("/", 1)[1], values)
     first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
     where = first["pointer"] or "the body"
     return problem_body(

@@ -94,3 +94,16 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
 def plan_example(name: str) -> dict[str, Any]:
     """The request body of `PLAN_EXAMPLES[name]`, a copy the caller may change."""
     return copy.deepcopy(PLAN_EXAMPLES[name]["value"])
+
+
+# Requests the service refuses, for the documented 422 answers (computed from them, and sent
+# by tests/api/test_openapi_examples.py).
+INFEASIBLE_PLAN: dict[str, Any] = {
+    "topology": {"num_nodes": 2, "gpus_per_node": 8},
+    "global_batch_size": 1000,
+    "micro_batch_size": 32,
+}
+OUT_OF_RANGE_PLAN: dict[str, Any] = {
+    "topology": {"num_nodes": 2, "gpus_per_node": 8},
+    "global_batch_size": -512,
+}

@@ -58,21 +58,20 @@ class RampupIn(RequestModel):
     rampup_samples: Count = Field(description="Samples consumed before the batch reaches its target.")
 
 
+# Every stage of a ramp-up splits into whole micro-batches (micro x data-parallel size divides
+# the start and the increment): micro-batch 8 on 16 GPUs ramps 128, 256, 384 to the plan's 512.
+SCHEDULE_REQUEST_EXAMPLE: dict[str, Any] = {
+    "plan": {**plan_example("dataset_and_lr"), "micro_batch_size": 8},
+    "rampup": {"start_batch_size": 128, "batch_size_increment": 128, "rampup_samples": 5000000},
+    "decay": "cosine",
+    "min_lr": 0.0,
+}
+
+
 class ScheduleRequestIn(RequestModel):
     """A plan and how its run unfolds: Megatron-style batch ramp-up, lr warmup and decay."""
 
-    model_config = with_examples(
-        {
-            "plan": plan_example("dataset_and_lr"),
-            "rampup": {
-                "start_batch_size": 128,
-                "batch_size_increment": 128,
-                "rampup_samples": 5000000,
-            },
-            "decay": "cosine",
-            "min_lr": 0.0,
-        }
-    )
+    model_config = with_examples(SCHEDULE_REQUEST_EXAMPLE)
 
     plan: PlanRequestIn
     train_steps: Count | None = Field(
@@ -164,6 +163,14 @@ ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {
     "max_global_batch_size": 10000,
     "prefer_larger": True,
     "learning_rate": {"base_lr": 0.0003, "base_batch_size": 256, "optimizer": "adamw"},
+}
+
+# 7 GPUs with micro-batch 2 divide no batch of at most 8: refused (the documented 422).
+ELASTIC_INFEASIBLE_EXAMPLE: dict[str, Any] = {
+    "min_gpus": 7,
+    "max_gpus": 7,
+    "micro_batch_sizes": [2],
+    "max_global_batch_size": 8,
 }
 
 

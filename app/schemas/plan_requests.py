@@ -6,13 +6,14 @@ program, which reads the same JSON without pydantic.
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
 from app.core import plan_request as core_request
 from app.core import plan_types as core
 from app.core.plan_types import MAX_SAFE_INTEGER
+from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.types import (
     WHOLE,
     Count,
@@ -182,6 +183,16 @@ class PlanRequestIn(RequestModel):
         description="Standard error of `gradient_noise_scale`, in samples; only with it.",
         examples=[300],
     )
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _checked_suggestions(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """On a schema error, suggest only values that plan (app.schemas.checked_suggestions);
+        a valid body pays one function call."""
+        try:
+            return handler(data)
+        except ValidationError as err:
+            raise with_checked_suggestions(data, err, handler) from None
 
     def to_core(self) -> core.PlanRequest:
         return core_request.plan_request(self.model_dump())

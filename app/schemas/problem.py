@@ -36,4 +36,13 @@ class ProblemOut(BaseModel):
     status: int
     detail: str
     errors: list[FieldErrorOut] = []
-    suggestions: dict[str, list[int]] = {}
+    suggestions: dict[str, list[int]] = Field(
+        {},
+        description="Nearest valid values by field, nearest first. Each works when substituted "
+        "into the request on its own, with everything else unchanged.",
+    )
+    combined_suggestions: list[dict[str, int]] = Field(
+        [],
+        description="Changes that work only together: each object sets all of its fields at once "
+        '(e.g. `{"global_batch_size": 1024, "micro_batch_size": 32}`), everything else unchanged.',
+    )

@@ -45,7 +45,24 @@ def test_uneven_plan_in_a_single_batch_format_is_422_with_the_even_alternative(c
     body = response.json()
     assert body["type"].endswith("export-unsupported")
     assert body["errors"][0]["pointer"] == "/topology/node_groups"
-    assert body["suggestions"]["global_batch_size"][0] == 1000
+    # The micro-batch alone evens the split: the global batch sent is not suggested back.
+    assert body["suggestions"] == {"micro_batch_size": [25, 10, 5], "gradient_accumulation_steps": [50]}
+    for field, values in body["suggestions"].items():
+        for value in values:
+            fixed = client.post("/v1/plans/export/deepspeed", json={**MIXED, field: value})
+            assert fixed.status_code == 200, (field, value, fixed.text)
+
+
+def test_changes_that_work_only_together_are_combined_suggestions(client: TestClient) -> None:
+    uneven = {**MIXED, "global_batch_size": 1001}
+    body = client.post("/v1/plans/export/hf-trainer", json=uneven).json()
+    assert body["type"].endswith("export-unsupported") and "suggestions" not in body
+    assert body["combined_suggestions"][0] == {"global_batch_size": 1000, "micro_batch_size": 25}
+    for change in body["combined_suggestions"]:
+        assert client.post("/v1/plans/export/hf-trainer", json={**uneven, **change}).status_code == 200
+        for field, value in change.items():
+            alone = client.post("/v1/plans/export/hf-trainer", json={**uneven, field: value})
+            assert alone.status_code == 422, (field, value)
 
 
 def test_export_options_are_validated_and_used(client: TestClient) -> None:

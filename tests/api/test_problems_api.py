@@ -225,9 +225,24 @@ def test_bad_json_is_400(client: TestClient) -> None:
     assert_problem(post_raw(client, b'{"topology": '), 400)
 
 
+def test_bad_json_names_the_line_and_column_and_no_pointer(client: TestClient) -> None:
+    raw = '{\n  "topology": {"num_nodes": 2, "gpus_per_node": 8}\n  "global_batch_size": 512\n}'
+    body = assert_problem(post_raw(client, raw), 400)
+    assert body["type"] == "urn:batchplan:problem:malformed-body"
+    assert body["detail"] == "the body is not valid JSON: Expecting ',' delimiter at line 3, column 3"
+    assert "errors" not in body  # a character offset is no JSON Pointer
+
+
 def test_wrong_content_type_is_400(client: TestClient) -> None:
-    body = assert_problem(post_raw(client, json.dumps(base()), "text/plain"), 400)
+    response = post_raw(client, json.dumps(base()), "text/plain")
+    body = assert_problem(response, 400)
     assert "application/json" in body["detail"]
+    assert body["type"] == "urn:batchplan:problem:unsupported-media-type"
+    assert body["title"] == "The request body is not JSON"
+    # One serialisation for every problem: as compact as the planner's own 422s.
+    assert response.content == json.dumps(body, separators=(",", ":")).encode()
+    schema_error = client.post("/v1/plans", json=base(global_batch_size=0))
+    assert schema_error.content == json.dumps(schema_error.json(), separators=(",", ":")).encode()
 
 
 def test_form_content_type_is_400(client: TestClient) -> None:

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.run import get_args_parser
 
+from app.core.errors import PlanError
 from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, export, to_yaml
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
@@ -107,28 +108,69 @@ def test_deepspeed_adam_carries_the_sqrt_rules_betas() -> None:
 # ----------------------------------------------------------------------------- uneven plans
 
 
+# Uneven plans: one with a micro-batch that evens it alone, two that need the global batch and
+# the micro-batch changed together, and a balanced homogeneous one whose global batch alone does.
+UNEVEN = {
+    "mixed": MIXED,
+    "mixed_1001": {**MIXED, "global_batch_size": 1001},
+    "pinned": PINNED,
+    "balanced": {
+        "topology": {"num_nodes": 2, "gpus_per_node": 8},
+        "global_batch_size": 1000,
+        "divisibility": "balance",
+    },
+}
+# Formats that also need one node shape refuse MIXED (8- and 4-GPU nodes) whatever the batch.
+NEEDS_ONE_SHAPE = {"accelerate", "lightning"}
+
+
+def _exports(fmt: str, body: dict[str, Any]) -> bool:
+    try:
+        export(fmt, _input(body))
+    except PlanError:  # the planner's refusal, or the format's
+        return False
+    return True
+
+
 @pytest.mark.parametrize("fmt", UNEVEN_FORMATS)
-@pytest.mark.parametrize("body", [MIXED, PINNED], ids=["mixed", "pinned"])
-def test_uneven_plan_is_refused_with_a_feasible_even_alternative(fmt: str, body: dict[str, Any]) -> None:
+@pytest.mark.parametrize("name", list(UNEVEN))
+def test_uneven_plan_is_refused_with_suggestions_that_export(fmt: str, name: str) -> None:
+    body = UNEVEN[name]
     x = _input(body)
     assert x.plan.micro_batch_size is None
     with pytest.raises(ExportUnsupported) as caught:
         export(fmt, x)
     err = caught.value
     assert "different micro-batches" in err.detail
-    suggestions = err.suggestions
-    assert suggestions["global_batch_size"], "the nearest even split is named"
-    for global_batch, micro in zip(
-        suggestions["global_batch_size"], suggestions["micro_batch_size"], strict=True
-    ):
-        alternative = plan(_request({**body, "global_batch_size": global_batch, "micro_batch_size": micro}))
-        assert alternative.split == "even" and alternative.global_batch_size == global_batch
-        # ... and the alternative exports, unless the format also needs one node shape.
-        alt_request = _request({**body, "global_batch_size": global_batch, "micro_batch_size": micro})
-        try:
-            export(fmt, ExportInput(alt_request, alternative))
-        except ExportUnsupported as other:
-            assert "GPUs per node" in other.detail and fmt in ("accelerate", "lightning")
+    assert err.suggestions or err.combined_suggestions, "the nearest even split is named"
+    one_shape = not (fmt in NEEDS_ONE_SHAPE and name.startswith("mixed"))
+    for field, values in err.suggestions.items():
+        assert values and body.get(field) not in values, f"{field}: {values} repeats the value sent"
+        for value in values:
+            # Substituted alone, with everything else as sent: the export succeeds.
+            assert _exports(fmt, {**body, field: value}) == one_shape, f"{field}={value}"
+    for change in err.combined_suggestions:
+        assert all(body.get(field) != value for field, value in change.items()), change
+        assert not any(_exports(fmt, {**body, field: value}) for field, value in change.items()), change
+        assert _exports(fmt, {**body, **change}) == one_shape, change
+
+
+def test_suggestions_of_an_uneven_refusal_by_shape() -> None:
+    single = caught_refusal("deepspeed", UNEVEN["mixed"])
+    assert single.suggestions["micro_batch_size"][0] == 25 and "global_batch_size" not in single.suggestions
+    assert "micro_batch_size 25 alone gives an even split" in single.detail
+    paired = caught_refusal("deepspeed", UNEVEN["mixed_1001"])
+    assert not paired.suggestions
+    assert paired.combined_suggestions[0] == {"global_batch_size": 1000, "micro_batch_size": 25}
+    assert "global_batch_size 1000 together with micro_batch_size 25" in paired.detail
+    balanced = caught_refusal("hf-trainer", UNEVEN["balanced"])
+    assert balanced.suggestions["global_batch_size"][:2] == [992, 1008] and not balanced.combined_suggestions
+
+
+def caught_refusal(fmt: str, body: dict[str, Any]) -> ExportUnsupported:
+    with pytest.raises(ExportUnsupported) as caught:
+        export(fmt, _input(body))
+    return caught.value
 
 
 # ----------------------------------------------------------------------------- YAML

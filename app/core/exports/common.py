@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import PlanError
+from app.core.integers import divisors
 from app.core.plan_types import Divisibility, Plan, PlanRequest
 from app.core.planner import plan as run_plan
 
@@ -144,43 +145,94 @@ def pinned_ranks(x: ExportInput) -> bool:
 # ----------------------------------------------------------------------------- refusals
 
 
+# How many values of each batch field the search for an even split tries.
+_TRIES = 6
+
+
+def _splits_evenly(request: PlanRequest, **changes: Any) -> bool:
+    """True when the request, with the batch fields in `changes`, plans an even split."""
+    try:
+        candidate = run_plan(replace(request, **changes))
+    except PlanError:
+        return False
+    return candidate.micro_batch_size is not None
+
+
+def _near(values: list[int], target: int) -> list[int]:
+    return sorted(set(values), key=lambda v: (abs(v - target), v))
+
+
+def _single_candidates(x: ExportInput) -> dict[str, list[int]]:
+    """Values worth trying for each batch field, nearest first."""
+    p, request = x.plan, x.request
+    dp = p.data_parallel_size
+    total = p.global_batch_size
+    per = total // dp if total % dp == 0 else 0
+    shares = divisors(per) if per else []
+    caps = [g.max_micro_batch_size for g in p.replica_groups if g.max_micro_batch_size is not None]
+    cap = min(caps) if caps else per
+    unit = dp * (request.micro_batch_size or 1) * (request.gradient_accumulation_steps or 1)
+    k = total // unit
+    return {
+        "micro_batch_size": _near([d for d in shares if d <= cap], cap)[:_TRIES],
+        "gradient_accumulation_steps": _near([d for d in shares if per // d <= cap], 1)[:_TRIES],
+        "global_batch_size": _near([unit * j for j in range(k - 2, k + 4) if j >= 1], total),
+    }
+
+
 def even_alternative(x: ExportInput) -> dict[str, list[int]]:
-    """Nearest global batches an even split can run on this cluster, each checked by the
-    planner with an explicit micro-batch (which makes the split even)."""
+    """Values that each, substituted alone into the request, give an even split: what every
+    format that takes one batch size for all processes needs. Never the value already sent."""
+    request = x.request
+    found: dict[str, list[int]] = {}
+    for field, candidates in _single_candidates(x).items():
+        current = getattr(request, field)
+        good = [v for v in candidates if v != current and _splits_evenly(request, **{field: v})]
+        if good:
+            found[field] = good[:3]
+    return found
+
+
+def even_pairs(x: ExportInput) -> list[dict[str, int]]:
+    """Global batches that split evenly only with an explicit micro-batch, as pairs that go
+    together: the nearest whole per-replica shares below and above, each checked by planning."""
     p, request = x.plan, x.request
     dp = p.data_parallel_size
     caps = [g.max_micro_batch_size for g in p.replica_groups if g.max_micro_batch_size is not None]
     cap = min(caps) if caps else None
-    found: dict[int, int] = {}
     base = p.global_batch_size // dp
+    pairs: dict[int, int] = {}
     for per_replica in sorted({max(base, 1), base + 1}):
-        accumulation = next(
-            (
-                a
-                for a in range(1, per_replica + 1)
-                if per_replica % a == 0 and (cap is None or per_replica // a <= cap)
-            ),
-            None,
+        allowed = [d for d in divisors(per_replica) if cap is None or d <= cap]
+        if not allowed:
+            continue
+        total, micro = per_replica * dp, allowed[-1]
+        if total == request.global_batch_size or micro == request.micro_batch_size:
+            continue  # only one field changes: a single suggestion, if it works
+        both = {"global_batch_size": total, "micro_batch_size": micro}
+        if _splits_evenly(request, global_batch_size=total) or _splits_evenly(
+            request, micro_batch_size=micro
+        ):
+            continue  # one of them works alone: the single suggestions say so
+        if _splits_evenly(request, **both):
+            pairs[total] = micro
+    order = _near(list(pairs), p.global_batch_size)
+    return [{"global_batch_size": total, "micro_batch_size": pairs[total]} for total in order]
+
+
+_WAIT = " (faster GPUs then wait for slower ones)"
+
+
+def _nearest_even(suggestions: dict[str, list[int]], pairs: list[dict[str, int]]) -> str:
+    for field in ("micro_batch_size", "gradient_accumulation_steps", "global_batch_size"):
+        if field in suggestions:
+            return f"; {field} {suggestions[field][0]} alone gives an even split{_WAIT}"
+    if pairs:
+        return (
+            f"; the nearest even split is global_batch_size {pairs[0]['global_batch_size']} together with "
+            f"micro_batch_size {pairs[0]['micro_batch_size']}{_WAIT}"
         )
-        if accumulation is None:
-            continue
-        micro = per_replica // accumulation
-        try:
-            candidate = run_plan(
-                replace(
-                    request,
-                    global_batch_size=per_replica * dp,
-                    micro_batch_size=micro,
-                    gradient_accumulation_steps=None,
-                    divisibility=Divisibility.EXACT,
-                )
-            )
-        except PlanError:
-            continue
-        if candidate.split == "even":
-            found[candidate.global_batch_size] = micro
-    ordered = sorted(found, key=lambda v: (abs(v - p.global_batch_size), v))
-    return {"global_batch_size": ordered, "micro_batch_size": [found[v] for v in ordered]} if ordered else {}
+    return ""
 
 
 def require_even(x: ExportInput, fmt: str, why: str) -> None:
@@ -188,21 +240,17 @@ def require_even(x: ExportInput, fmt: str, why: str) -> None:
     if x.plan.micro_batch_size is not None:
         return
     suggestions = even_alternative(x)
-    alternative = ""
-    if suggestions:
-        alternative = (
-            f"; the nearest even split is global_batch_size {suggestions['global_batch_size'][0]} with "
-            f"micro_batch_size {suggestions['micro_batch_size'][0]} (faster GPUs then wait for slower ones)"
-        )
+    pairs = even_pairs(x)
     raise ExportUnsupported(
         f"this plan gives replicas different micro-batches "
         f"({', '.join(str(g.micro_batch_size) for g in x.plan.replica_groups)}), and {fmt} {why}, "
-        f"so it would run a different, unevenly weighted batch{alternative}. Use the python or torchrun "
-        f"export for the uneven split",
+        f"so it would run a different, unevenly weighted batch{_nearest_even(suggestions, pairs)}. Use the "
+        f"python or torchrun export for the uneven split",
         pointer="/divisibility"
         if x.request.divisibility is Divisibility.BALANCE
         else "/topology/node_groups",
         suggestions=suggestions,
+        combined_suggestions=pairs,
     )
 
 

@@ -1,0 +1,124 @@
+"""Suggestions for a plan request that fails the schema, each one tried before it is given.
+
+A schema error's nearest bound is not always a value that plans: `global_batch_size: -5` on
+16 GPUs is bounded by 1, and 1 sample cannot be shared by 16 replicas. So, as for infeasible
+plans, every candidate (the bound, a whole number next to a fractional one, and the planner's
+own suggestions for that field once the bound is in place) is substituted into the request
+with everything else unchanged, validated and planned; only the values that plan are kept,
+under the error's `ctx` key `app.core.problems.CHECKED`, where `validation_problem` reads them.
+
+It runs inside the plan request's validator, so every body that nests a plan request (a
+check's or a schedule's `/plan`) and the CLI, which validates without the web stack, get the
+same checked suggestions.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from app.core import plan_types
+from app.core.errors import DomainError
+from app.core.planner import plan
+from app.core.problems import CHECKED, nearest_bound
+
+MOST = 3  # suggestions per field, nearest first
+
+
+class ToCore(Protocol):
+    def to_core(self) -> plan_types.PlanRequest: ...
+
+
+Validate = Callable[[Any], ToCore]
+
+
+def with_checked_suggestions(data: Any, err: ValidationError, validate: Validate) -> ValidationError:
+    """`err` with the values that plan in each error's context (none where nothing does).
+
+    Only a request with one field in error gets any: substituting one value cannot repair a
+    request that is wrong in two places, and trying would cost a plan per error."""
+    errors = err.errors(include_url=False)
+    values: list[int] = []
+    if isinstance(data, dict) and len({tuple(e["loc"]) for e in errors}) == 1:
+        values = _working_values(data, errors[0], validate)
+    details = [
+        InitErrorDetails(
+            # The same type and message as pydantic's; the context gains the checked values.
+            type=PydanticCustomError(e["type"], e["msg"], {**e.get("ctx", {}), CHECKED: values}),
+            loc=tuple(e["loc"]),
+            input=e["input"],
+        )
+        for e in errors
+    ]
+    return ValidationError.from_exception_data(err.title, details)
+
+
+def _working_values(data: dict[str, Any], error: Any, validate: Validate) -> list[int]:
+    candidates = _candidates(error)
+    located = _locate(data, error["loc"])
+    if located is None:
+        return []
+    field = located[1]
+    working: list[int] = []
+    tried: set[int] = set()
+    while candidates and len(tried) < 4 * MOST:
+        value = candidates.pop(0)
+        if value in tried:
+            continue
+        tried.add(value)
+        suggested = _plans_with(data, error["loc"], value, validate, field)
+        if suggested is None:
+            working.append(value)
+        elif not working:
+            candidates += [v for v in suggested if v not in tried]
+    given = error.get("input")
+    if isinstance(given, int) or (isinstance(given, float) and math.isfinite(given)):
+        working.sort(key=lambda v: (abs(v - given), v))
+    return working[:MOST]
+
+
+def _candidates(error: Any) -> list[int]:
+    out = []
+    bound = nearest_bound(error)
+    if bound is not None:
+        out.append(bound)
+    given = error.get("input")
+    if isinstance(given, float) and math.isfinite(given) and not given.is_integer():
+        out += [math.floor(given), math.ceil(given)]
+    return out
+
+
+def _locate(data: Any, loc: Any) -> tuple[dict[str, Any], str] | None:
+    """The object holding the error's value and its key. pydantic's loc also names the branch
+    of a union ("int", "function-after[...]"): those parts are not in the data, passed over."""
+    node, found = data, None
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            found, node = (node, part), node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            found, node = None, node[part]
+    return found
+
+
+def _plans_with(
+    data: dict[str, Any], loc: Any, value: int, validate: Validate, field: str
+) -> list[int] | None:
+    """None when the request plans with `value` in place; else the planner's own suggestions
+    for the field (empty when it has none or the request does not validate)."""
+    changed = copy.deepcopy(data)
+    located = _locate(changed, loc)
+    if located is None:
+        return []
+    located[0][field] = value
+    try:
+        plan(validate(changed).to_core())
+    except ValidationError:
+        return []
+    except DomainError as err:
+        return list(err.suggestions.get(field, []))
+    return None
