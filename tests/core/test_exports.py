@@ -348,3 +348,41 @@ def test_every_registered_format_exports_the_homogeneous_example() -> None:
     for fmt in EXPORTERS:
         out = export(fmt, x)
         assert out.format == fmt and out.text.endswith("\n")
+
+
+# ----------------------------------------------------------------------------- issue 14
+
+
+def test_pytorchjob_names_are_dns_1035_labels_with_room_for_worker_pod_names() -> None:
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from app.core.errors import InvalidValue
+    from app.main import create_app
+
+    x = _input(EVEN["homogeneous"])  # 2 nodes: the longest pod name is <name>-worker-0
+    longest_ok = "a" * (63 - len("-worker-0"))
+    export("kubernetes", replace(x, options=replace(x.options, job_name=longest_ok)))
+    for bad in ("a" + longest_ok, "1job"):
+        with pytest.raises(InvalidValue, match="DNS-1035"):
+            export("kubernetes", replace(x, options=replace(x.options, job_name=bad)))
+    with TestClient(create_app()) as client:
+        response = client.post("/v1/plans/export/kubernetes?job_name=1job", json=EVEN["homogeneous"])
+        assert response.status_code == 422 and "job_name" in response.text
+        response = client.post(
+            f"/v1/plans/export/kubernetes?job_name=a{longest_ok}", json=EVEN["homogeneous"]
+        )
+        assert response.status_code == 422 and "DNS-1035" in response.json()["detail"]
+
+
+def test_hf_trainer_states_the_steps_it_takes_on_leftover_micro_batches() -> None:
+    body = {
+        "topology": {"num_nodes": 1, "gpus_per_node": 1},
+        "global_batch_size": 8,
+        "micro_batch_size": 2,
+        "dataset": {"num_samples": 30, "epochs": 2},
+        "learning_rate": {"base_lr": 0.1, "base_batch_size": 8},
+    }
+    text = export("hf-trainer", _input(body)).text
+    assert "the plan counts 3; the Trainer takes 4, stepping on the 3 micro-batches left over" in text

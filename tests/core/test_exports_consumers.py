@@ -204,7 +204,10 @@ def test_hf_trainer_arguments_give_the_trainer_the_plans_numbers(name: str, tmp_
     total = 10 * lr.warmup_steps + 10
     optimizer = optimizer_cls([torch.nn.Parameter(torch.zeros(1))], **kwargs)
     scheduler = get_scheduler(
-        args.lr_scheduler_type, optimizer, num_warmup_steps=args.get_warmup_steps(total), num_training_steps=total
+        args.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=args.get_warmup_steps(total),
+        num_training_steps=total,
     )
     lrs = []
     for _ in range(total):
@@ -307,7 +310,12 @@ def test_pytorchjob_loads_in_the_kubeflow_sdk_and_its_pods_validate(name: str) -
     assert pods * int(job.spec.nproc_per_node) == x.plan.data_parallel_size
     for role, spec in specs.items():
         template = manifest["spec"]["pytorchReplicaSpecs"][role]["template"]
-        pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t"},
+            "template": template,
+        }
         kubernetes_validate.validate(pod_template, kubernetes_validate.latest_version(), strict=True)
         [container] = spec.template.spec.containers
         assert "--master-port" not in container.command  # the operator sets the port itself
