@@ -9,15 +9,13 @@ from app.core.exports.common import (
     Export,
     ExportInput,
     comment,
-    leftover_sentence,
     num_nodes,
-    optimizer_sentence,
     require_data_parallel,
     require_even,
     require_uniform_nodes,
-    schedule_sentence,
     summary,
 )
+from app.core.exports.training import leftover_sentence, optimizer_sentence, schedule_sentence
 from app.core.exports.yaml_writer import to_yaml
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.core.exports.common import Export, ExportInput, optimizer_settings, require_even
+from app.core.exports.common import (
+    Export,
+    ExportInput,
+    require_even,
+)
+from app.core.exports.training import optimizer_settings
 
 _DEEPSPEED_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "lamb": "Lamb"}
 

@@ -8,14 +8,13 @@ from app.core.exports.common import (
     Export,
     ExportInput,
     comment,
-    leftover_sentence,
     lr_values,
-    optimizer_settings,
     python_call,
     require_data_parallel,
     require_even,
     summary,
 )
+from app.core.exports.training import leftover_sentence, optimizer_settings
 
 # The Trainer's names for the plan's optimizers. It has no LARS or LAMB: SGD and AdamW stand
 # in, as in the python skeleton, and the note says so.

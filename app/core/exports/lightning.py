@@ -8,16 +8,14 @@ from app.core.exports.common import (
     Export,
     ExportInput,
     comment,
-    leftover_micro_batches,
     num_nodes,
-    optimizer_sentence,
     python_call,
     require_data_parallel,
     require_even,
     require_uniform_nodes,
-    schedule_sentence,
     summary,
 )
+from app.core.exports.training import leftover_micro_batches, optimizer_sentence, schedule_sentence
 
 
 def export_lightning(x: ExportInput) -> Export:

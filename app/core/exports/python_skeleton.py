@@ -4,15 +4,14 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 from __future__ import annotations
 
 from app.core.exports.common import (
-    SGD_MOMENTUM,
     Export,
     ExportInput,
-    optimizer_settings,
     require_data_parallel,
     summary,
     uniform_gpus_per_node,
 )
 from app.core.exports.proportional_sampler_source import PROPORTIONAL_SAMPLER
+from app.core.exports.training import SGD_MOMENTUM, optimizer_settings
 
 _SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan.
