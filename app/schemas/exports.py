@@ -29,15 +29,16 @@ class ExportOptionsIn(BaseModel):
         "batchplan",
         min_length=1,
         max_length=63,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="Slurm job name and PyTorchJob name (an RFC 1123 label).",
+        pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+        description="Slurm job name and PyTorchJob name: a DNS-1035 label (a letter first), short "
+        "enough that the PyTorchJob's pod names `<name>-worker-<i>` stay within 63 characters.",
     )
     image: str = Field(
         ExportOptions().image,
         min_length=1,
         max_length=256,
         pattern=r"^[A-Za-z0-9_./:@-]+$",
-        description="Container image of the PyTorchJob.",
+        description="Container image of the PyTorchJob (the export's default is a placeholder).",
     )
     port: int = Field(29500, ge=1024, le=65535, description="Rendezvous (master) port.")
 

@@ -83,15 +83,16 @@ def test_deepspeed_scheduler_warms_up_from_the_plans_start_lr_to_its_lr() -> Non
     config = json.loads(export("deepspeed", x).text)
     lr = x.plan.learning_rate
     assert lr is not None and x.plan.sampler is not None
-    assert config["optimizer"] == {"type": "SGD", "params": {"lr": lr.lr}}
+    # The momentum every export writes (DeepSpeed's SGD would otherwise run with none).
+    assert config["optimizer"] == {"type": "SGD", "params": {"lr": lr.lr, "momentum": 0.9}}
     sched = config["scheduler"]
-    assert sched["type"] == "WarmupDecayLR"
+    # Warmup, then constant, as in every format (WarmupDecayLR decayed to 0 over the run).
+    assert sched["type"] == "WarmupLR"
     assert sched["params"] == {
         "warmup_min_lr": lr.warmup_start_lr,
         "warmup_max_lr": lr.lr,
         "warmup_num_steps": lr.warmup_steps,
         "warmup_type": "linear",  # DeepSpeed's default is "log"
-        "total_num_steps": x.plan.sampler.total_optimizer_steps,
     }
 
 
@@ -374,8 +375,9 @@ def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
     assert sum(
         (stop - start) * micro for start, stop, micro, _ in groups
     ) * x.plan.gradient_accumulation_steps == (x.plan.global_batch_size)
-    imports = "from app.worker.samplers import ProportionalSampler" in text
-    assert imports == (x.plan.split == "proportional")
+    # Self-contained: a file users copy, so the sampler is written into it, never imported.
+    assert "import app" not in text and "from app" not in text
+    assert ("class ProportionalSampler" in text) == (x.plan.split == "proportional")
 
 
 def test_python_skeleton_refuses_model_parallel_plans() -> None:
@@ -388,3 +390,41 @@ def test_every_registered_format_exports_the_homogeneous_example() -> None:
     for fmt in EXPORTERS:
         out = export(fmt, x)
         assert out.format == fmt and out.text.endswith("\n")
+
+
+# ----------------------------------------------------------------------------- issue 14
+
+
+def test_pytorchjob_names_are_dns_1035_labels_with_room_for_worker_pod_names() -> None:
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from app.core.errors import InvalidValue
+    from app.main import create_app
+
+    x = _input(EVEN["homogeneous"])  # 2 nodes: the longest pod name is <name>-worker-0
+    longest_ok = "a" * (63 - len("-worker-0"))
+    export("kubernetes", replace(x, options=replace(x.options, job_name=longest_ok)))
+    for bad in ("a" + longest_ok, "1job"):
+        with pytest.raises(InvalidValue, match="DNS-1035"):
+            export("kubernetes", replace(x, options=replace(x.options, job_name=bad)))
+    with TestClient(create_app()) as client:
+        response = client.post("/v1/plans/export/kubernetes?job_name=1job", json=EVEN["homogeneous"])
+        assert response.status_code == 422 and "job_name" in response.text
+        response = client.post(
+            f"/v1/plans/export/kubernetes?job_name=a{longest_ok}", json=EVEN["homogeneous"]
+        )
+        assert response.status_code == 422 and "DNS-1035" in response.json()["detail"]
+
+
+def test_hf_trainer_states_the_steps_it_takes_on_leftover_micro_batches() -> None:
+    body = {
+        "topology": {"num_nodes": 1, "gpus_per_node": 1},
+        "global_batch_size": 8,
+        "micro_batch_size": 2,
+        "dataset": {"num_samples": 30, "epochs": 2},
+        "learning_rate": {"base_lr": 0.1, "base_batch_size": 8},
+    }
+    text = export("hf-trainer", _input(body)).text
+    assert "the plan counts 3; the Trainer takes 4, stepping on the 3 micro-batches left over" in text

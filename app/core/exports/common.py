@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import PlanError
+from app.core.exports.training import optimizer_sentence, schedule_sentence
 from app.core.integers import divisors
 from app.core.plan_types import Divisibility, Plan, PlanRequest
 from app.core.planner import plan as run_plan
@@ -88,6 +89,8 @@ def summary(x: ExportInput) -> list[str]:
             f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per {lr.base_batch_size}), "
             f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
         )
+        lines.append(schedule_sentence(x))
+        lines.append(optimizer_sentence(x))
     lines += [f"warning: {w}" for w in p.warnings]
     return lines
 
@@ -252,6 +255,23 @@ def require_even(x: ExportInput, fmt: str, why: str) -> None:
         suggestions=suggestions,
         combined_suggestions=pairs,
     )
+
+
+def require_data_parallel(x: ExportInput, fmt: str) -> None:
+    """Refuse a model-parallel plan for a format whose every process is a data-parallel
+    replica: it would run model-parallel-size times the planned batch."""
+    p = x.plan
+    if p.model_parallel_size > 1:
+        raise ExportUnsupported(
+            f"{fmt} is data-parallel only: it makes every one of the {p.world_size} processes a "
+            f"data-parallel replica, and this plan has model-parallel size {p.model_parallel_size} "
+            f"(data-parallel {p.data_parallel_size}): "
+            f"it would run a global batch of {p.global_batch_size * p.model_parallel_size}, not "
+            f"{p.global_batch_size}; use the deepspeed or torchrun export with your model-parallel "
+            f"framework",
+            pointer="/parallelism",
+            suggestions={"tensor": [1], "pipeline": [1], "context": [1]},
+        )
 
 
 def require_uniform_nodes(x: ExportInput, fmt: str) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from app.core.errors import InvalidValue
 from app.core.exports.common import (
     Export,
     ExportInput,
@@ -17,6 +19,21 @@ from app.core.exports.common import (
 )
 from app.core.exports.yaml_writer import to_yaml
 
+# The training operator names pods and services `<job>-master-0` and `<job>-worker-<i>`, each a
+# DNS-1035 label: a lower-case letter first, at most 63 characters.
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+LABEL_MAX = 63
+
+
+def check_job_name(name: str, nodes: int) -> None:
+    longest = f"{name}-worker-{max(nodes - 2, 0)}" if nodes > 1 else f"{name}-master-0"
+    if not DNS_1035.fullmatch(name) or len(longest) > LABEL_MAX:
+        raise InvalidValue(
+            f"job_name '{name[:LABEL_MAX]}' must be a DNS-1035 label (a lower-case letter first, then "
+            f"lower-case letters, digits and '-') short enough that the pod name '{longest[:80]}' "
+            f"is at most {LABEL_MAX} characters: at most {LABEL_MAX - len(longest) + len(name)} here"
+        )
+
 
 def export_kubernetes(x: ExportInput) -> Export:
     shape = require_uniform_nodes(x, "a PyTorchJob (one nprocPerNode for all pods)")
@@ -28,6 +45,7 @@ def export_kubernetes(x: ExportInput) -> Export:
             suggestions=even_alternative(x),
         )
     nodes = num_nodes(x)
+    check_job_name(x.options.job_name, nodes)
     env = []
     if x.plan.micro_batch_size is not None:
         env = [
@@ -41,16 +59,23 @@ def export_kubernetes(x: ExportInput) -> Export:
             "name": "pytorch",  # the training operator looks for this container name
             "image": x.options.image,
             # The operator sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT,
-            # which torchrun reads as defaults.
+            # which torchrun reads as defaults; it picks the port itself, so none is passed.
             "command": ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(shape), x.options.script],
             "resources": {"limits": {"nvidia.com/gpu": shape}},
+            # NCCL and DataLoader workers share memory through /dev/shm, 64 MiB in a pod by default.
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
         }
         if env:
             container["env"] = env
         return {
             "replicas": count,
             "restartPolicy": "OnFailure",
-            "template": {"spec": {"containers": [container]}},
+            "template": {
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                }
+            },
         }
 
     specs = {"Master": replica(1)}
@@ -60,7 +85,16 @@ def export_kubernetes(x: ExportInput) -> Export:
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
         "metadata": {"name": x.options.job_name},
-        "spec": {"nprocPerNode": str(shape), "pytorchReplicaSpecs": specs},
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "None"},
+            "nprocPerNode": str(shape),
+            "pytorchReplicaSpecs": specs,
+        },
     }
-    text = comment(summary(x)) + "\n" + to_yaml(manifest) + "\n"
+    header = [
+        *summary(x),
+        f"image {x.options.image} and script {x.options.script} are placeholders: set them with the "
+        f"export's image and script options (the operator picks the master address and port)",
+    ]
+    text = comment(header) + "\n" + to_yaml(manifest) + "\n"
     return Export("kubernetes", "application/yaml", "pytorchjob.yaml", text)

@@ -3,7 +3,15 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 
 from __future__ import annotations
 
-from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
+from app.core.exports.common import (
+    Export,
+    ExportInput,
+    require_data_parallel,
+    summary,
+    uniform_gpus_per_node,
+)
+from app.core.exports.proportional_sampler_source import PROPORTIONAL_SAMPLER
+from app.core.exports.training import SGD_MOMENTUM, optimizer_settings
 
 _SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan.
@@ -26,8 +34,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
-__SAMPLER_IMPORT__
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
+__SAMPLER__
 # ---- the plan: change it by planning again, not by hand --------------------------------
 DATA_PARALLEL_SIZE = __WORLD__  # processes; the loop refuses to run with any other number
 GLOBAL_BATCH_SIZE = __GLOBAL__
@@ -41,6 +49,7 @@ EPOCHS = __EPOCHS__
 OPTIMIZER = __OPTIMIZER__
 LR, WARMUP_START_LR, WARMUP_STEPS = __LR__, __WARMUP_START__, __WARMUP__
 ADAM_BETAS, ADAM_EPS = __BETAS__, __EPS__
+SGD_MOMENTUM = __MOMENTUM__
 
 TOY = os.environ.get("BATCHPLAN_TOY") == "1"
 
@@ -89,7 +98,7 @@ def build_optimizer(params) -> torch.optim.Optimizer:
     if OPTIMIZER in ("adam", "adamw", "lamb"):  # torch has no LAMB: AdamW stands in, plug in yours
         cls = torch.optim.Adam if OPTIMIZER == "adam" else torch.optim.AdamW
         return cls(params, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS)
-    return torch.optim.SGD(params, lr=LR, momentum=0.9)  # torch has no LARS: plug in yours
+    return torch.optim.SGD(params, lr=LR, momentum=SGD_MOMENTUM)  # torch has no LARS: plug in yours
 
 
 def warmup_factor(step: int) -> float:
@@ -162,6 +171,9 @@ def main() -> None:
             break
     if rank == 0:
         print(f"done: {step} optimizer steps", flush=True)
+    # Every rank reaches the end before any tears the group down: a rank that destroys it
+    # while another is still in a collective aborts the job on the way out.
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -172,29 +184,16 @@ if __name__ == "__main__":
 
 def export_python(x: ExportInput) -> Export:
     p = x.plan
-    if p.model_parallel_size > 1:
-        raise ExportUnsupported(
-            f"the python skeleton is plain DDP (data-parallel only), and this plan has model-parallel "
-            f"size {p.model_parallel_size}; use the deepspeed or torchrun export with your "
-            f"model-parallel framework",
-            pointer="/parallelism",
-            suggestions={"tensor": [1], "pipeline": [1], "context": [1]},
-        )
+    require_data_parallel(x, "the python skeleton (plain DDP)")
     lr = p.learning_rate
     groups = [(g.start, g.stop, g.micro_batch_size, g.loss_scale) for g in p.replica_groups]
-    betas = (lr.adam.beta1, lr.adam.beta2) if lr and lr.adam and lr.adam.valid else (0.9, 0.999)
-    eps = lr.adam.eps if lr and lr.adam and lr.adam.valid else 1e-8
-    sampler_import = (
-        ""
-        if p.split == "even"
-        else "\nfrom app.worker.samplers import ProportionalSampler  # pip install batchplan\n"
-    )
+    o = optimizer_settings(x)
     shape = uniform_gpus_per_node(x)
     fields = {
         "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
         "__NPROC__": str(shape if shape is not None else "gpu"),
         "__SCRIPT__": x.options.script,
-        "__SAMPLER_IMPORT__": sampler_import,
+        "__SAMPLER__": "" if p.split == "even" else PROPORTIONAL_SAMPLER,
         "__WORLD__": str(p.data_parallel_size),
         "__GLOBAL__": str(p.global_batch_size),
         "__ACCUM__": str(p.gradient_accumulation_steps),
@@ -209,8 +208,9 @@ def export_python(x: ExportInput) -> Export:
         "__LR__": repr(lr.lr if lr else 0.1),
         "__WARMUP_START__": repr(lr.warmup_start_lr if lr else 0.1),
         "__WARMUP__": repr(lr.warmup_steps if lr else 0),
-        "__BETAS__": repr(betas),
-        "__EPS__": repr(eps),
+        "__BETAS__": repr(o.betas if o and o.betas else (0.9, 0.999)),
+        "__EPS__": repr(o.eps if o and o.eps else 1e-8),
+        "__MOMENTUM__": repr(SGD_MOMENTUM),
     }
     text = _SKELETON
     for token, value in fields.items():
