@@ -142,18 +142,23 @@ def test_uneven_plan_is_refused_with_suggestions_that_export(fmt: str, name: str
     with pytest.raises(ExportUnsupported) as caught:
         export(fmt, x)
     err = caught.value
+    if fmt in NEEDS_ONE_SHAPE and name.startswith("mixed"):
+        # No batch change gives 8- and 4-GPU nodes one process count: the refusal says so and
+        # suggests no batch that would be refused all the same.
+        assert "GPUs per node" in err.detail and err.pointer == "/topology/node_groups"
+        assert not err.suggestions and not err.combined_suggestions
+        return
     assert "different micro-batches" in err.detail
     assert err.suggestions or err.combined_suggestions, "the nearest even split is named"
-    one_shape = not (fmt in NEEDS_ONE_SHAPE and name.startswith("mixed"))
     for field, values in err.suggestions.items():
         assert values and body.get(field) not in values, f"{field}: {values} repeats the value sent"
         for value in values:
             # Substituted alone, with everything else as sent: the export succeeds.
-            assert _exports(fmt, {**body, field: value}) == one_shape, f"{field}={value}"
+            assert _exports(fmt, {**body, field: value}), f"{field}={value}"
     for change in err.combined_suggestions:
         assert all(body.get(field) != value for field, value in change.items()), change
         assert not any(_exports(fmt, {**body, field: value}) for field, value in change.items()), change
-        assert _exports(fmt, {**body, **change}) == one_shape, change
+        assert _exports(fmt, {**body, **change}), change
 
 
 def test_suggestions_of_an_uneven_refusal_by_shape() -> None:

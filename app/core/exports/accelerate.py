@@ -20,9 +20,10 @@ from app.core.exports.yaml_writer import to_yaml
 
 
 def export_accelerate(x: ExportInput) -> Export:
+    # The node shape first: no batch size makes nodes of different sizes one process count.
+    shape = require_uniform_nodes(x, "Accelerate")
     require_even(x, "Accelerate", "gives every process the same DataLoader batch size")
     require_data_parallel(x, "Accelerate's MULTI_GPU mode")
-    shape = require_uniform_nodes(x, "Accelerate")
     p, nodes = x.plan, num_nodes(x)
     config: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",

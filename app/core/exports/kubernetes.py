@@ -12,6 +12,7 @@ from app.core.exports.common import (
     ExportUnsupported,
     comment,
     even_alternative,
+    even_pairs,
     num_nodes,
     pinned_ranks,
     require_uniform_nodes,
@@ -43,6 +44,7 @@ def export_kubernetes(x: ExportInput) -> Export:
             "indices to node types; use the slurm or torchrun export, or an even split",
             pointer="/topology/node_groups",
             suggestions=even_alternative(x),
+            combined_suggestions=even_pairs(x),
         )
     nodes = num_nodes(x)
     check_job_name(x.options.job_name, nodes)

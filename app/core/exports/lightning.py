@@ -19,9 +19,10 @@ from app.core.exports.training import leftover_micro_batches, optimizer_sentence
 
 
 def export_lightning(x: ExportInput) -> Export:
+    # The node shape first: no batch size makes nodes of different sizes one process count.
+    shape = require_uniform_nodes(x, "Lightning")
     require_even(x, "Lightning", "gives every process the same DataLoader batch size")
     require_data_parallel(x, "Lightning's ddp strategy")
-    shape = require_uniform_nodes(x, "Lightning")
     p = x.plan
     trainer: dict[str, Any] = {
         "accelerator": "gpu",
