@@ -89,13 +89,20 @@ class Admission:
                 suggestions={"global_batch_size": [largest]} if largest else {},
             )
         shuffled_cap = self.limits.max_shuffled_samples
-        if spec.shuffle and spec.num_samples > shuffled_cap:
+        if (
+            request.dataset is not None
+            and request.dataset.shuffle
+            and request.dataset.num_samples > shuffled_cap
+        ):
+            smaller = dataclasses.replace(request.dataset, num_samples=shuffled_cap)
+            works = _checked_size(dataclasses.replace(request, dataset=smaller)) is not None
             raise SpecError(
                 f"a shuffled dataset's order is torch.randperm(num_samples), drawn on every rank as "
                 f"DistributedSampler draws it: dataset.num_samples {spec.num_samples} is more than this "
                 f"worker's limit of {shuffled_cap}; use at most {shuffled_cap}, or check with "
                 f"dataset.shuffle false, which has no limit",
                 "/plan/dataset/num_samples",
+                suggestions={"num_samples": [shuffled_cap]} if works else {},
             )
 
     def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
@@ -131,6 +138,17 @@ class Admission:
             )
 
 
+def _checked_size(request: PlanRequest) -> int | None:
+    """The global batch a check of `request` runs, or None if the planner or the check's own
+    rules refuse it."""
+    try:
+        planned = plan(request)
+        spec_from_plan(planned, dataset=request.dataset)
+    except DomainError:
+        return None
+    return planned.global_batch_size
+
+
 def largest_checkable_batch(request: PlanRequest, spec: CheckSpec, cap: int) -> int | None:
     """The largest global batch at most `cap` that plans when it alone replaces the request's
     (the same micro-step with fewer accumulation steps first, then any multiple of the
@@ -139,14 +157,8 @@ def largest_checkable_batch(request: PlanRequest, spec: CheckSpec, cap: int) -> 
     steps = cap // per_step
     candidates = [k * per_step for k in range(steps, max(steps - 8, 0), -1)]
     candidates.append(cap // spec.data_parallel_size * spec.data_parallel_size)
-    for candidate in candidates:
-        if candidate < 1:
-            continue
-        try:
-            replanned = plan(dataclasses.replace(request, global_batch_size=candidate))
-            spec_from_plan(replanned, dataset=request.dataset)
-        except DomainError:
-            continue
-        if replanned.global_batch_size <= cap:
-            return replanned.global_batch_size
+    for candidate in filter(None, candidates):
+        size = _checked_size(dataclasses.replace(request, global_batch_size=candidate))
+        if size is not None and size <= cap:
+            return size
     return None

@@ -20,9 +20,9 @@ from app.worker.samplers import EpochOrder, IndexDataset, ProportionalSampler
 from app.worker.spec import CheckSpec
 
 # DistributedSampler builds the whole epoch as a Python list (about 40 bytes a sample) on every
-# call: up to this size a check reads its first replica through it; beyond, through the same
+# call (10 MiB at this size): up to it a check reads its first replica through it; beyond, through the same
 # layout derived from the same torch.randperm (which tests hold against DistributedSampler).
-REAL_SAMPLER_MAX_SAMPLES = 1 << 20
+REAL_SAMPLER_MAX_SAMPLES = 1 << 18
 
 
 def _chunks(indices: Sequence[int], size: int, count: int) -> list[list[int]]:
