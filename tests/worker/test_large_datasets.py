@@ -117,3 +117,11 @@ def test_a_shuffled_dataset_over_the_permutation_limit_names_the_largest_that_wo
     assert problem["errors"][0]["pointer"] == "/plan/dataset/num_samples"
     assert problem["suggestions"] == {"num_samples": [1 << 26]}
     assert "at most 67108864" in problem["detail"] and "shuffle false" in problem["detail"]
+
+
+def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
+    from app.schemas.checks import CheckResultOut
+    from app.worker.shards import REAL_SAMPLER_MAX_SAMPLES
+
+    description = CheckResultOut.model_fields["sampler_checked"].description or ""
+    assert f"{REAL_SAMPLER_MAX_SAMPLES:,} samples" in description
