@@ -125,3 +125,11 @@ def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
 
     description = CheckResultOut.model_fields["sampler_checked"].description or ""
     assert f"{REAL_SAMPLER_MAX_SAMPLES:,} samples" in description
+
+
+def test_the_documented_permutation_limit_is_the_one_a_worker_applies() -> None:
+    from app.settings import Settings
+    from app.worker.limits import Limits
+
+    shuffled = Limits.__dataclass_fields__["max_shuffled_samples"].default
+    assert f"up to {shuffled:,} samples" in (Settings.model_fields["max_check_samples"].description or "")
