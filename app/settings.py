@@ -36,7 +36,10 @@ class Settings(BaseSettings):
     check_timeout_s: float = Field(120.0, gt=0, le=3600)
     concurrent_checks: int = Field(1, ge=1, le=8)
     max_check_samples: int = Field(
-        1 << 20, ge=1, description="Largest global batch or dataset a check holds in memory; more get 422."
+        1 << 20,
+        ge=1,
+        description="Largest global batch a check holds in memory; more get 422. A dataset is only "
+        "indexed: unshuffled, any size checks; shuffled, up to 67,108,864 samples (its torch.randperm).",
     )
     rendezvous_hosts: list[str] = Field(
         default_factory=list,

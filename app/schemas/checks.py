@@ -106,6 +106,11 @@ class ControlOut(BaseModel):
     detected: bool = Field(description="Its error is far above the tolerance.")
 
 
+class ControlSkippedOut(BaseModel):
+    name: str = Field(description="The control, as `controls` names them.")
+    reason: str = Field(description="Why the mistake leaves this plan's gradient as it is.")
+
+
 class FindingOut(BaseModel):
     cause: str = Field(
         description="batch_norm, dropout, stochastic_forward, rank_dependent, unused_parameters, "
@@ -165,6 +170,31 @@ class CheckResultOut(BaseModel):
     rel_l2: float
     tolerance: float
     controls: list[ControlOut]
+    controls_skipped: list[ControlSkippedOut] = Field(
+        default_factory=list,
+        description="The controls that did not run: on this plan each mistake would give the right "
+        "gradient (decided exactly over the samples it reads), so it proves nothing. With "
+        "`controls`, every control appears once.",
+        examples=[
+            [
+                {
+                    "name": "unweighted_mean",
+                    "reason": "every replica has the same micro-batch, so a plain mean is already right",
+                },
+                {
+                    "name": "accumulation_not_divided",
+                    "reason": "gradient_accumulation_steps is 1, so there is nothing to divide by",
+                },
+            ]
+        ],
+    )
+    sampler_checked: bool | None = Field(
+        None,
+        description="A replica's batches were read through the plan's real sampler "
+        "(DistributedSampler, or the proportional one) and matched the layout; false for an even "
+        "split over more than 262,144 samples, whose layout is derived from the same "
+        "torch.randperm instead of a list of every index.",
+    )
     timings_s: dict[str, float]
     model: str = SYNTHETIC
     ddp_equivalence: EquivalenceOut | None = None

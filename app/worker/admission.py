@@ -3,9 +3,10 @@ its registered models and its host. Runs before a job exists (blocking: call it 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from app.core.errors import PlanError
+from app.core.errors import DomainError, PlanError
 from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
@@ -50,21 +51,7 @@ class Admission:
                 f"checks at most {self.limits.max_replicas_per_check}",
                 "/plan/topology",
             )
-        cap = self.limits.max_check_samples
-        if spec.global_batch_size > cap:
-            raise SpecError(
-                f"a check materialises the global batch: {spec.global_batch_size} samples is more "
-                f"than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself "
-                f"has no such limit, so check a smaller global batch with the same split",
-                "/plan/global_batch_size",
-            )
-        if request.dataset is not None and request.dataset.num_samples > cap:
-            raise SpecError(
-                f"a check builds the epoch's index list: dataset.num_samples {request.dataset.num_samples} "
-                f"is more than this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); leave the "
-                f"dataset out to check the first step alone",
-                "/plan/dataset/num_samples",
-            )
+        self._check_memory(request, spec)
         nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
         if nnodes > spec.data_parallel_size:
             raise SpecError(
@@ -82,6 +69,41 @@ class Admission:
         if rendezvous is not None:
             self.limits.check_rendezvous_endpoint(rendezvous["endpoint"])
         return spec, timeout
+
+    def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
+        """What grows with the request: the global batch, and a shuffled dataset's permutation.
+        An unshuffled dataset of any size costs nothing (its order is arithmetic)."""
+        cap = self.limits.max_check_samples
+        if spec.global_batch_size > cap:
+            largest = largest_checkable_batch(request, spec, cap)
+            fix = (
+                f"use global_batch_size at most {largest}, the largest this plan takes here"
+                if largest
+                else "no global batch within it plans on this topology: check fewer replicas"
+            )
+            raise SpecError(
+                f"a check materialises the global batch: {spec.global_batch_size} samples is more than "
+                f"this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself has no such "
+                f"limit: {fix}",
+                "/plan/global_batch_size",
+                suggestions={"global_batch_size": [largest]} if largest else {},
+            )
+        shuffled_cap = self.limits.max_shuffled_samples
+        if (
+            request.dataset is not None
+            and request.dataset.shuffle
+            and request.dataset.num_samples > shuffled_cap
+        ):
+            smaller = dataclasses.replace(request.dataset, num_samples=shuffled_cap)
+            works = _checked_size(dataclasses.replace(request, dataset=smaller)) is not None
+            raise SpecError(
+                f"a shuffled dataset's order is torch.randperm(num_samples), drawn on every rank as "
+                f"DistributedSampler draws it: dataset.num_samples {spec.num_samples} is more than this "
+                f"worker's limit of {shuffled_cap}; use at most {shuffled_cap}, or check with "
+                f"dataset.shuffle false, which has no limit",
+                "/plan/dataset/num_samples",
+                suggestions={"num_samples": [shuffled_cap]} if works else {},
+            )
 
     def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
         if spec.model != SYNTHETIC and spec.model not in self.models:
@@ -114,3 +136,29 @@ class Admission:
                 "replicas or 2 accumulation steps; send noise_scale.steps 0 to skip it",
                 "/noise_scale/steps",
             )
+
+
+def _checked_size(request: PlanRequest) -> int | None:
+    """The global batch a check of `request` runs, or None if the planner or the check's own
+    rules refuse it."""
+    try:
+        planned = plan(request)
+        spec_from_plan(planned, dataset=request.dataset)
+    except DomainError:
+        return None
+    return planned.global_batch_size
+
+
+def largest_checkable_batch(request: PlanRequest, spec: CheckSpec, cap: int) -> int | None:
+    """The largest global batch at most `cap` that plans when it alone replaces the request's
+    (the same micro-step with fewer accumulation steps first, then any multiple of the
+    replicas), re-planned to be sure; None if none does."""
+    per_step = spec.global_batch_size // spec.gradient_accumulation_steps
+    steps = cap // per_step
+    candidates = [k * per_step for k in range(steps, max(steps - 8, 0), -1)]
+    candidates.append(cap // spec.data_parallel_size * spec.data_parallel_size)
+    for candidate in filter(None, candidates):
+        size = _checked_size(dataclasses.replace(request, global_batch_size=candidate))
+        if size is not None and size <= cap:
+            return size
+    return None

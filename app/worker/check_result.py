@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.worker.controls import SkippedControl
 from app.worker.timings import Timings
 
 
@@ -80,7 +81,9 @@ class CheckResult:
     layout: Layout
     gradient: Comparison
     controls: tuple[ControlOutcome, ...]
-    controls_not_applicable: tuple[str, ...]
+    controls_skipped: tuple[SkippedControl, ...]
+    # Whether a replica was read through the plan's real sampler (see shards.py).
+    sampler_checked: bool
     noise_scale: dict[str, Any] | None
     micro_batch_search: dict[str, Any] | None
     timings: Timings
@@ -93,6 +96,10 @@ class CheckResult:
     @property
     def controls_detected(self) -> bool:
         return all(c.detected for c in self.controls)
+
+    @property
+    def controls_not_applicable(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.controls_skipped)
 
     @property
     def passed(self) -> bool:
@@ -114,6 +121,8 @@ class CheckResult:
             **_flat(self.gradient),
             "controls": [_flat(c) for c in self.controls],
             "controls_not_applicable": list(self.controls_not_applicable),
+            "controls_skipped": [_flat(c) for c in self.controls_skipped],
+            "sampler_checked": self.sampler_checked,
             "noise_scale": self.noise_scale,
             "micro_batch_search": self.micro_batch_search,
             "timings_s": self.timings.to_json(),

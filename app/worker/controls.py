@@ -8,7 +8,7 @@ must then differ from the reference by far more than the tolerance.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
@@ -105,6 +105,59 @@ def _weights(batches: Iterable[WeightedBatch], dp: int) -> tuple[dict[int, int],
         for index, count in counts.items():
             weights[index] += whole * count
     return weights, common
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedControl:
+    """A control that did not run: on this plan the mistake leaves the gradient as it is."""
+
+    name: str
+    reason: str
+
+
+def _harmless_because(control: Control, spec: CheckSpec) -> str | None:
+    """Why the mistake does no harm on plans like `spec`, where a rule says so; None: no rule
+    covers it (the exact test found equal weights for this plan's samples anyway)."""
+    dp, g, sizes = spec.data_parallel_size, spec.gradient_accumulation_steps, spec.micro_batch_sizes()
+    if control.name == "unweighted_mean" and len(set(sizes)) == 1:
+        return "every replica has the same micro-batch, so a plain mean is already right"
+    if control.name == "accumulation_not_divided" and g == 1:
+        return "gradient_accumulation_steps is 1, so there is nothing to divide by"
+    if control.name == "sum_without_scaling" and spec.global_batch_size == dp:
+        return (
+            "each replica's step is a single sample (micro-batch 1, no accumulation), so its sum is its mean"
+        )
+    if control.name == "whole_global_batch" and dp == 1:
+        return "one replica already reads the whole global batch"
+    if control.name == "whole_global_batch" and spec.loss_reduction == "mean":
+        return (
+            "with mean-reduced losses at the plan's scales, replicas that each read the whole global "
+            "batch average to the right gradient: the mistake costs compute, not correctness"
+        )
+    if control.name == "no_distributed_sampler" and dp == 1:
+        return "one replica: there is no shard to miss"
+    return None
+
+
+def split_controls(
+    spec: CheckSpec,
+    reads: Callable[[Control], Iterable[WeightedBatch]],
+    reference_batch: Sequence[int],
+) -> tuple[list[Control], list[SkippedControl]]:
+    """The controls that change this plan's gradient (they run), and the others with the
+    reason each does not apply. `reads(control)`: what every replica reads under it."""
+    applicable: list[Control] = []
+    skipped: list[SkippedControl] = []
+    for control in CONTROLS:
+        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size):
+            applicable.append(control)
+            continue
+        reason = _harmless_because(control, spec) or (
+            "on this plan's first step it weighs every sample as the plan does (the samples it "
+            "reads coincide with the plan's)"
+        )
+        skipped.append(SkippedControl(control.name, reason))
+    return applicable, skipped
 
 
 def changes_gradient(

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
 from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
-from app.worker.controls import CONTROLS, Control, changes_gradient
+from app.worker.controls import Control, split_controls
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
 from app.worker.micro_batch_fit import fit_micro_batch
 from app.worker.noise_measurement import measure_noise_scale
@@ -118,12 +118,7 @@ def run_check(
     grad = step(None)
     timer.lap("step")
     reference_batch = shards.epoch[: spec.global_batch_size]
-    applicable, skipped = [], []
-    for control in CONTROLS:
-        if changes_gradient(shards.every_replica(control), reference_batch, dp):
-            applicable.append(control)
-        else:
-            skipped.append(control.name)
+    applicable, skipped = split_controls(spec, shards.every_replica, reference_batch)
     control_grads = [step(c) for c in applicable]
     timer.lap("controls")
     noise = None
@@ -169,7 +164,8 @@ def run_check(
         ),
         gradient=gradient,
         controls=tuple(controls),
-        controls_not_applicable=tuple(skipped),
+        controls_skipped=tuple(skipped),
+        sampler_checked=shards.sampler_checked,
         noise_scale=noise,
         micro_batch_search=search,
         timings=timer.timings(),

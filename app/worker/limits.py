@@ -58,8 +58,12 @@ class Limits:
     queue_size: int
     check_timeout_s: float
     concurrent_checks: int
-    # A rank holds the epoch's index list and the global batch in memory.
+    # A rank holds the global batch in memory (its samples, their indices and weights); the
+    # dataset it only indexes, whatever its size.
     max_check_samples: int = 1 << 20
+    # A shuffled dataset's order is torch.randperm(num_samples), 8 bytes a sample on each
+    # rank (512 MiB here): the one cost that grows with the dataset. Unshuffled: no limit.
+    max_shuffled_samples: int = 1 << 26
     # Hosts a rendezvous endpoint may name; empty: this host's own names and loopback.
     rendezvous_hosts: tuple[str, ...] = ()
 

@@ -1,5 +1,10 @@
 """Which samples each replica reads in a check's first optimizer step: through the plan's
-real sampler, derived from the epoch's index list, and under each control."""
+real sampler, derived from the epoch's index list, and under each control.
+
+Everything a first step reads lies in the epoch's first G positions (G the global batch):
+replica r's shard starts at position r, micro-step k of a proportional split at k·S, and the
+controls read the leading samples. So a check holds those G indices, never the epoch.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,15 @@ from itertools import accumulate
 
 from torch.utils.data import DataLoader, DistributedSampler
 
+from app.worker import samplers
 from app.worker.controls import SAMPLER, Control, WeightedBatch, control_positions
-from app.worker.samplers import IndexDataset, ProportionalSampler, epoch_indices
+from app.worker.samplers import EpochOrder, IndexDataset, ProportionalSampler
 from app.worker.spec import CheckSpec
+
+# DistributedSampler builds the whole epoch as a Python list (about 40 bytes a sample) on every
+# call (10 MiB at this size): up to it a check reads its first replica through it; beyond, through the same
+# layout derived from the same torch.randperm (which tests hold against DistributedSampler).
+REAL_SAMPLER_MAX_SAMPLES = 1 << 18
 
 
 def _chunks(indices: Sequence[int], size: int, count: int) -> list[list[int]]:
@@ -26,7 +37,8 @@ class Shards:
         self.sizes = spec.micro_batch_sizes()
         self.scales = spec.loss_scales()
         self.offsets = [0, *accumulate(self.sizes)]
-        self.epoch = epoch_indices(spec.num_samples, spec.total_size, spec.shuffle, spec.data_seed, 0)
+        order = EpochOrder(spec.num_samples, spec.total_size, spec.shuffle, spec.data_seed, 0)
+        self.epoch = order[: spec.global_batch_size]  # all the first step reads (see above)
         self._reads: dict[tuple[int, int], list[int]] = {}
         self._derived: dict[int, list[list[int]]] = {}
 
@@ -36,7 +48,7 @@ class Shards:
         if replica not in self._derived:
             spec, g, micro = self.spec, self.spec.gradient_accumulation_steps, self.sizes[replica]
             if spec.split == "even":
-                shard = self.epoch[replica : spec.total_size : spec.data_parallel_size]
+                shard = self.epoch[replica : g * micro * spec.data_parallel_size : spec.data_parallel_size]
                 self._derived[replica] = _chunks(shard, micro, g)
             else:
                 per_step, start = self.offsets[-1], self.offsets[replica]
@@ -44,6 +56,11 @@ class Shards:
                     list(self.epoch[k * per_step + start : k * per_step + start + micro]) for k in range(g)
                 ]
         return self._derived[replica]
+
+    @property
+    def sampler_checked(self) -> bool:
+        """Whether the check reads a replica through the plan's real sampler (see above)."""
+        return self.spec.split == "proportional" or self.spec.num_samples <= REAL_SAMPLER_MAX_SAMPLES
 
     def through_sampler(self, replica: int) -> list[list[int]]:
         """What a DataLoader over the plan's sampler yields for the first optimizer step."""
@@ -85,7 +102,10 @@ class Shards:
         out = {}
         for replica in replicas:
             real = self.spec.split == "proportional" or replica == replicas.start
-            out[replica] = self.through_sampler(replica) if real else self.derived(replica)
+            out[replica] = (
+                self.through_sampler(replica) if real and self.sampler_checked else self.derived(replica)
+            )
+        samplers.release()
         return out
 
     def control_batches(

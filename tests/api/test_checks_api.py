@@ -32,6 +32,13 @@ EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size":
 # The check examples' plans (read only here), the first with a dataset: a sampler to compare.
 EVEN_4_ACCUMULATED = {**CHECK_EXAMPLES["even"]["value"]["plan"], "dataset": {"num_samples": 1000, "seed": 7}}
 MIXED = CHECK_EXAMPLES["mixed"]["value"]["plan"]
+CONTROL_NAMES = (
+    "unweighted_mean",
+    "accumulation_not_divided",
+    "sum_without_scaling",
+    "whole_global_batch",
+    "no_distributed_sampler",
+)
 LARGE = {"topology": {"num_nodes": 128, "gpus_per_node": 8}, "global_batch_size": 2048}
 
 
@@ -71,6 +78,16 @@ def test_two_processes_pass_with_controls_detected(client: TestClient) -> None:
     # g = 1 and an even split: only the mistakes that change this plan's gradient are run
     assert set(controls) == {"sum_without_scaling", "no_distributed_sampler"}
     assert all(c["detected"] and c["rel_l2"] > 1e-2 for c in controls.values())
+    # and the others say why they did not run
+    skipped = {c["name"]: c["reason"] for c in result["controls_skipped"]}
+    assert skipped == {
+        "unweighted_mean": "every replica has the same micro-batch, so a plain mean is already right",
+        "accumulation_not_divided": "gradient_accumulation_steps is 1, so there is nothing to divide by",
+        "whole_global_batch": "with mean-reduced losses at the plan's scales, replicas that each read the "
+        "whole global batch average to the right gradient: the mistake costs compute, not correctness",
+    }
+    assert result["controls_not_applicable"] == list(skipped)
+    assert result["sampler_checked"] is True
     assert result["timings_s"]["end_to_end"] < 5
 
 
@@ -89,6 +106,9 @@ def test_uneven_mixed_cluster_plan_and_its_plain_mean_control(client: TestClient
     assert result["passed"] and result["split"] == "proportional" and result["processes"] == 4
     controls = {c["name"]: c for c in result["controls"]}
     assert controls["unweighted_mean"]["detected"] and controls["unweighted_mean"]["rel_l2"] > 1e-2
+    skipped = [c["name"] for c in result["controls_skipped"]]
+    assert sorted([*controls, *skipped]) == sorted(CONTROL_NAMES)  # each control once
+    assert "unweighted_mean" not in skipped
 
 
 def test_float32(client: TestClient) -> None:

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from app.worker.controls import CONTROLS, changes_gradient
+from app.worker.controls import CONTROLS, changes_gradient, split_controls
 from app.worker.request import spec_from_request
 from app.worker.spec import CheckSpec, SpecError, replica_range
 
@@ -60,3 +60,88 @@ def test_replica_ranges_cover_every_replica_once() -> None:
     for processes, replicas in [(4, 1024), (3, 10), (4, 4), (2, 3)]:
         covered = [r for p in range(processes) for r in replica_range(p, processes, replicas)]
         assert covered == list(range(replicas))
+
+
+PLAIN_MEAN_RIGHT = "every replica has the same micro-batch, so a plain mean is already right"
+NOTHING_TO_DIVIDE = "gradient_accumulation_steps is 1, so there is nothing to divide by"
+SINGLE_SAMPLE = (
+    "each replica's step is a single sample (micro-batch 1, no accumulation), so its sum is its mean"
+)
+ONE_READS_ALL = "one replica already reads the whole global batch"
+MEAN_AVERAGES = (
+    "with mean-reduced losses at the plan's scales, replicas that each read the whole global "
+    "batch average to the right gradient: the mistake costs compute, not correctness"
+)
+NO_SHARD = "one replica: there is no shard to miss"
+FOUR = {"num_nodes": 1, "gpus_per_node": 4}
+MIXED = {
+    "node_groups": [
+        {"name": "a", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+        {"name": "b", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    "plan, skipped",
+    [
+        (
+            {"topology": FOUR, "global_batch_size": 64, "micro_batch_size": 8},
+            {"unweighted_mean": PLAIN_MEAN_RIGHT, "whole_global_batch": MEAN_AVERAGES},
+        ),
+        (
+            {"topology": {"num_nodes": 1, "gpus_per_node": 1}, "global_batch_size": 16},
+            {
+                "unweighted_mean": PLAIN_MEAN_RIGHT,
+                "accumulation_not_divided": NOTHING_TO_DIVIDE,
+                "whole_global_batch": ONE_READS_ALL,
+                "no_distributed_sampler": NO_SHARD,
+            },
+        ),
+        (
+            {"topology": FOUR, "global_batch_size": 4},
+            {
+                "unweighted_mean": PLAIN_MEAN_RIGHT,
+                "accumulation_not_divided": NOTHING_TO_DIVIDE,
+                "sum_without_scaling": SINGLE_SAMPLE,
+                "whole_global_batch": MEAN_AVERAGES,
+            },
+        ),
+        (
+            {"topology": FOUR, "global_batch_size": 32, "loss_reduction": "sum"},
+            {"unweighted_mean": PLAIN_MEAN_RIGHT, "accumulation_not_divided": NOTHING_TO_DIVIDE},
+        ),
+        (
+            {"topology": MIXED, "global_batch_size": 24, "loss_reduction": "sum"},
+            {"accumulation_not_divided": NOTHING_TO_DIVIDE},
+        ),
+    ],
+)
+def test_every_control_runs_or_says_why_not(plan: dict[str, object], skipped: dict[str, str]) -> None:
+    pytest.importorskip("torch")
+    from app.worker.shards import Shards
+
+    spec = _spec(plan)
+    shards = Shards(spec)
+    ran, not_run = split_controls(spec, shards.every_replica, shards.epoch)
+    assert {s.name: s.reason for s in not_run} == skipped
+    assert [c.name for c in ran] == [c.name for c in CONTROLS if c.name not in skipped]
+
+
+def test_a_control_no_rule_covers_still_says_why_it_did_not_run() -> None:
+    # Two replicas over a one-sample dataset read the same sample: the unsharded read is the
+    # sharded one, though two replicas have shards.
+    pytest.importorskip("torch")
+    from app.worker.shards import Shards
+
+    spec = _spec(
+        {
+            "topology": {"num_nodes": 1, "gpus_per_node": 2},
+            "global_batch_size": 2,
+            "dataset": {"num_samples": 1},
+        }
+    )
+    shards = Shards(spec)
+    _, not_run = split_controls(spec, shards.every_replica, shards.epoch)
+    reasons = {s.name: s.reason for s in not_run}
+    assert reasons["no_distributed_sampler"].startswith("on this plan's first step it weighs every sample")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,7 +12,7 @@ from torch.utils.data import DistributedSampler  # noqa: E402
 
 from app.core.plan_types import DatasetSpec  # noqa: E402
 from app.core.sampler import proportional_sampler  # noqa: E402
-from app.worker.samplers import IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
+from app.worker.samplers import EpochOrder, IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
 
 
 @pytest.mark.parametrize("n, replicas", [(10, 3), (10, 4), (7, 7), (5, 8), (1, 3), (100, 16)])
@@ -91,3 +93,48 @@ def test_proportional_epoch_sees_every_sample_once_but_as_the_plan_pads_or_drops
     never = n - len(seen)
     assert repeats == plan.padded_samples  # padding repeats indices, nothing else does
     assert never == plan.dropped_samples  # drop_last leaves exactly these out
+
+
+@pytest.mark.parametrize(
+    "n, replicas, drop_last", [(10, 4, False), (5, 8, False), (1, 3, False), (11, 4, True)]
+)
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_reading_by_position_is_the_epoch_list(n: int, replicas: int, drop_last: bool, shuffle: bool) -> None:
+    sampler = DistributedSampler(
+        IndexDataset(n), num_replicas=replicas, rank=0, shuffle=shuffle, seed=5, drop_last=drop_last
+    )
+    whole = epoch_indices(n, sampler.total_size, shuffle, 5, 1)
+    order = EpochOrder(n, sampler.total_size, shuffle, 5, 1)
+    for start in range(sampler.total_size):
+        for stop in range(start, sampler.total_size + 1):
+            assert order.read(range(start, stop)) == whole[start:stop]
+    with pytest.raises(IndexError):
+        order.read(range(sampler.total_size, sampler.total_size + 1))
+
+
+def test_an_unshuffled_epoch_of_any_size_is_read_without_building_it() -> None:
+    n = 10**12  # a list of it would not fit in any memory
+    order = EpochOrder(n, n + 2, False, 0, 0)  # padded by 2, as for 4 replicas
+    assert order.read(range(0, 8, 4)) == [0, 4]
+    assert order.read(range(n - 2, n + 2)) == [n - 2, n - 1, 0, 1]
+    sampler = ProportionalSampler(n, [3, 5], 1, shuffle=False)
+    first = list(itertools.islice(iter(sampler), 10))
+    assert first == [3, 4, 5, 6, 7, 11, 12, 13, 14, 15]
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_check_derives_distributed_samplers_batches_beyond_the_size_it_reads_them(shuffle: bool) -> None:
+    """Above REAL_SAMPLER_MAX_SAMPLES a check derives each replica's batches instead of running
+    DistributedSampler: the derivation is DistributedSampler's first step there too."""
+    from app.worker.request import spec_from_request
+    from app.worker.shards import REAL_SAMPLER_MAX_SAMPLES, Shards
+
+    n = REAL_SAMPLER_MAX_SAMPLES + 3
+    plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}
+    spec = spec_from_request({"plan": {**plan, "dataset": {"num_samples": n, "shuffle": shuffle, "seed": 9}}})
+    shards = Shards(spec)
+    assert not shards.sampler_checked and spec.gradient_accumulation_steps == 2
+    for replica in range(4):
+        sampler = DistributedSampler(IndexDataset(n), num_replicas=4, rank=replica, shuffle=shuffle, seed=9)
+        first_step = list(itertools.islice(iter(sampler), 16))
+        assert shards.derived(replica) == [first_step[:8], first_step[8:]]
