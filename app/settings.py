@@ -39,7 +39,13 @@ class Settings(BaseSettings):
         1 << 20,
         ge=1,
         description="Largest global batch a check holds in memory; more get 422. A dataset is only "
-        "indexed: unshuffled, any size checks; shuffled, up to 67,108,864 samples (its torch.randperm).",
+        "indexed: unshuffled, any size checks; shuffled, up to max_shuffled_samples.",
+    )
+    max_shuffled_samples: int = Field(
+        1 << 26,
+        ge=1,
+        description="Largest shuffled dataset a check takes: each rank holds its torch.randperm, "
+        "8 bytes a sample; more get 422. Unshuffled datasets have no limit.",
     )
     rendezvous_hosts: list[str] = Field(
         default_factory=list,

@@ -77,6 +77,7 @@ class Limits:
             check_timeout_s=settings.check_timeout_s,
             concurrent_checks=settings.concurrent_checks,
             max_check_samples=settings.max_check_samples,
+            max_shuffled_samples=settings.max_shuffled_samples,
             rendezvous_hosts=tuple(settings.rendezvous_hosts),
         )
 

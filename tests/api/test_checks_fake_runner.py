@@ -103,3 +103,16 @@ def test_the_shutdown_stops_the_runner(tmp_path: Path, runner: FakeRunner) -> No
 async def _event() -> asyncio.Event:
     """An event made on the app's event loop."""
     return asyncio.Event()
+
+
+def test_the_shuffled_dataset_limit_is_the_operators_setting(tmp_path: Path, runner: FakeRunner) -> None:
+    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning", max_shuffled_samples=100)
+    with TestClient(create_app(settings, runner=runner)) as client:
+        shuffled = {**EVEN_2, "dataset": {"num_samples": 101, "shuffle": True}}
+        refused = client.post("/v1/checks", json={"plan": shuffled})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["errors"][0]["pointer"] == "/plan/dataset/num_samples"
+        assert refused.json()["suggestions"]["num_samples"] == [100]
+        # The same size unshuffled is only indexed: no limit applies.
+        unshuffled = {**EVEN_2, "dataset": {"num_samples": 101, "shuffle": False}}
+        assert client.post("/v1/checks", json={"plan": unshuffled}).status_code == 202
