@@ -15,25 +15,20 @@ from typing import Any
 
 import pytest
 import yaml
+from export_helpers import call_kwargs, export_input
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.run import get_args_parser
 
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, export, to_yaml
+from app.core.exports import EXPORTERS, ExportUnsupported, export, to_yaml
 from app.core.plan_types import PlanRequest
-from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 
 
 def _request(body: dict[str, Any]) -> PlanRequest:
     return PlanRequestIn.model_validate(body).to_core()
-
-
-def _input(body: dict[str, Any]) -> ExportInput:
-    request = _request(body)
-    return ExportInput(request, plan(request))
 
 
 EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
@@ -69,7 +64,7 @@ def _deepspeed_batch_assertion(config: dict[str, Any], dp_world_size: int) -> No
 
 @pytest.mark.parametrize("name", sorted(EVEN))
 def test_deepspeed_config_satisfies_deepspeed_batch_rule(name: str) -> None:
-    x = _input(EVEN[name])
+    x = export_input(EVEN[name])
     out = export("deepspeed", x)
     assert out.media_type == "application/json"
     config = json.loads(out.text)
@@ -79,7 +74,7 @@ def test_deepspeed_config_satisfies_deepspeed_batch_rule(name: str) -> None:
 
 
 def test_deepspeed_scheduler_warms_up_from_the_plans_start_lr_to_its_lr() -> None:
-    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
     config = json.loads(export("deepspeed", x).text)
     lr = x.plan.learning_rate
     assert lr is not None and x.plan.sampler is not None
@@ -97,7 +92,7 @@ def test_deepspeed_scheduler_warms_up_from_the_plans_start_lr_to_its_lr() -> Non
 
 
 def test_deepspeed_adam_carries_the_sqrt_rules_betas() -> None:
-    x = _input(EXAMPLES["megatron"]["value"])
+    x = export_input(EXAMPLES["megatron"]["value"])
     config = json.loads(export("deepspeed", x).text)
     adam = x.plan.learning_rate.adam  # type: ignore[union-attr]
     assert adam is not None
@@ -127,7 +122,7 @@ NEEDS_ONE_SHAPE = {"accelerate", "lightning"}
 
 def _exports(fmt: str, body: dict[str, Any]) -> bool:
     try:
-        export(fmt, _input(body))
+        export(fmt, export_input(body))
     except PlanError:  # the planner's refusal, or the format's
         return False
     return True
@@ -137,7 +132,7 @@ def _exports(fmt: str, body: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("name", list(UNEVEN))
 def test_uneven_plan_is_refused_with_suggestions_that_export(fmt: str, name: str) -> None:
     body = UNEVEN[name]
-    x = _input(body)
+    x = export_input(body)
     assert x.plan.micro_batch_size is None
     with pytest.raises(ExportUnsupported) as caught:
         export(fmt, x)
@@ -175,7 +170,7 @@ def test_suggestions_of_an_uneven_refusal_by_shape() -> None:
 
 def caught_refusal(fmt: str, body: dict[str, Any]) -> ExportUnsupported:
     with pytest.raises(ExportUnsupported) as caught:
-        export(fmt, _input(body))
+        export(fmt, export_input(body))
     return caught.value
 
 
@@ -183,7 +178,7 @@ def caught_refusal(fmt: str, body: dict[str, Any]) -> ExportUnsupported:
 
 
 def test_kubernetes_manifest_parses_and_matches_the_cluster() -> None:
-    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
     manifest = yaml.safe_load(export("kubernetes", x).text)
     assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
     specs = manifest["spec"]["pytorchReplicaSpecs"]
@@ -200,11 +195,11 @@ def test_kubernetes_manifest_parses_and_matches_the_cluster() -> None:
 
 def test_kubernetes_refuses_node_groups_of_different_shapes() -> None:
     with pytest.raises(ExportUnsupported, match="GPUs per node"):
-        export("kubernetes", _input(MIXED))
+        export("kubernetes", export_input(MIXED))
 
 
 def test_accelerate_config_parses_with_total_process_count() -> None:
-    x = _input(EXAMPLES["dataset_and_lr"]["value"])
+    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
     config = yaml.safe_load(export("accelerate", x).text)
     assert config["num_machines"] == 2 and config["num_processes"] == 16
     assert config["mixed_precision"] == "no"  # quoted: a bare `no` is YAML 1.1 false
@@ -261,14 +256,14 @@ def _run_launcher(text: str, tmp_path: Path, env: dict[str, str]) -> list[list[s
 
 
 def test_single_node_torchrun_parses_with_torchs_parser(tmp_path: Path) -> None:
-    [argv] = _run_launcher(export("torchrun", _input(SINGLE)).text, tmp_path, {})
+    [argv] = _run_launcher(export("torchrun", export_input(SINGLE)).text, tmp_path, {})
     args = get_args_parser().parse_args(argv)
     assert args.standalone and args.nproc_per_node == "4" and args.training_script == "train.py"
 
 
 def test_multi_node_torchrun_uses_c10d(tmp_path: Path) -> None:
     [argv] = _run_launcher(
-        export("torchrun", _input(EVEN["homogeneous"])).text, tmp_path, {"MASTER_ADDR": "10.0.0.1"}
+        export("torchrun", export_input(EVEN["homogeneous"])).text, tmp_path, {"MASTER_ADDR": "10.0.0.1"}
     )
     args = get_args_parser().parse_args(argv)
     assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "8", "c10d")
@@ -277,12 +272,12 @@ def test_multi_node_torchrun_uses_c10d(tmp_path: Path) -> None:
 
 def test_multi_node_torchrun_refuses_to_start_without_master_addr(tmp_path: Path) -> None:
     with pytest.raises(subprocess.CalledProcessError) as caught:
-        _run_launcher(export("torchrun", _input(EVEN["homogeneous"])).text, tmp_path, {})
+        _run_launcher(export("torchrun", export_input(EVEN["homogeneous"])).text, tmp_path, {})
     assert "MASTER_ADDR" in caught.value.stderr
 
 
 def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
-    text = export("torchrun", _input(MIXED)).text
+    text = export("torchrun", export_input(MIXED)).text
     parser = get_args_parser()
     for node_rank, nproc in [(0, "8"), (1, "8"), (2, "4")]:
         [argv] = _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": str(node_rank)})
@@ -298,7 +293,7 @@ def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
     "body", [SINGLE, EVEN["homogeneous"], MIXED, PINNED], ids=["single", "even", "mixed", "pinned"]
 )
 def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> None:
-    out = export("slurm", _input(body))
+    out = export("slurm", export_input(body))
     script = tmp_path / out.filename
     script.write_text(out.text)
     subprocess.run(["bash", "-n", str(script)], check=True, capture_output=True, timeout=10)
@@ -311,7 +306,7 @@ def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> No
 
 
 def test_sbatch_torchrun_line_parses(tmp_path: Path) -> None:
-    text = export("slurm", _input(EVEN["homogeneous"])).text
+    text = export("slurm", export_input(EVEN["homogeneous"])).text
     srun = text[text.index("srun ") :].replace("\\\n", " ")
     # Expand the job's variables as Slurm would, then hand the words to torchrun's parser.
     expanded = subprocess.run(
@@ -328,18 +323,9 @@ def test_sbatch_torchrun_line_parses(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- Python texts
 
 
-def _call_kwargs(text: str, name: str) -> dict[str, Any]:
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
-            return {
-                k.arg: ast.literal_eval(k.value) for k in node.keywords if isinstance(k.value, ast.Constant)
-            }
-    raise AssertionError(f"no call to {name}")
-
-
 def test_hf_training_arguments_give_the_global_batch() -> None:
-    x = _input(EXAMPLES["dataset_and_lr"]["value"])
-    kwargs = _call_kwargs(export("hf-trainer", x).text, "TrainingArguments")
+    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
+    kwargs = call_kwargs(export("hf-trainer", x).text, "TrainingArguments")
     lr = x.plan.learning_rate
     assert lr is not None
     # The Trainer's batch is per device x accumulation x world size.
@@ -349,9 +335,9 @@ def test_hf_training_arguments_give_the_global_batch() -> None:
 
 
 def test_lightning_trainer_and_loader() -> None:
-    x = _input(EXAMPLES["round_down"]["value"])
+    x = export_input(EXAMPLES["round_down"]["value"])
     text = export("lightning", x).text
-    trainer = _call_kwargs(text, "Trainer")
+    trainer = call_kwargs(text, "Trainer")
     assert trainer == {
         "accelerator": "gpu",
         "devices": 8,
@@ -360,12 +346,12 @@ def test_lightning_trainer_and_loader() -> None:
         "accumulate_grad_batches": x.plan.gradient_accumulation_steps,
         "use_distributed_sampler": True,
     }
-    assert _call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size
+    assert call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size
 
 
 @pytest.mark.parametrize("name", ["homogeneous", "dataset_and_lr", "round_down", "mixed"])
 def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
-    x = _input(EXAMPLES[name]["value"])
+    x = export_input(EXAMPLES[name]["value"])
     text = export("python", x).text
     tree = ast.parse(text)
     constants = {
@@ -387,11 +373,11 @@ def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
 
 def test_python_skeleton_refuses_model_parallel_plans() -> None:
     with pytest.raises(ExportUnsupported, match="data-parallel only"):
-        export("python", _input(EXAMPLES["megatron"]["value"]))
+        export("python", export_input(EXAMPLES["megatron"]["value"]))
 
 
 def test_every_registered_format_exports_the_homogeneous_example() -> None:
-    x = _input(EVEN["homogeneous"])
+    x = export_input(EVEN["homogeneous"])
     for fmt in EXPORTERS:
         out = export(fmt, x)
         assert out.format == fmt and out.text.endswith("\n")
@@ -408,7 +394,7 @@ def test_pytorchjob_names_are_dns_1035_labels_with_room_for_worker_pod_names() -
     from app.core.errors import InvalidValue
     from app.main import create_app
 
-    x = _input(EVEN["homogeneous"])  # 2 nodes: the longest pod name is <name>-worker-0
+    x = export_input(EVEN["homogeneous"])  # 2 nodes: the longest pod name is <name>-worker-0
     longest_ok = "a" * (63 - len("-worker-0"))
     export("kubernetes", replace(x, options=replace(x.options, job_name=longest_ok)))
     for bad in ("a" + longest_ok, "1job"):
@@ -431,5 +417,5 @@ def test_hf_trainer_states_the_steps_it_takes_on_leftover_micro_batches() -> Non
         "dataset": {"num_samples": 30, "epochs": 2},
         "learning_rate": {"base_lr": 0.1, "base_batch_size": 8},
     }
-    text = export("hf-trainer", _input(body)).text
+    text = export("hf-trainer", export_input(body)).text
     assert "the plan counts 3; the Trainer takes 4, stepping on the 3 micro-batches left over" in text

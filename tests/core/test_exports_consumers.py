@@ -4,7 +4,6 @@ accumulation, learning rate and warmup. A test skips where its tool is not insta
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -14,12 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from export_helpers import call_kwargs, export_input
 
 from app.core.exports import ExportInput, ExportUnsupported, export
-from app.core.planner import plan
 from app.ports import free_port
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
-from app.schemas.plan_requests import PlanRequestIn
 
 pytestmark = pytest.mark.slow  # each tool takes seconds to import
 
@@ -48,24 +46,9 @@ MODEL_PARALLEL = {"readme": README_MODEL_PARALLEL, "tensor2": TENSOR_2}
 UNEVEN = EXAMPLES["mixed"]["value"]  # the README's mixed cluster
 
 
-def _input(body: dict[str, Any]) -> ExportInput:
-    request = PlanRequestIn.model_validate(body).to_core()
-    return ExportInput(request, plan(request))
-
-
-def _call_kwargs(text: str, name: str) -> dict[str, Any]:
-    """The literal keyword arguments of the first call to `name` in exported Python source."""
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
-            return {
-                k.arg: ast.literal_eval(k.value) for k in node.keywords if isinstance(k.value, ast.Constant)
-            }
-    raise AssertionError(f"no call to {name}")
-
-
 def _refuses_model_parallel(fmt: str) -> None:
     for body in MODEL_PARALLEL.values():
-        x = _input(body)
+        x = export_input(body)
         with pytest.raises(ExportUnsupported, match="data-parallel only") as caught:
             export(fmt, x)
         assert caught.value.pointer == "/parallelism"
@@ -91,7 +74,7 @@ def _deepspeed_numbers(cases: list[tuple[dict[str, Any], int]]) -> list[dict[str
 
 
 def test_deepspeed_config_gives_deepspeed_the_plans_numbers() -> None:
-    inputs = {name: _input(body) for name, body in {**EVEN, **MODEL_PARALLEL}.items()}
+    inputs = {name: export_input(body) for name, body in {**EVEN, **MODEL_PARALLEL}.items()}
     configs = {name: json.loads(export("deepspeed", x).text) for name, x in inputs.items()}
     cases = [(configs[name], x.plan.data_parallel_size) for name, x in inputs.items()]
     # A model-parallel plan without its unit: DeepSpeed divides by every GPU, and refuses.
@@ -140,7 +123,7 @@ def test_accelerate_loads_the_config_and_launches_with_the_plans_world(name: str
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
-    x = _input(EVEN[name])
+    x = export_input(EVEN[name])
     text = export("accelerate", x).text
     path = tmp_path / "accelerate_config.yaml"
     path.write_text(text)
@@ -171,7 +154,7 @@ def test_accelerate_refuses_model_parallel_plans() -> None:
 
 def _training_arguments(x: ExportInput, tmp_path: Path) -> Any:
     transformers = pytest.importorskip("transformers")
-    values = _call_kwargs(export("hf-trainer", x).text, "TrainingArguments")
+    values = call_kwargs(export("hf-trainer", x).text, "TrainingArguments")
     parser = transformers.HfArgumentParser(transformers.TrainingArguments)
     (args,) = parser.parse_dict({**values, "output_dir": str(tmp_path), "use_cpu": True})
     return args
@@ -179,7 +162,7 @@ def _training_arguments(x: ExportInput, tmp_path: Path) -> Any:
 
 @pytest.mark.parametrize("name", sorted(EVEN))
 def test_hf_trainer_arguments_give_the_trainer_the_plans_numbers(name: str, tmp_path: Path) -> None:
-    x = _input(EVEN[name])
+    x = export_input(EVEN[name])
     args = _training_arguments(x, tmp_path)
     import torch
     from transformers import Trainer, get_scheduler
@@ -229,14 +212,14 @@ def test_hf_trainer_refuses_model_parallel_plans() -> None:
 @pytest.mark.parametrize("name", sorted(EVEN))
 def test_lightning_trainer_takes_the_plans_world_and_accumulation(name: str) -> None:
     L = pytest.importorskip("lightning")
-    x = _input(EVEN[name])
-    kwargs = _call_kwargs(export("lightning", x).text, "Trainer")
+    x = export_input(EVEN[name])
+    kwargs = call_kwargs(export("lightning", x).text, "Trainer")
     # Built on CPU, with the exported devices, nodes and strategy: the world the GPUs would form.
     trainer = L.Trainer(**{**kwargs, "accelerator": "cpu"}, logger=False, enable_checkpointing=False)
     p = x.plan
     assert trainer.world_size == p.data_parallel_size
     assert trainer.accumulate_grad_batches == p.gradient_accumulation_steps
-    assert _call_kwargs(export("lightning", x).text, "DataLoader")["batch_size"] == p.micro_batch_size
+    assert call_kwargs(export("lightning", x).text, "DataLoader")["batch_size"] == p.micro_batch_size
     if p.sampler is not None and p.sampler.epochs is not None:
         assert trainer.max_epochs == p.sampler.epochs
 
@@ -261,11 +244,11 @@ def test_lightning_steps_per_epoch_are_the_plans() -> None:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    x = _input(LEFTOVER)
+    x = export_input(LEFTOVER)
     assert x.plan.sampler is not None
     assert (x.plan.sampler.micro_steps_per_epoch, x.plan.sampler.optimizer_steps_per_epoch) == (15, 3)
     text = export("lightning", x).text
-    kwargs = _call_kwargs(text, "Trainer")
+    kwargs = call_kwargs(text, "Trainer")
 
     class Model(L.LightningModule):
         def __init__(self) -> None:
@@ -286,7 +269,7 @@ def test_lightning_steps_per_epoch_are_the_plans() -> None:
         enable_model_summary=False,
     )
     data = torch.arange(30.0).reshape(30, 1)
-    loader = DataLoader(TensorDataset(data, data), **_call_kwargs(text, "DataLoader"))
+    loader = DataLoader(TensorDataset(data, data), **call_kwargs(text, "DataLoader"))
     trainer.fit(Model(), loader)
     assert trainer.global_step == 3 * 2  # the plan's 3 steps per epoch, not Lightning's own 4
 
@@ -300,7 +283,7 @@ def test_pytorchjob_loads_in_the_kubeflow_sdk_and_its_pods_validate(name: str) -
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     from kubeflow.training.api_client import ApiClient
 
-    x = _input(EVEN[name])
+    x = export_input(EVEN[name])
     manifest = yaml.safe_load(export("kubernetes", x).text)
     # The SDK's own model: it refuses a spec without runPolicy.
     job = ApiClient()._ApiClient__deserialize(manifest, "KubeflowOrgV1PyTorchJob")  # type: ignore[attr-defined]
@@ -331,7 +314,7 @@ def test_pytorchjob_loads_in_the_kubeflow_sdk_and_its_pods_validate(name: str) -
 
 @pytest.mark.parametrize("fmt", ["deepspeed", "accelerate", "hf-trainer", "lightning", "kubernetes"])
 def test_formats_with_one_batch_size_refuse_the_readmes_uneven_plan(fmt: str) -> None:
-    x = _input(UNEVEN)
+    x = export_input(UNEVEN)
     assert x.plan.micro_batch_size is None
     with pytest.raises(ExportUnsupported):
         export(fmt, x)
