@@ -194,6 +194,7 @@ class CheckResultOut(BaseModel):
         "(DistributedSampler, or the proportional one) and matched the layout; false for an even "
         "split over more than 262,144 samples, whose layout is derived from the same "
         "torch.randperm instead of a list of every index.",
+        examples=[True],
     )
     timings_s: dict[str, float]
     model: str = SYNTHETIC

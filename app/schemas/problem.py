@@ -45,4 +45,5 @@ class ProblemOut(BaseModel):
         [],
         description="Changes that work only together: each object sets all of its fields at once "
         '(e.g. `{"global_batch_size": 1024, "micro_batch_size": 32}`), everything else unchanged.',
+        examples=[[{"global_batch_size": 1000, "micro_batch_size": 25}]],
     )
