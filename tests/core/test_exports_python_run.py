@@ -89,14 +89,9 @@ def _finish(proc: subprocess.Popen[str]) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="issue 14, open: about one run in four, a rank still aborts at exit with 'terminate "
-    "called without an active exception' after 'done', despite the barrier before "
-    "destroy_process_group (torch 2.13 CPU, gloo)",
-    strict=False,
-)
 def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) -> None:
-    # Three times each: a rank tearing the group down early failed about one run in three.
+    # Three times each: ranks aborted at exit ("terminate called without an active exception")
+    # in about one run in three when the group was torn down with DDP still holding it.
     # Both plans at once: each torchrun spends most of its time importing torch.
     for attempt in range(3):
         plans = (("even", EVEN), ("uneven", UNEVEN))

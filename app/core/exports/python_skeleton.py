@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 
 import torch
@@ -171,8 +172,13 @@ def main() -> None:
             break
     if rank == 0:
         print(f"done: {step} optimizer steps", flush=True)
-    # Every rank reaches the end before any tears the group down: a rank that destroys it
-    # while another is still in a collective aborts the job on the way out.
+    # DDP's reducer holds the process group and its last work objects; left to interpreter
+    # shutdown, gloo's threads free tensors after Python is gone and the rank aborts with
+    # "terminate called without an active exception". Free them while Python is alive (DDP's
+    # hooks form reference cycles, hence the collect), then let every rank arrive before any
+    # tears the group down.
+    del model, optimizer, scheduler, loader, sampler
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
