@@ -30,7 +30,7 @@ from app.worker.workload import LossFn, Workload
 def find_max_micro_batch(
     model: nn.Module,
     dataset: Dataset[Any],
-    loss_fn: LossFn,
+    loss_fn: LossFn | None,
     device: torch.device | str,
     *,
     capacity_bytes: int | None = None,
@@ -113,7 +113,7 @@ def fit_micro_batch(
     found = torch.zeros(1, dtype=torch.int64, device=device)
     report: dict[str, Any] = {}
     if dist.get_rank() == 0:
-        module = workload.module(None, device)
+        module = workload.single_process_module(None, device)
         report = find_max_micro_batch(
             module,
             workload.dataset,
