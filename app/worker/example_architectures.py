@@ -73,7 +73,7 @@ def resnet_group_norm(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module
 
 def resnet_sync_bn(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module]:
     """The ResNet with SyncBatchNorm: statistics over every replica (GPUs only)."""
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(ResNet(nn.BatchNorm2d))
+    model: nn.Module = nn.SyncBatchNorm.convert_sync_batchnorm(ResNet(nn.BatchNorm2d))  # type: ignore[no-untyped-call]
     return model, _images(seed), nn.CrossEntropyLoss()
 
 
@@ -90,7 +90,8 @@ class DropPath(nn.Module):
             return x
         keep = 1 - self.drop_prob
         mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
+        dropped: torch.Tensor = x * mask / keep
+        return dropped
 
 
 class ConvNeXtBlock(nn.Module):
@@ -109,7 +110,8 @@ class ConvNeXtBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         branch = self.norm(self.dwconv(x).permute(0, 2, 3, 1))
         branch = self.gamma * self.pwconv2(nn.functional.gelu(self.pwconv1(branch)))
-        return x + self.drop_path(branch.permute(0, 3, 1, 2))
+        out: torch.Tensor = x + self.drop_path(branch.permute(0, 3, 1, 2))
+        return out
 
 
 class ConvNeXt(nn.Module):

@@ -103,8 +103,8 @@ def bert(seed: int = 0) -> tuple[nn.Module, Dataset[Any], None]:
         intermediate_size=2 * WIDTH,
         vocab_size=VOCAB,
         max_position_embeddings=TOKENS,
-        num_labels=3,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
+    config.num_labels = 3  # a PretrainedConfig attribute that BertConfig's signature does not list
     return BertForSequenceClassification(config).train(), Tokens(seed, classes=3), None
