@@ -139,7 +139,7 @@ class FixedBatch(nn.Module):
         self.fc = nn.Linear(3 * SIZE * SIZE, CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.view(2, -1)  # the bug: the batch size written in
+        flat = x.view(2, 3 * SIZE * SIZE)  # the bug: the batch size written in
         out: torch.Tensor = self.fc(flat)
         return out
 

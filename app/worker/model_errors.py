@@ -25,6 +25,11 @@ def _inside(filename: str, root: str) -> bool:
         return False
 
 
+def _is_worker(filename: str) -> bool:
+    """The worker's own code; the example models that ship with it are model code."""
+    return _inside(filename, _APP) and not Path(filename).name.startswith("example_")
+
+
 def _is_torch(filename: str) -> bool:
     return any(part in filename for part in _TORCH_PARTS)
 
@@ -36,7 +41,7 @@ def model_frames(error: BaseException) -> list[traceback.FrameSummary]:
     kept = [
         f
         for f in frames
-        if not _inside(f.filename, _APP) and not _inside(f.filename, _STDLIB) and not _is_torch(f.filename)
+        if not _is_worker(f.filename) and not _inside(f.filename, _STDLIB) and not _is_torch(f.filename)
     ]
     if frames and _is_torch(frames[-1].filename):
         kept.append(frames[-1])
