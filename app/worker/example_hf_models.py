@@ -18,6 +18,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 VOCAB, TOKENS, SAMPLES, WIDTH = 64, 12, 512, 16
+# The sizes a one-layer BERT-style config (Llama's and BERT's) takes.
+ONE_LAYER: dict[str, Any] = {
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "hidden_size": WIDTH,
+    "intermediate_size": 2 * WIDTH,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": TOKENS,
+}
 
 
 class Tokens(Dataset[dict[str, torch.Tensor]]):
@@ -78,13 +87,8 @@ def llama(seed: int = 0, attention_dropout: float = 0.1) -> tuple[nn.Module, Dat
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        num_hidden_layers=1,
-        num_attention_heads=2,
+        **ONE_LAYER,
         num_key_value_heads=2,
-        hidden_size=WIDTH,
-        intermediate_size=2 * WIDTH,
-        vocab_size=VOCAB,
-        max_position_embeddings=TOKENS,
         attention_dropout=attention_dropout,
         bos_token_id=0,
         eos_token_id=0,
@@ -97,12 +101,7 @@ def bert(seed: int = 0) -> tuple[nn.Module, Dataset[Any], None]:
     from transformers import BertConfig, BertForSequenceClassification
 
     config = BertConfig(
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        hidden_size=WIDTH,
-        intermediate_size=2 * WIDTH,
-        vocab_size=VOCAB,
-        max_position_embeddings=TOKENS,
+        **ONE_LAYER,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
