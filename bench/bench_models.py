@@ -3,10 +3,12 @@
     .venv/bin/python bench/bench_models.py [--runs 5] [--seeds 32] [--json out.json]
 
 Starts `uvicorn app.main:app` with 4 warm rank processes and the example models `mlp`,
-`quadratic` and `wide_mlp` registered, then measures, each against a baseline from the same run:
+`quadratic`, `wide_mlp` and a Transformers GPT-2 (`gpt2`, tiny, random-init) registered,
+then measures, each against a baseline from the same run:
 
-1. Check time on 4 replicas: the synthetic model (baseline), `mlp` without the noise scale,
-   `mlp` with its default 8 noise-scale steps (median of --runs after one discarded run).
+1. Check time on 4 replicas: the synthetic model (baseline), `mlp` and `gpt2`, each without
+   the noise scale and with its default 8 noise-scale steps (median of --runs after one
+   discarded run, which for `gpt2` pays the transformers import in every rank).
 2. The noise-scale estimate of `quadratic` (global batch 128 on 4 replicas) over 8, 16 and 32
    steps and seeds 0..--seeds−1, against the closed form of the dataset each seed builds.
 3. The micro-batch search of `wide_mlp` in 4 MiB (global batch 512 on 4 replicas), against
@@ -42,6 +44,7 @@ from tests.support.servers import Server, serve
 
 REPLICAS = 4
 MODELS = {name: f"app.worker.example_models:{name}" for name in ("mlp", "quadratic", "wide_mlp")}
+MODELS["gpt2"] = "app.worker.example_hf_models:gpt2"
 NOISE_STEPS = (8, 16, 32)
 MEMORY_BYTES, SAFETY_MARGIN = 4 * 1024 * 1024, 0.1
 
@@ -68,6 +71,8 @@ def check_times(client: httpx.Client, runs: int) -> dict[str, Any]:
         "synthetic": {"plan": CHECK_PLAN},
         "mlp_noise0": {"plan": CHECK_PLAN, "model": "mlp", "noise_scale": {"steps": 0}},
         "mlp_noise8": {"plan": CHECK_PLAN, "model": "mlp"},
+        "gpt2_noise0": {"plan": CHECK_PLAN, "model": "gpt2", "noise_scale": {"steps": 0}},
+        "gpt2_noise8": {"plan": CHECK_PLAN, "model": "gpt2"},
     }
     out: dict[str, Any] = {}
     for name, body in cases.items():
@@ -105,12 +110,13 @@ def noise_accuracy(client: httpx.Client, seeds: int) -> dict[str, Any]:
         "by_steps": {},
     }
     for steps in NOISE_STEPS:
-        estimates, errors, relative, covered, seconds = [], [], [], 0, []
+        estimates, errors, relative, covered, seconds, reliable = [], [], [], 0, [], 0
         for seed in range(seeds):
             _, result = check_over_http(client, {**body, "noise_scale": {"steps": steps}, "seed": seed})
             noise = result["noise_scale"]
             seconds.append(result["timings_s"]["noise_scale"])
             estimate, stderr = noise["b_simple"], noise["stderr"]
+            reliable += bool(noise.get("reliable"))
             if estimate is None:
                 continue  # no estimate: the "estimates" column counts the runs that gave one
             estimates.append(estimate)
@@ -120,6 +126,7 @@ def noise_accuracy(client: httpx.Client, seeds: int) -> dict[str, Any]:
                 covered += abs(estimate - truth[seed]) <= 2 * stderr
         out["by_steps"][str(steps)] = {
             "estimates": len(estimates),
+            "reliable": reliable,
             "median_estimate": round(statistics.median(estimates), 3) if estimates else None,
             "mean_abs_rel_error": round(statistics.fmean(errors), 4) if errors else None,
             "median_relative_stderr": round(statistics.median(relative), 4) if relative else None,
@@ -193,6 +200,8 @@ def report(figures: dict[str, Any]) -> None:
         "synthetic": "synthetic (baseline)",
         "mlp_noise0": "mlp, noise_scale steps 0",
         "mlp_noise8": "mlp, noise_scale steps 8",
+        "gpt2_noise0": "gpt2 (transformers), steps 0",
+        "gpt2_noise8": "gpt2 (transformers), steps 8",
     }
     rows = [
         [
@@ -221,6 +230,7 @@ def report(figures: dict[str, Any]) -> None:
         [
             steps,
             f"{row['estimates']}/{noise['seeds']}",
+            f"{row['reliable']}/{noise['seeds']}",
             num(row["median_estimate"], ".2f"),
             num(row["mean_abs_rel_error"], ".1%"),
             num(row["median_relative_stderr"], ".1%"),
@@ -229,7 +239,15 @@ def report(figures: dict[str, Any]) -> None:
         ]
         for steps, row in noise["by_steps"].items()
     ]
-    headers = ["steps", "estimates", "median B", "mean |err|/truth", "median rel stderr", "cover 2se"]
+    headers = [
+        "steps",
+        "estimates",
+        "reliable",
+        "median B",
+        "mean |err|/truth",
+        "median rel stderr",
+        "cover 2se",
+    ]
     print(table([*headers, "noise s"], rows))
 
     search = figures["micro_batch_search"]

@@ -49,3 +49,17 @@ def unknown_model(name: str, registered: list[str]) -> str:
         f"no check model {name!r} on this worker; registered: {', '.join(names)}{hint} "
         f"(operators register models with BATCHPLAN_CHECK_MODELS=name=package.module:factory)"
     )
+
+
+def sync_batch_norm_refusal(names: list[str]) -> str:
+    """Why a check of a model with SyncBatchNorm layers in training cannot run on CPU: the
+    422 at submission (the web process knows the layers from the model's description) and
+    the error of a check started without one (the rank program)."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return (
+        f"the model has {len(names)} SyncBatchNorm layer(s) in training mode ({shown}), which torch "
+        f"runs on GPUs only (NCCL), and this check would run on CPU: check it on a worker with a GPU "
+        f"per replica (there the single-process reference runs them as BatchNorm over the whole "
+        f"batch, which proves SyncBatchNorm equivalent), or convert them back to BatchNorm for a "
+        f"CPU check (which then shows what per-replica statistics cost)"
+    )

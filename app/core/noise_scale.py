@@ -28,6 +28,9 @@ from app.core.plan_types import BatchEfficiency
 # at least 1/3 there.
 NEAR_FACTOR = 2.0
 DEFAULT_DECAY = 0.9
+# Steps whose |G|^2 or tr(S) estimate is not positive: at this share or more, the steps
+# disagree about the sign of what is averaged, and the average is noise.
+SIGN_DISAGREEMENT = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,26 @@ def estimate(steps: Sequence[StepEstimate], decay: float = DEFAULT_DECAY) -> Noi
         history=tuple(steps),
         running=tuple(_ratio(steps[: k + 1], decay) for k in range(n)),
     )
+
+
+def doubts(result: NoiseScale) -> list[str]:
+    """Why `result` cannot carry a recommendation; empty when it can. An estimate without a
+    standard error has no stated precision, and one whose steps disagree in sign is a ratio
+    of numbers that noise dominates, whatever its standard error says."""
+    reasons = []
+    if result.b_simple is None:
+        reasons.append("the averaged |G|^2 or tr(S) was not positive")
+    negative = sum(1 for s in result.history if s.gradient_sq <= 0 or s.trace <= 0)
+    if result.steps and negative / result.steps >= SIGN_DISAGREEMENT:
+        reasons.append(
+            f"the steps disagree in sign: {negative} of {result.steps} gave a negative |G|^2 or "
+            f"tr(S) estimate, so the averages are mostly noise"
+        )
+    if result.b_simple is not None and result.stderr is None:
+        reasons.append(
+            "it has no standard error (that needs 2 or more steps, each left-out average positive)"
+        )
+    return reasons
 
 
 def readable(x: float) -> str:

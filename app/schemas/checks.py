@@ -113,13 +113,19 @@ class ControlSkippedOut(BaseModel):
 
 class FindingOut(BaseModel):
     cause: str = Field(
-        description="batch_norm, dropout, stochastic_forward, rank_dependent, unused_parameters, "
-        "rank_dependent_untested or unexplained."
+        description="batch_norm, dropout, stochastic_depth, stochastic_forward, rank_dependent, "
+        "unused_parameters, loss_over_tokens, rank_dependent_untested or unexplained."
     )
     modules: list[str]
     detail: str
     fix: str
     breaks_equivalence: bool
+    fails_with_ddp_defaults: bool = Field(
+        False,
+        description="The gradient is right, but DistributedDataParallel with its default arguments "
+        "fails at the next step (unused parameters need find_unused_parameters=True).",
+        examples=[True],
+    )
 
 
 class EquivalenceOut(BaseModel):
@@ -128,6 +134,11 @@ class EquivalenceOut(BaseModel):
     )
     summary: str
     findings: list[FindingOut]
+    fails_with_ddp_defaults: bool = Field(
+        False,
+        description="A finding says DDP with its default arguments fails at the next step.",
+        examples=[False],
+    )
 
 
 class NoiseStepOut(BaseModel):
@@ -155,6 +166,23 @@ class NoiseScaleOut(BaseModel):
     critical_batch_size: float | None
     efficiency: dict[str, Any] | None
     recommendation: str
+    reliable: bool = Field(
+        True,
+        description="The estimate can be acted on: the model is DDP-equivalent at this split, the "
+        "steps agree in sign and it has a standard error. When false, `critical_batch_size`, "
+        "`efficiency` and the recommendation are withheld.",
+        examples=[False],
+    )
+    unreliable_because: list[str] = Field(
+        default_factory=list,
+        description="Why the estimate is not reliable; empty when it is.",
+        examples=[
+            [
+                "the steps disagree in sign: 4 of 8 gave a negative |G|^2 or tr(S) estimate, so the "
+                "averages are mostly noise"
+            ]
+        ],
+    )
 
 
 class CheckResultOut(BaseModel):

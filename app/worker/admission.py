@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from app.core.errors import DomainError, PlanError
-from app.core.model_registry import SYNTHETIC, unknown_model
+from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
@@ -113,6 +113,10 @@ class Admission:
             raise SpecError(
                 f"check model {spec.model!r} cannot be built on this worker: {info['error']}", "/model"
             )
+        synced = info.get("sync_batch_norm") if info else None
+        if synced and (self.runner.host_info.gpus == 0 or spec.backend == "gloo"):
+            pointer = "/backend" if self.runner.host_info.gpus else "/model"
+            raise SpecError(sync_batch_norm_refusal(list(synced)), pointer)
         size = info.get("dataset_size") if info else None
         if isinstance(size, int) and spec.num_samples > size:
             pointer = "/plan/dataset/num_samples" if has_dataset else "/plan/global_batch_size"

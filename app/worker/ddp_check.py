@@ -19,16 +19,18 @@ import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
+from app.worker import equivalence_probes as probes
 from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
 from app.worker.controls import Control, split_controls
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
 from app.worker.micro_batch_fit import fit_micro_batch
-from app.worker.noise_measurement import measure_noise_scale
+from app.worker.noise_measurement import distrust, measure_noise_scale, not_equivalent_reason
 from app.worker.shards import Shards
 from app.worker.spec import CheckSpec, replica_range, replicas_per_process
+from app.worker.sync_batch_norm import cpu_refusal, training_sync_batch_norms
 from app.worker.synthetic_model import backward
 from app.worker.timings import Timer
-from app.worker.workload import Workload, load
+from app.worker.workload import Workload, load, model_code
 
 # float64 on CPU agrees to ~1e-16 relative, float32 to ~1e-7; a wrong setup is off by 1e-1 or more.
 TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
@@ -44,7 +46,7 @@ def _probe_forward(
     device: torch.device,
 ) -> Any:
     x, _ = workload.batch(indices, dtype, device)
-    return lambda: module(x)
+    return lambda: workload.forward(module, x)
 
 
 def run_check(
@@ -72,25 +74,39 @@ def run_check(
             f"{spec.num_samples}: give plan.dataset.num_samples at most {workload.dataset_size}"
         )
     module = workload.module(dtype, device)
+    synced = training_sync_batch_norms(module)
+    if synced and device.type != "cuda":
+        with model_code():  # refused before any collective: the ranks stay usable
+            raise ValueError(cpu_refusal(synced))
     shards = Shards(spec)
     timer.lap("model")
     probe = shards.derived(0)[0]  # the same samples on every rank
-    findings = equivalence.static_findings(module, spec)
-    unused = equivalence.unused_parameters(
-        module, lambda m: backward(workload.loss(m, *workload.batch(probe, dtype, device), "mean"))
-    )
+    findings = equivalence.static_findings(module, spec, processes=world, own_loss=workload.own_loss)
+
+    def backward_once(m: torch.nn.Module) -> None:
+        backward(workload.loss(m, *workload.batch(probe, dtype, device), "mean"))
+
+    unused = probes.unused_parameters(module, backward_once)
+    gradient_spread = probes.stochastic_gradient(module, backward_once)
     model = DistributedDataParallel(
         module,
         device_ids=[device.index] if device.type == "cuda" else None,
         find_unused_parameters=bool(unused),
     )
     forward = _probe_forward(model.module, workload, probe, dtype, device)
+    stochastic = max(probes.stochastic_forward(forward, device), gradient_spread)
+    draws: list[str] = []
+    if stochastic > probes.different(spec.dtype):
+        alone = workload.single_process_module(dtype, device)  # no collectives in its forward
+        draws = probes.random_draws(_probe_forward(alone, workload, probe, dtype, device), alone, device)
     findings += equivalence.empirical_findings(
-        stochastic=equivalence.stochastic_forward(forward, device),
-        rank=equivalence.rank_difference(forward, device),
+        stochastic=stochastic,
+        rank=probes.rank_difference(forward, device),
         processes=world,
         unused=unused,
         known=findings,
+        dtype=spec.dtype,
+        draws=draws,
     )
     timer.lap("ddp")
     sampled = shards.local(local)
@@ -143,9 +159,12 @@ def run_check(
                 detected=c_rel > DETECTION_FACTOR * tolerance,
             )
         )
+    judged = equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance)
+    if noise is not None and not judged["equivalent"]:
+        noise = distrust(noise, [not_equivalent_reason(judged["summary"])])
     return CheckResult(
         model=workload.name,
-        ddp_equivalence=equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance),
+        ddp_equivalence=judged,
         setup=Setup(
             backend=backend,
             device=device.type,

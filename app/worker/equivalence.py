@@ -2,78 +2,72 @@
 the single-process gradient of the global batch only when each sample's gradient depends on
 nothing but that sample and the weights.
 
-Four known causes are looked for, each both in the module tree and by running the model:
-BatchNorm (statistics over each micro-batch, not the global batch), dropout or any other
-randomness in the forward pass, layers that behave differently on different ranks, and
-parameters that the forward pass does not use (DDP's default then fails at the next step).
+Known causes are looked for, each both in the module tree and by running the model
+(`app.worker.equivalence_probes`): BatchNorm (statistics over each micro-batch, not the
+global batch), dropout, stochastic depth or any other randomness in the forward pass, layers
+that behave differently on different ranks, and parameters that the forward pass does not
+use (the gradient is right, but DDP's default then fails at the next step). Modules are
+judged in the modes the factory left them in: an eval-mode batch norm or dropout is no cause.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
 from typing import Any
 
-import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
+from app.worker.equivalence_probes import different
 from app.worker.spec import CheckSpec
 
-# Outputs this far apart (relative to their size) are different, whatever the dtype.
-DIFFERENT = 1e-6
-_PROBE_SEED = 20_181_214  # any fixed value: every rank draws the same random numbers
+# torchvision's StochasticDepth, timm's DropPath and DropBlock, and the many copies of them.
+_STOCHASTIC_DEPTH = re.compile(r"stochastic_?depth|drop_?path|drop_?block", re.IGNORECASE)
+_RATE_ATTRIBUTES = ("p", "drop_prob", "drop_rate", "drop_path_rate", "prob")
 
 
-def _finding(cause: str, modules: list[str], detail: str, fix: str, breaks: bool) -> dict[str, Any]:
+def _finding(
+    cause: str,
+    modules: list[str],
+    detail: str,
+    fix: str,
+    breaks: bool,
+    *,
+    fails_with_ddp_defaults: bool = False,
+) -> dict[str, Any]:
     return {
         "cause": cause,
         "modules": modules[:20],
         "detail": detail,
         "fix": fix,
         "breaks_equivalence": breaks,
+        "fails_with_ddp_defaults": fails_with_ddp_defaults,
     }
 
 
-def static_findings(module: nn.Module, spec: CheckSpec) -> list[dict[str, Any]]:
-    """What the module tree shows, judged at the plan's split."""
-    out = []
-    micro = min(spec.micro_batch_sizes())
-    g, G = spec.gradient_accumulation_steps, spec.global_batch_size
-    plain = [
+def _drop_rate(module: nn.Module) -> float:
+    for attribute in _RATE_ATTRIBUTES:
+        value = getattr(module, attribute, None)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return 1.0  # a rate under another name: count the module
+
+
+def stochastic_depth_modules(module: nn.Module) -> list[str]:
+    return [
         n or "(root)"
         for n, m in module.named_modules()
-        if isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm) and m.training
+        if _STOCHASTIC_DEPTH.search(type(m).__name__) and m.training and _drop_rate(m) > 0
     ]
-    synced = [
-        n or "(root)" for n, m in module.named_modules() if isinstance(m, nn.SyncBatchNorm) and m.training
-    ]
-    if plain:
-        out.append(
-            _finding(
-                "batch_norm",
-                plain,
-                f"{len(plain)} BatchNorm layer(s) in training mode normalise each micro-batch of {micro} "
-                f"samples with its own mean and variance; the single-process step normalises all {G} "
-                f"together, so every sample's gradient depends on which others share its micro-batch",
-                "use torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) (NCCL on GPUs) with no gradient "
-                "accumulation, or GroupNorm/LayerNorm, which normalise each sample on its own",
-                breaks=micro < G,
-            )
-        )
-    if synced:
-        out.append(
-            _finding(
-                "batch_norm",
-                synced,
-                f"SyncBatchNorm shares statistics across replicas, but each of the {g} accumulation "
-                f"steps still normalises only {G // g} of the {G} samples",
-                "plan without gradient accumulation (more replicas or a larger micro-batch), or use "
-                "GroupNorm/LayerNorm",
-                breaks=g > 1,
-            )
-        )
+
+
+def static_findings(
+    module: nn.Module, spec: CheckSpec, *, processes: int = 0, own_loss: bool = False
+) -> list[dict[str, Any]]:
+    """What the module tree shows, judged at the plan's split (`processes`: how many run the
+    replicas; `own_loss`: the loss is the model's own `outputs.loss`)."""
+    out = _batch_norm_findings(module, spec, processes)
     dropout = [n for n, m in module.named_modules() if isinstance(m, _DropoutNd) and m.training and m.p > 0]
     attention = [
         n
@@ -92,86 +86,130 @@ def static_findings(module: nn.Module, spec: CheckSpec) -> list[dict[str, Any]]:
                 breaks=True,
             )
         )
-    return out
-
-
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _tensors(v)
-
-
-def _flat_output(forward: Callable[[], Any], seed: int, device: torch.device) -> torch.Tensor:
-    devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
-        torch.manual_seed(seed)
-        parts = [t.detach().reshape(-1).double() for t in _tensors(forward()) if t.is_floating_point()]
-    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64, device=device)
-
-
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.shape != b.shape:
-        return float("inf")
-    scale = max(float(b.abs().max()) if b.numel() else 0.0, 1e-30)
-    return float((a - b).abs().max()) / scale if a.numel() else 0.0
-
-
-def stochastic_forward(forward: Callable[[], Any], device: torch.device) -> float:
-    """How far two forward passes of the same input under different random states differ."""
-    return _relative(
-        _flat_output(forward, _PROBE_SEED, device), _flat_output(forward, _PROBE_SEED + 1, device)
-    )
-
-
-def rank_difference(forward: Callable[[], Any], device: torch.device) -> float:
-    """The largest difference from rank 0's output of the same input and random state, over
-    all ranks (a collective: every rank calls it and gets the same answer)."""
-    mine = _flat_output(forward, _PROBE_SEED, device)
-    size = torch.tensor([mine.numel()], dtype=torch.int64, device=device)
-    sizes = size.clone()
-    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
-    floor = size.clone()
-    dist.all_reduce(floor, op=dist.ReduceOp.MIN)
-    if int(sizes) != int(floor):
-        return float("inf")  # the output's shape itself depends on the rank
-    leader = mine.clone()
-    dist.broadcast(leader, src=0)
-    diff = torch.tensor([_relative(mine, leader)], dtype=torch.float64, device=device)
-    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
-    return float(diff)
-
-
-def unused_parameters(module: nn.Module, backward_once: Callable[[nn.Module], None]) -> list[str]:
-    """Trainable parameters that get no gradient from one backward pass (grads cleared after)."""
-    module.zero_grad(set_to_none=True)
-    backward_once(module)
-    names = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
-    module.zero_grad(set_to_none=True)
-    return names
-
-
-def empirical_findings(
-    *, stochastic: float, rank: float, processes: int, unused: list[str], known: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    out = []
-    causes = {f["cause"] for f in known}
-    if stochastic > DIFFERENT and "dropout" not in causes:
+    depth = stochastic_depth_modules(module)
+    if depth:
         out.append(
             _finding(
-                "stochastic_forward",
-                [],
-                f"the same input under another random state gives outputs {stochastic:.3g} apart "
-                f"(relative): the forward pass draws random numbers (functional dropout, noise, sampling)",
-                "turn the randomness off for the check (a flag in the factory), or seed it per sample",
+                "stochastic_depth",
+                depth,
+                f"{len(depth)} stochastic-depth (drop path) module(s) skip a random choice of samples' "
+                f"residual branches per forward pass: each replica (and the single-process step) "
+                f"skips different ones",
+                "run the check with the drop-path rate at 0 (a factory argument, or eval() for those "
+                "modules) to prove the split; in training, stochastic depth is expected noise, not a "
+                "batching error",
                 breaks=True,
             )
         )
-    if rank > DIFFERENT:
+    if own_loss:
+        out.append(
+            _finding(
+                "loss_over_tokens",
+                [],
+                "the loss is the model's own outputs.loss; Transformers' language-model losses "
+                "average over the micro-batch's labelled tokens, not its samples: the plan's "
+                "per-sample loss scales are exact only when every sample has as many labelled "
+                "tokens (the gradient comparison shows whether they had)",
+                "give every sample the same number of labelled tokens (no -100 padding labels), or "
+                "return a per-sample mean loss_fn; token-level normalisation comes with token plans",
+                breaks=False,
+            )
+        )
+    return out
+
+
+def _batch_norm_findings(module: nn.Module, spec: CheckSpec, processes: int) -> list[dict[str, Any]]:
+    out = []
+    micro = min(spec.micro_batch_sizes())
+    dp, g, G = spec.data_parallel_size, spec.gradient_accumulation_steps, spec.global_batch_size
+    plain = [
+        n or "(root)"
+        for n, m in module.named_modules()
+        if isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm) and m.training
+    ]
+    synced = [
+        n or "(root)" for n, m in module.named_modules() if isinstance(m, nn.SyncBatchNorm) and m.training
+    ]
+    if plain:
+        out.append(
+            _finding(
+                "batch_norm",
+                plain,
+                f"{len(plain)} BatchNorm layer(s) in training mode normalise each micro-batch of {micro} "
+                f"samples with its own mean and variance; the single-process step normalises all {G} "
+                f"together, so every sample's gradient depends on which others share its micro-batch. "
+                f"Per-replica batch norm is DDP's default and the common, accepted recipe for training "
+                f"CNNs; what it costs is this equivalence: the step depends on the split (and statistics "
+                f"of small micro-batches are noisy)",
+                "nothing, if per-replica statistics are acceptable, as in most CNN training; to make the "
+                "step independent of the split: torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) "
+                "(NCCL on GPUs) with no gradient accumulation, GroupNorm/LayerNorm (each sample "
+                "normalised on its own), or the batch norms in eval mode (frozen statistics, as in "
+                "fine-tuning)",
+                breaks=micro < G,
+            )
+        )
+    if synced:
+        per_process = -(-dp // processes) if processes else 1
+        if g > 1 or per_process > 1:
+            detail = "SyncBatchNorm shares statistics across the processes of one forward pass, but " + (
+                f"each of the {g} accumulation steps normalises only {G // g} of the {G} samples"
+                if g > 1
+                else f"each process runs {per_process} replicas one after another, so no forward pass "
+                f"sees all {G} samples"
+            )
+            fix = (
+                "plan without gradient accumulation and with one process per replica (more GPUs or a "
+                "larger micro-batch), or use GroupNorm/LayerNorm"
+            )
+        else:
+            detail = (
+                f"SyncBatchNorm normalises the whole global batch of {G} across the {dp} replicas: the "
+                f"check compared the DDP step with one process that runs these layers as BatchNorm "
+                f"over all {G} samples"
+            )
+            fix = "nothing: at this split SyncBatchNorm computes the single-process step"
+        out.append(_finding("batch_norm", synced, detail, fix, breaks=g > 1 or per_process > 1))
+    return out
+
+
+def _covered(name: str, known: list[dict[str, Any]]) -> bool:
+    """Whether `name` is a module a finding already names, or inside one."""
+    return any(name == k or name.startswith(k + ".") for f in known for k in f["modules"])
+
+
+def empirical_findings(
+    *,
+    stochastic: float,
+    rank: float,
+    processes: int,
+    unused: list[str],
+    known: list[dict[str, Any]],
+    dtype: str = "float64",
+    draws: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """What running the model showed: `stochastic`, the larger relative difference of the
+    outputs or gradients of two passes under different random states; `draws`, the modules
+    whose own forward drew random numbers; `rank`, the difference between ranks."""
+    out = []
+    threshold = different(dtype)
+    causes = {f["cause"] for f in known}
+    unexplained_draws = [n for n in draws or [] if not _covered(n, known)]
+    if stochastic > threshold and (not causes & {"dropout", "stochastic_depth"} or unexplained_draws):
+        out.append(
+            _finding(
+                "stochastic_forward",
+                unexplained_draws,
+                f"the same input under another random state gives outputs or gradients {stochastic:.3g} "
+                f"apart (relative, above the {threshold:.0e} that rounding allows in {dtype}): the forward "
+                f"pass draws random numbers (functional dropout, drop path, noise, sampling)"
+                + (f", in the forward of {', '.join(unexplained_draws[:5])}" if unexplained_draws else ""),
+                "turn the randomness off for the check: eval() the modules named here or set their rate "
+                "to 0 in the factory (e.g. attention_dropout=0), or seed it per sample",
+                breaks=True,
+            )
+        )
+    if rank > threshold:
         out.append(
             _finding(
                 "rank_dependent",
@@ -189,12 +227,14 @@ def empirical_findings(
             _finding(
                 "unused_parameters",
                 unused,
-                f"{len(unused)} trainable parameter(s) get no gradient in the forward pass: DDP's "
-                f"default (find_unused_parameters=False) waits for them and fails at the next step "
+                f"{len(unused)} trainable parameter(s) get no gradient in the forward pass. The gradient "
+                f"itself is right (this check wrapped the model with find_unused_parameters=True), but "
+                f"DDP's default (find_unused_parameters=False) waits for them and fails at the next step "
                 f"('Expected to have finished reduction in the prior iteration')",
                 "remove them or freeze them (requires_grad=False), or wrap with "
                 "DistributedDataParallel(model, find_unused_parameters=True), as this check did",
-                breaks=True,
+                breaks=False,
+                fails_with_ddp_defaults=True,
             )
         )
     if processes < 2:
@@ -228,10 +268,20 @@ def verdict(
         )
         findings = [*findings, breaking[-1]]
     equivalent = gradient_matches and not breaking
+    fails = [f for f in findings if f.get("fails_with_ddp_defaults")]
     if equivalent:
         summary = "DDP-equivalent at this split: the DDP step's gradient equals the single-process gradient"
     else:
         summary = "not DDP-equivalent at this split: " + "; ".join(
             f["cause"].replace("_", " ") for f in breaking
         )
-    return {"equivalent": equivalent, "summary": summary, "findings": findings}
+    if fails:
+        summary += "; but with DDP's defaults training fails at the next step: " + "; ".join(
+            f["cause"].replace("_", " ") for f in fails
+        )
+    return {
+        "equivalent": equivalent,
+        "fails_with_ddp_defaults": bool(fails),
+        "summary": summary,
+        "findings": findings,
+    }

@@ -134,9 +134,11 @@ class Execution:
             else:
                 status = JobStatus.CANCELLED
                 error = "cancelled while running; its ranks were killed and replaced"
-        except (RankDied, RankError) as err:
+        except RankError as err:
+            error = self._model_error(job_id, err)
+        except RankDied as err:
             error = f"{err}; the check's ranks were killed and replaced"
-            if isinstance(err, RankDied) and err.by_shutdown_signal:
+            if err.by_shutdown_signal:
                 # A SIGTERM to the whole process group (Ctrl-C, docker stop, systemd) reaches
                 # the ranks as soon as the server: say so if the server's shutdown follows.
                 error = await self._shutdown_follows(error)
@@ -165,6 +167,18 @@ class Execution:
             with contextlib.suppress(Exception):
                 observer(status.value, passed, seconds)
         await self._record(job_id, status, result, error)
+
+    @staticmethod
+    def _model_error(job_id: str, err: RankError) -> str:
+        """A rank's error for the job: with the model's traceback when the model raised it."""
+        if err.ranks_kept:
+            error = f"the model raised {err}; the check's ranks were kept"
+        else:
+            error = f"{err}; the check's ranks were killed and replaced"
+        if err.traceback:
+            log.warning("check %s: the model raised\n%s", job_id, err.traceback)
+            error += "\n" + err.traceback
+        return error
 
     async def _run(self, job_id: str, payload: dict[str, Any]) -> dict[str, Any]:
         spec = CheckSpec.from_json(payload["spec"])

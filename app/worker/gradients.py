@@ -48,7 +48,7 @@ def reference_gradient(
     workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
     """One process, the mean loss over exactly the global batch."""
-    model = workload.module(dtype, device)
+    model = workload.single_process_module(dtype, device)
     x, y = workload.batch(batch, dtype, device)
     backward(workload.loss(model, x, y, "mean"))
     return flat_gradient(model).detach()

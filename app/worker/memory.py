@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from app.worker.memory_meter import BudgetExceeded, PeakMemory
-from app.worker.workload import LossFn, to_device
+from app.worker.workload import LossFn, collate, model_loss, to_device
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "none")
 
@@ -61,7 +61,7 @@ def release_memory(device: torch.device) -> None:
 def probe(
     model: nn.Module,
     dataset: Dataset[Any],
-    loss_fn: LossFn,
+    loss_fn: LossFn | None,
     micro_batch_size: int,
     device: torch.device | str,
     *,
@@ -76,10 +76,12 @@ def probe(
     optimizer state alive, as every later training step and every micro-step of gradient
     accumulation does, where a first step alone would create the optimizer state only after
     its activations are gone. The batch is `default_collate` of dataset items 0..b−1, cycling
-    when b exceeds the dataset (memory depends only on the shapes).
+    when b exceeds the dataset (memory depends only on the shapes); dict items and a None
+    `loss_fn` are taken as `app.worker.workload` takes them.
 
-    The model must already be on `device`. Its weights, buffers, grads, train/eval modes and
-    the RNG state are restored afterwards. `stop_above_bytes` (CPU only) ends the trial with
+    The model must already be on `device` and is trained in the train/eval modes it has.
+    Its weights, buffers, grads, modes and the RNG state are restored afterwards.
+    `stop_above_bytes` (CPU only) ends the trial with
     a `BudgetExceeded` error as soon as the live bytes pass it. Errors other than running
     out of memory propagate.
     """
@@ -160,16 +162,16 @@ def _check_probe_arguments(
 
 
 def _micro_steps(
-    model: nn.Module, items: list[Any], loss_fn: LossFn, device: torch.device, optimizer: str
+    model: nn.Module, items: list[Any], loss_fn: LossFn | None, device: torch.device, optimizer: str
 ) -> None:
-    model.train()
-    inputs, targets = default_collate(items)
+    # In the modes the factory left the modules in, as the check trains them.
+    inputs, targets = collate(items)
     items.clear()  # the samples' own tensors are not part of the step once collated
     inputs, targets = to_device(inputs, device), to_device(targets, device)
     step = _optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
     try:
         for _ in range(2):
-            loss = loss_fn(model(inputs), targets)
+            loss = model_loss(model, loss_fn, inputs, targets)
             loss.backward()  # type: ignore[no-untyped-call]
             del loss
             if step is not None:

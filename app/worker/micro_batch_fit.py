@@ -30,7 +30,7 @@ from app.worker.workload import LossFn, Workload
 def find_max_micro_batch(
     model: nn.Module,
     dataset: Dataset[Any],
-    loss_fn: LossFn,
+    loss_fn: LossFn | None,
     device: torch.device | str,
     *,
     capacity_bytes: int | None = None,
@@ -48,8 +48,9 @@ def find_max_micro_batch(
     Returns a JSON-able report: max_micro_batch_size (0 when even 1 does not fit),
     capacity_bytes, budget_bytes, safety_margin, device, optimizer, hit_limit (the limit fit,
     the real maximum may be larger), peak_bytes_at_max, bytes_per_sample (slope of the peaks
-    of the trials that ran to the end; None with fewer than two), trials (micro_batch_size,
-    fits, peak_bytes, error, in the order they ran) and seconds.
+    of the largest trials that ran to the end; None with fewer than two), trials (micro_batch_size,
+    fits, peak_bytes, error, in the order they ran) and seconds. The slope is fitted through
+    the largest trials only (`activation_bound`).
     """
     started = time.perf_counter()
     device = resolve_device(device)
@@ -74,7 +75,7 @@ def find_max_micro_batch(
     at_max = [t.peak_bytes for t in result.trials if t.micro_batch_size == result.max_micro_batch_size]
     # Only trials that ran to the end measured their whole peak.
     complete = [(t.micro_batch_size, t.peak_bytes) for t in result.trials if t.error is None and t.peak_bytes]
-    slope = affine_bytes_per_sample(complete)
+    slope = affine_bytes_per_sample(activation_bound(complete))
     return {
         "max_micro_batch_size": result.max_micro_batch_size,
         "capacity_bytes": capacity_bytes,
@@ -98,6 +99,18 @@ def find_max_micro_batch(
     }
 
 
+def activation_bound(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (size, peak) points where the memory that grows with the batch sets the peak: the
+    largest sizes, from 3/4 of the largest up (at least the two largest). At small batches
+    the optimizer step's temporaries (several times the weights, for Adam) can set a peak that
+    does not grow with the batch, and a line through those points has too small a slope."""
+    sizes = sorted({b for b, _ in points})
+    if len(sizes) < 2:
+        return points
+    floor = min(sizes[-2], sizes[-1] * 3 // 4)
+    return [(b, p) for b, p in points if b >= floor]
+
+
 def fit_micro_batch(
     spec: CheckSpec, workload: Workload, device: torch.device
 ) -> tuple[CheckSpec, dict[str, Any]]:
@@ -113,7 +126,7 @@ def fit_micro_batch(
     found = torch.zeros(1, dtype=torch.int64, device=device)
     report: dict[str, Any] = {}
     if dist.get_rank() == 0:
-        module = workload.module(None, device)
+        module = workload.single_process_module(None, device)
         report = find_max_micro_batch(
             module,
             workload.dataset,

@@ -112,13 +112,14 @@ def measure_noise_scale(
         "critical_batch_size": result.b_simple,
         "efficiency": None,
     }
+    reasons = noise_scale.doubts(result)
     if result.b_simple is None:
         out["recommendation"] = (
             f"no estimate: over {result.steps} steps the averaged |G|^2 or tr(S) was not positive, so "
             f"the gradient is lost in the noise at these batch sizes; measure over more steps or "
             f"with a larger global batch"
         )
-    else:
+    elif not reasons:
         eff = noise_scale.efficiency(G, result.b_simple, result.stderr)
         out["efficiency"] = {
             k: getattr(eff, k)
@@ -130,4 +131,32 @@ def measure_noise_scale(
         out["recommendation"] = eff.recommendation + (
             "; B_simple approximates the critical batch when the loss curvature is alike in every direction"
         )
-    return out
+    out["reliable"] = True
+    out["unreliable_because"] = []
+    return distrust(out, reasons) if reasons else out
+
+
+def distrust(noise: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
+    """The measurement `noise` kept, with no critical batch, efficiency or recommendation
+    drawn from it, and the reasons why not."""
+    because = [*noise.get("unreliable_because", []), *reasons]
+    value = noise.get("b_simple")
+    return {
+        **noise,
+        "reliable": False,
+        "unreliable_because": because,
+        "critical_batch_size": None,
+        "efficiency": None,
+        "recommendation": noise["recommendation"]
+        if value is None
+        else f"no recommendation from B_simple {value:.4g}: " + "; ".join(because),
+    }
+
+
+def not_equivalent_reason(summary: str) -> str:
+    """Why a model that is not DDP-equivalent has no noise scale worth the name."""
+    return (
+        f"the model is {summary}: its small- and large-batch gradients are different functions "
+        f"(with batch norm each is normalised over its own batch), so their difference is not "
+        f"gradient noise"
+    )

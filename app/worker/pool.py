@@ -31,6 +31,34 @@ log = logging.getLogger("batchplan.worker")
 WARM_UP_TIMEOUT_S = 15.0
 # How long a rank killed by SIGTERM/SIGINT waits before it is replaced (see RankPool._dead).
 SHUTDOWN_GRACE_S = 2.0
+# After a rank reports that the model raised, how long the check's other ranks have to
+# report too (each then has left the check and torn its process group down) for all of them
+# to be kept warm; one that does not is stuck, and every rank is replaced.
+MODEL_ERROR_GRACE_S = 5.0
+
+
+async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protocol.FromRank]:
+    """Every rank's reply, or the first failure. When that failure is the model's own
+    exception and every other rank answers within the grace, each with a reply or the model's
+    exception too, the error says the ranks can be kept (`ranks_kept`)."""
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [e for t in tasks if t in done and (e := t.exception()) is not None]
+        if not failed:
+            return [t.result() for t in tasks]
+        first = failed[0]
+        if isinstance(first, RankError) and first.model_raised and pending:
+            _, pending = await asyncio.wait(pending, timeout=MODEL_ERROR_GRACE_S)
+        if isinstance(first, RankError):
+            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+            first.ranks_kept = not pending and all(
+                e is None or (isinstance(e, RankError) and e.model_raised) for e in errors
+            )
+        raise first
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class RankPool:
@@ -263,34 +291,35 @@ class RankPool:
             join = protocol.Join(endpoint, run_id, nnodes, order.timeout_s, offered=len(local), replicas=dp)
             joined = await local[0].request(join, protocol.Joined)
             count = joined.local_count
+            tasks = [
+                asyncio.create_task(
+                    rank.request(
+                        protocol.Run(
+                            endpoint,
+                            run_id,
+                            nnodes,
+                            order.timeout_s,
+                            spec=order.spec_json,
+                            world=joined.world,
+                            backend=backend,
+                            local_processes=count,
+                            model_target=order.model_target,
+                            rank=joined.offset + i,
+                            local_index=i if i < count else -1,
+                            leader=i == 0,
+                        ),
+                        protocol.Result if i == 0 else protocol.Done,
+                    )
+                )
+                for i, rank in enumerate(local[: max(count, 1)])
+            ]
             try:
-                async with asyncio.TaskGroup() as group:
-                    replies = [
-                        group.create_task(
-                            rank.request(
-                                protocol.Run(
-                                    endpoint,
-                                    run_id,
-                                    nnodes,
-                                    order.timeout_s,
-                                    spec=order.spec_json,
-                                    world=joined.world,
-                                    backend=backend,
-                                    local_processes=count,
-                                    model_target=order.model_target,
-                                    rank=joined.offset + i,
-                                    local_index=i if i < count else -1,
-                                    leader=i == 0,
-                                ),
-                                protocol.Result if i == 0 else protocol.Done,
-                            )
-                        )
-                        for i, rank in enumerate(local[: max(count, 1)])
-                    ]
-            except ExceptionGroup as failures:
-                raise failures.exceptions[0] from None
+                replies = await _replies(tasks)
+            except RankError as err:
+                healthy = err.ranks_kept
+                raise
             healthy = True
-            leader = replies[0].result()
+            leader = replies[0]
             assert isinstance(leader, protocol.Result)
             result = leader.result
             result["node_rank"] = joined.node_rank

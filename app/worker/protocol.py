@@ -113,6 +113,9 @@ class Result(_Message):
 class Error(_Message):
     op: ClassVar[str] = "error"
     error: str
+    # When the model's own code raised: its traceback, trimmed to the model's frames.
+    traceback: str | None = None
+    model_raised: bool = False
 
 
 ToRank = Join | Run | Exit

@@ -33,7 +33,12 @@ class RankDied(RuntimeError):
 
 
 class RankError(RuntimeError):
-    pass
+    def __init__(self, message: str, traceback: str | None = None, model_raised: bool = False) -> None:
+        super().__init__(message)
+        self.traceback = traceback
+        # The model's own code raised it: the rank left the check cleanly.
+        self.model_raised = model_raised
+        self.ranks_kept = False  # set by the pool when every rank of the check was kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +116,7 @@ class RankProcess:
         if isinstance(reply, _Dead):
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         if isinstance(reply, protocol.Error):
-            raise RankError(reply.error)
+            raise RankError(reply.error, reply.traceback, reply.model_raised)
         if not isinstance(reply, expect):
             raise RankError(f"rank process {self.pid} answered {reply.op!r} to {msg.op!r}")
         return reply

@@ -29,9 +29,10 @@ from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import ddp_check, gradcheck, protocol, rendezvous
+from app.worker.model_errors import model_traceback
 from app.worker.spec import CheckSpec
 from app.worker.synthetic_model import backward, batch_loss, build_model, synthetic_batch
-from app.worker.workload import FactoryError, Registered, Workload, load
+from app.worker.workload import FactoryError, Registered, Workload, load, raised_by_model
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
 
@@ -158,13 +159,26 @@ class RankServer:
 
 
 def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Each registered model as its factory builds it, or why it cannot be built."""
+    """Each registered model as its factory builds it, or why it cannot be built or trained
+    (a smoke forward and backward on two samples)."""
     out: dict[str, dict[str, Any]] = {}
     for name, target in models.items():
         try:
-            out[name] = {"loaded": True, "error": None, **Registered(name, target, 0).describe()}
+            workload = Registered(name, target, 0)
         except FactoryError as err:
             out[name] = {"name": name, "loaded": False, "error": str(err)}
+            continue
+        try:
+            workload.smoke_test()
+        except Exception as err:
+            out[name] = {
+                "name": name,
+                "loaded": False,
+                "error": f"a forward and backward pass on two samples failed: {type(err).__name__}: {err}\n"
+                + model_traceback(err),
+            }
+            continue
+        out[name] = {"loaded": True, "error": None, **workload.describe()}
     return out
 
 
@@ -197,6 +211,11 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
                 reply = server.run(msg)
             else:
                 raise ValueError(f"a rank does not take {msg.op!r} messages")
-        except Exception as err:  # reported to the pool, which replaces this process
-            reply = protocol.Error(f"{type(err).__name__}: {err}")
+        except Exception as err:  # reported to the pool, which decides whether to keep this process
+            by_model = raised_by_model(err)
+            reply = protocol.Error(
+                f"{type(err).__name__}: {err}",
+                traceback=model_traceback(err) if by_model else None,
+                model_raised=by_model,
+            )
         conn.send(reply.to_dict())

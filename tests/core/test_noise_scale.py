@@ -17,7 +17,9 @@ import pytest
 
 from app.core.noise_scale import (
     NEAR_FACTOR,
+    SIGN_DISAGREEMENT,
     StepEstimate,
+    doubts,
     efficiency,
     estimate,
     moving_average,
@@ -363,3 +365,35 @@ def test_efficiency_rejects_bad_input(batch: int, noise: float, stderr: float | 
 )
 def test_readable_numbers(value: float, text: str) -> None:
     assert readable(value) == text
+
+
+# ------------------------------------------------------------------------- doubts
+
+
+def test_a_clear_estimate_has_no_doubts() -> None:
+    """B_simple 8 measured with replicas of 16 and a global batch of 64: every step agrees."""
+    problem, rng = Problem(d=8, sigma=1.0, gradient_sq=1.0), random.Random(5)
+    result = estimate([problem.ddp_step(rng, [16] * 4) for _ in range(8)])
+    assert all(s.gradient_sq > 0 and s.trace > 0 for s in result.history)
+    assert result.stderr is not None and doubts(result) == []
+
+
+def test_steps_that_disagree_in_sign_are_doubted_whatever_the_average_says() -> None:
+    """B_simple 512 against a global batch of 64: |G|^2 is lost in the noise, and the
+    per-step estimates come out negative almost as often as positive. The average is
+    positive and has a standard error, which claims a precision the steps do not have."""
+    problem, rng = Problem(d=8, sigma=1.0, gradient_sq=1 / 64), random.Random(1)
+    result = estimate([problem.ddp_step(rng, [16] * 4) for _ in range(8)])
+    negative = sum(s.gradient_sq <= 0 for s in result.history)
+    assert negative / result.steps >= SIGN_DISAGREEMENT
+    assert result.b_simple is not None and result.stderr is not None
+    assert abs(result.b_simple - problem.b_simple) > 4 * result.stderr
+    [reason, *_] = doubts(result)
+    assert "disagree in sign" in reason and f"{negative} of 8" in reason
+
+
+def test_an_estimate_without_a_standard_error_is_doubted() -> None:
+    problem, rng = Problem(d=8, sigma=1.0, gradient_sq=1.0), random.Random(5)
+    result = estimate([problem.ddp_step(rng, [16] * 4)])
+    assert result.b_simple is not None and result.stderr is None
+    assert any("no standard error" in reason for reason in doubts(result))

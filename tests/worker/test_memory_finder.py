@@ -235,6 +235,22 @@ def parameter_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def test_bytes_per_sample_is_the_slope_where_activations_set_the_peak() -> None:
+    """Wide weights, narrow samples: below a few hundred samples Adam's step (temporaries the
+    size of the weights) sets the peak, which then does not grow with the batch. The slope
+    reported is what one more sample costs at the size found, measured by the probe."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 1024), nn.Linear(1024, 1024), nn.Linear(1024, 10))
+    data = Pairs()
+    flat = [probe(model, data, mse, b, CPU)[0] for b in (8, 16)]
+    assert flat[1] - flat[0] < 8 * 1024  # the optimizer step's peak: hardly grows
+    report = find_max_micro_batch(model, data, mse, CPU, capacity_bytes=30_000_000, limit=65536)
+    found = report["max_micro_batch_size"]
+    fits, _ = probe(model, data, mse, found, CPU)
+    over, _ = probe(model, data, mse, found + 1, CPU)
+    assert report["bytes_per_sample"] == pytest.approx(over - fits, rel=0.05)
+
+
 def test_probe_peak_grows_affinely_with_the_micro_batch() -> None:
     model, data = mlp(), Pairs()
     sizes = [128, 256, 384, 512, 1024]
