@@ -102,7 +102,10 @@ def spec_from_plan(
     data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     slices = tuple(
-        ReplicaSlice(r.start, r.stop, r.micro_batch_size, r.loss_scale) for r in plan.replica_groups
+        ReplicaSlice(
+            r.start, r.stop, r.micro_batch_size, _sample_scale(r.loss_scale, dp, r.micro_batch_size, G)
+        )
+        for r in plan.replica_groups
     )
     # The epoch as the core's sampler arithmetic lays it out (the plan's own numbers when
     # the request had a dataset; the synthetic one-batch epoch otherwise).
@@ -142,6 +145,12 @@ def spec_from_plan(
         seed=seed,
         backend=backend,
     )
+
+
+def _sample_scale(planned: float | None, dp: int, micro: int, G: int) -> float:
+    """The plan's loss scale; under loss_normalization token (no constant scale) the mean
+    loss's, which the token workload replaces with its own counts."""
+    return planned if planned is not None else dp * micro / G
 
 
 def replica_range(process: int, processes: int, replicas: int) -> range:

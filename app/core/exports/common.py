@@ -81,7 +81,11 @@ def summary(x: ExportInput) -> list[str]:
         for g in p.replica_groups:
             lines.append(
                 f"  ranks {g.start}-{g.stop - 1} ({g.node_group}): micro-batch {g.micro_batch_size}, "
-                f"loss scale {g.loss_scale!r}"
+                + (
+                    f"loss scale {g.loss_scale!r}"
+                    if g.loss_scale is not None
+                    else "loss normalised by tokens"
+                )
             )
     if p.learning_rate is not None:
         lr = p.learning_rate
