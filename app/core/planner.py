@@ -199,7 +199,7 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
 def plan(request: PlanRequest) -> Plan:
     """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens)."""
     with token_pointers(request):
-        return _plan(in_samples(request))
+        return _plan(in_samples(request, plan))
 
 
 def _plan(request: PlanRequest) -> Plan:

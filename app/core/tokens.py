@@ -18,10 +18,11 @@ gradient-accumulation bug of Hugging Face Transformers until `num_items_in_batch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from app.core.errors import InfeasiblePlan, InvalidValue, PlanError
+from app.core.integers import nearest
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import (
     MAX_SAFE_INTEGER,
@@ -49,21 +50,35 @@ def _check_range(name: str, pointer: str, value: int | None) -> None:
         )
 
 
-def _whole_sequences(name: str, tokens: int, sequence_length: int) -> int:
+def _whole_sequences(
+    request: PlanRequest, name: str, sequence_length: int, plans: Callable[[PlanRequest], object]
+) -> int:
+    tokens: int = getattr(request, name)
     sequences, rest = divmod(tokens, sequence_length)
     if rest:
-        low, high = sequences * sequence_length, (sequences + 1) * sequence_length
+        # The whole sequences either side, or the planner's own suggestions from there: values
+        # that plan, not merely multiples of the sequence length.
+        found: list[int] = []
+        for near in (sequences * sequence_length, (sequences + 1) * sequence_length):
+            if not 0 < near <= MAX_SAFE_INTEGER:
+                continue
+            try:
+                plans(dataclasses.replace(request, **{name: near}))  # type: ignore[arg-type]
+                found.append(near)
+            except PlanError as err:
+                found += [v for v in err.suggestions.get(name, []) if v % sequence_length == 0]
         raise InfeasiblePlan(
             f"{name} {tokens} is not a whole number of sequences of {sequence_length} tokens "
             f"({tokens} / {sequence_length} = {tokens / sequence_length:g})",
             pointer=f"/{name}",
-            suggestions={name: [v for v in (low, high) if 0 < v <= MAX_SAFE_INTEGER]},
+            suggestions={name: nearest(sorted(set(found)), tokens)},
         )
     return sequences
 
 
-def in_samples(request: PlanRequest) -> PlanRequest:
-    """The request with its token counts turned into samples; raises naming the token field."""
+def in_samples(request: PlanRequest, plans: Callable[[PlanRequest], object]) -> PlanRequest:
+    """The request with its token counts turned into samples; raises naming the token field.
+    `plans`: the planner, to suggest token counts that plan."""
     seq = request.sequence_length
     _check_range("sequence_length", "/sequence_length", seq)
     lr = request.learning_rate
@@ -83,7 +98,7 @@ def in_samples(request: PlanRequest) -> PlanRequest:
                 f"{name} needs sequence_length (tokens per sample) to count sequences",
                 pointer="/sequence_length",
             )
-        changes[samples_name] = _whole_sequences(name, tokens, seq)
+        changes[samples_name] = _whole_sequences(request, name, seq, plans)
     if lr is not None and lr.base_batch_tokens is not None and seq is None:
         raise InvalidValue(
             "base_batch_tokens scales against tokens per step: give sequence_length too",
@@ -125,7 +140,9 @@ def token_pointers(request: PlanRequest) -> Iterator[None]:
         field = err.pointer.lstrip("/")
         if field not in renamed and not set(err.suggestions) & set(renamed):
             raise
-        given = ", ".join(f"{t} {getattr(request, t)} is {s_} sequences" for s_, t in renamed.items())
+        given = ", ".join(
+            f"{t} {getattr(request, t)} is {getattr(request, t) // seq} sequences" for t in renamed.values()
+        )
         raise dataclasses.replace(
             err,
             detail=f"{given} of {seq} tokens: {err.detail}",
