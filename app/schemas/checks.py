@@ -96,6 +96,14 @@ class CheckRequestIn(BaseModel):
         None, description="Kill the check after this long; default and maximum from the server's settings."
     )
     rendezvous: RendezvousIn | None = None
+    workload: Literal["synthetic", "tokens"] | None = Field(
+        None,
+        examples=["tokens"],
+        description="synthetic: samples of a small regression model. tokens: a language model on "
+        "sequences of varying valid length (padding ignored by the loss), checked against the mean "
+        "per-token loss over the step's valid tokens, with the token-normalisation controls. "
+        "Default: tokens when the plan's loss_normalization is token.",
+    )
 
 
 class ControlOut(BaseModel):

@@ -36,6 +36,8 @@ def check_options(data: dict[str, Any], *, registered: bool) -> dict[str, Any]:
         "noise_learning_rate": rate,
         "fit": dict(fit) if fit else None,
         "plan_request": data["plan"] if fit else None,
+        # Only when asked: otherwise the plan decides (tokens under loss_normalization token).
+        **({"workload": data["workload"]} if data.get("workload") else {}),
     }
 
 

@@ -15,6 +15,7 @@ from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
 
 DTYPES = ("float64", "float32")
+WORKLOADS = ("synthetic", "tokens")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -57,6 +58,10 @@ class CheckSpec:
     noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
     fit: dict[str, Any] | None = None  # find the largest micro-batch that fits, then re-plan
     plan_request: dict[str, Any] | None = None  # the plan request, for that re-plan
+    # "synthetic" (samples) or "tokens" (app.worker.token_check), with the plan's token settings.
+    workload: str = "synthetic"
+    sequence_length: int | None = None
+    loss_normalization: str = "sample"
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -144,7 +149,20 @@ def spec_from_plan(
         dtype=dtype,
         seed=seed,
         backend=backend,
+        **_token_fields(plan),
     )
+
+
+def _token_fields(plan: Plan) -> dict[str, Any]:
+    """A plan normalised by tokens is checked on token sequences unless the request says."""
+    if plan.tokens is None:
+        return {}
+    normalization = plan.tokens.loss_normalization
+    return {
+        "workload": "tokens" if normalization == "token" else "synthetic",
+        "sequence_length": plan.tokens.sequence_length,
+        "loss_normalization": normalization,
+    }
 
 
 def _sample_scale(planned: float | None, dp: int, micro: int, G: int) -> float:
