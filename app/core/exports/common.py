@@ -28,6 +28,8 @@ class ExportOptions:
     job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
     image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
     port: int = 29500  # rendezvous / master port
+    # Megatron's --rampup-batch-size: start, increment, ramp-up samples (the megatron export).
+    rampup: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +92,9 @@ def summary(x: ExportInput) -> list[str]:
     if p.learning_rate is not None:
         lr = p.learning_rate
         lines.append(
-            f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per {lr.base_batch_size}), "
-            f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
+            f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per "
+            + (f"{lr.base_batch_tokens} tokens), " if lr.base_batch_tokens else f"{lr.base_batch_size}), ")
+            + f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
         )
         lines.append(schedule_sentence(x))
         lines.append(optimizer_sentence(x))
