@@ -21,12 +21,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
-from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
+from app.worker.check_result import CheckResult, Comparison, ControlOutcome
 from app.worker.controls import SkippedControl
 from app.worker.ddp_check import DETECTION_FACTOR, TOLERANCE
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
+from app.worker.result_parts import check_layout, check_setup
 from app.worker.shards import Shards
-from app.worker.spec import CheckSpec, replica_range, replicas_per_process
+from app.worker.spec import CheckSpec, replica_range
 from app.worker.timings import Timer
 from app.worker.token_model import TokenWorkload
 from app.worker.workload import Registered, Workload
@@ -210,22 +211,8 @@ def _result(
     return CheckResult(
         model=tokens.name,
         ddp_equivalence=equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance),
-        setup=Setup(
-            backend=backend,
-            device=device.type,
-            device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            dtype=spec.dtype,
-            nnodes=nnodes,
-            processes=world,
-        ),
-        layout=Layout(
-            data_parallel_size=spec.data_parallel_size,
-            replicas_per_process=replicas_per_process(world, spec.data_parallel_size),
-            global_batch_size=spec.global_batch_size,
-            micro_batch_sizes=tuple(sorted(set(shards.sizes))),
-            gradient_accumulation_steps=spec.gradient_accumulation_steps,
-            split=spec.split,
-        ),
+        setup=check_setup(backend, device, spec.dtype, nnodes, world),
+        layout=check_layout(spec, world, shards.sizes),
         gradient=gradient,
         controls=tuple(controls),
         controls_skipped=skipped,
