@@ -298,4 +298,17 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             "fit_micro_batch": {"memory_bytes": 85899345920, "safety_margin": 0.1, "optimizer": "adam"},
         },
     },
+    "tokens": {
+        "summary": "A token-normalised plan on sequences of uneven length",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                "sequence_length": 16,
+                "global_batch_tokens": 256,
+                "micro_batch_tokens": 32,
+                "loss_normalization": "token",
+            },
+            "workload": "tokens",
+        },
+    },
 }

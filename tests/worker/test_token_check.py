@@ -125,3 +125,15 @@ def test_the_token_loss_ignores_padding_as_torch_does() -> None:
     padded = inputs.clone()
     padded[~valid] = 7
     assert torch.equal(model(padded.unsqueeze(0))[0][valid], logits[0][valid])
+
+
+def test_what_the_tokens_workload_does_not_measure_is_refused(client: TestClient) -> None:
+    for extra, pointer in (
+        ({"fit_micro_batch": {"memory_bytes": 1 << 30}}, "/fit_micro_batch"),
+        ({"noise_scale": {"steps": 4}}, "/noise_scale/steps"),
+        ({"workload": "text"}, "/workload"),
+    ):
+        response = client.post("/v1/checks", json={"plan": TOKEN_PLAN, **extra})
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["errors"][0]["pointer"] == pointer
