@@ -3,7 +3,8 @@
     .venv/bin/python bench/bench_checks.py [--runs 7] [--processes 8] [--json out.json]
 
 Starts `uvicorn app.main:app` with warm rank processes, submits `POST /v1/checks` for 2, 4 and
-8 replicas and polls until the result (the median of --runs, after one discarded run), then
+8 replicas and polls until the result (the median of --runs, after one discarded run), the
+synthetic workload beside the `tokens` one (the same split in tokens, normalised by tokens), then
 runs the same rank program under a cold `torchrun` for 8 replicas in the same run.
 """
 
@@ -36,6 +37,31 @@ def plan(replicas: int) -> dict[str, Any]:
         "global_batch_size": 8 * replicas,
         "micro_batch_size": 4,
     }
+
+
+SEQUENCE_LENGTH = 16
+
+
+def token_plan(replicas: int) -> dict[str, Any]:
+    """The same split in tokens, normalised by tokens: the `tokens` workload (a tiny language
+    model on sequences of uneven valid length, with its three controls)."""
+    return {
+        "topology": {"num_nodes": 1, "gpus_per_node": replicas},
+        "sequence_length": SEQUENCE_LENGTH,
+        "global_batch_tokens": 8 * replicas * SEQUENCE_LENGTH,
+        "micro_batch_tokens": 4 * SEQUENCE_LENGTH,
+        "loss_normalization": "token",
+    }
+
+
+def timed(client: httpx.Client, body: dict[str, Any], runs: int) -> tuple[list[float], dict[str, Any]]:
+    """`runs` checks of `body` after one not counted (the first group of a size forms it)."""
+    check_over_http(client, body)
+    times, result = [], {}
+    for _ in range(runs):
+        elapsed, result = check_over_http(client, body)
+        times.append(elapsed)
+    return times, result
 
 
 def check_over_http(client: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -99,11 +125,8 @@ def main() -> int:
             figures["server_start_until_warm_s"] = round(time.perf_counter() - started, 3)
             warm: dict[str, Any] = {}
             for replicas in (2, 4, 8):
-                check_over_http(client, {"plan": plan(replicas)})  # first group of this size: not counted
-                times, result = [], {}
-                for _ in range(args.runs):
-                    elapsed, result = check_over_http(client, {"plan": plan(replicas)})
-                    times.append(elapsed)
+                times, result = timed(client, {"plan": plan(replicas)}, args.runs)
+                token_times, token_result = timed(client, {"plan": token_plan(replicas)}, args.runs)
                 warm[str(replicas)] = {
                     "median_s": round(statistics.median(times), 4),
                     "min_s": round(min(times), 4),
@@ -112,6 +135,9 @@ def main() -> int:
                     "replicas_per_process": result["replicas_per_process"],
                     "controls": len(result["controls"]),
                     "rel_l2": result["rel_l2"],
+                    "tokens_median_s": round(statistics.median(token_times), 4),
+                    "tokens_controls_detected": len([c for c in token_result["controls"] if c["detected"]]),
+                    "tokens_rel_l2": token_result["rel_l2"],
                 }
             figures["warm_http"] = warm
     cold_s, cold = cold_torchrun(8)
@@ -122,10 +148,13 @@ def main() -> int:
         f"warm ranks ({args.processes} processes, {os.cpu_count()} CPUs), POST /v1/checks until the result, "
         f"median of {args.runs}:"
     )
-    print("| replicas | processes | median s | min s | max s |")
-    print("|---:|---:|---:|---:|---:|")
+    print("| replicas | processes | median s | min s | max s | tokens workload median s |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for replicas, row in warm.items():
-        print(f"| {replicas} | {row['processes']} | {row['median_s']} | {row['min_s']} | {row['max_s']} |")
+        print(
+            f"| {replicas} | {row['processes']} | {row['median_s']} | {row['min_s']} | {row['max_s']} "
+            f"| {row['tokens_median_s']} |"
+        )
     print(f"cold torchrun, 8 processes, same rank program: {cold_s:.2f} s")
     met = warm["8"]["median_s"] <= 1 and figures["speedup_8"] >= 10
     print(

@@ -72,7 +72,8 @@ def table(result: Json) -> str:
         ranks = f"{g['start']}-{g['stop'] - 1}"
         lines.append(
             f"{ranks:>15}  {g['node_group']:<12} {g['micro_batch_size']:>6} "
-            f"{g['samples_per_step']:>9} {g['loss_scale']:>11.6g}"
+            f"{g['samples_per_step']:>9} "
+            + (f"{g['loss_scale']:>11.6g}" if g["loss_scale"] is not None else f"{'per token':>11}")
         )
     if result.get("sampler"):
         s = result["sampler"]

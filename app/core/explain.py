@@ -33,6 +33,7 @@ def explain(
     lr: LearningRatePlan | None,
     by_throughput: bool,
     efficiency: BatchEfficiency | None = None,
+    sequence_length: int | None = None,
 ) -> list[str]:
     mp = parallelism.model_parallel_size
     out = [
@@ -76,9 +77,14 @@ def explain(
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
             f"optimizer."
         )
-    scales = sorted({g.loss_scale for g in groups})
-    scale_text = f"{scales[0]:g}" if len(scales) == 1 else f"{scales[0]:g} to {scales[-1]:g}"
-    if reduction is LossReduction.SUM:
+    # No scales under loss_normalization token: app.core.tokens explains what each rank does.
+    scales = sorted({g.loss_scale for g in groups if g.loss_scale is not None})
+    scale_text = ""
+    if scales:
+        scale_text = f"{scales[0]:g}" if len(scales) == 1 else f"{scales[0]:g} to {scales[-1]:g}"
+    if not scales:
+        pass
+    elif reduction is LossReduction.SUM:
         out.append(
             f"Losses are summed, so multiply each micro-batch loss by data_parallel_size / "
             f"global batch ({dp}/{global_batch} = {scale_text}): DDP's mean over {dp} replicas "
@@ -102,6 +108,13 @@ def explain(
             "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
             "none": "no scaling",
         }[lr.rule]
+        if lr.base_batch_tokens is not None and sequence_length is not None:
+            tokens = f"{global_batch * sequence_length}/{lr.base_batch_tokens} tokens"
+            law = {
+                "linear": f"linear rule {lr.base_lr:g} x {tokens}",
+                "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({tokens})",
+                "none": "no scaling",
+            }[lr.rule]
         text = (
             f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
             f"learning rate is scaled against that, not against one GPU's micro-batch: "

@@ -30,6 +30,12 @@ def plan_request(data: Mapping[str, Any]) -> core.PlanRequest:
         learning_rate=learning_rate(data.get("learning_rate")),
         gradient_noise_scale=_float_or_none(data.get("gradient_noise_scale")),
         gradient_noise_scale_stderr=_float_or_none(data.get("gradient_noise_scale_stderr")),
+        sequence_length=data.get("sequence_length"),
+        global_batch_tokens=data.get("global_batch_tokens"),
+        micro_batch_tokens=data.get("micro_batch_tokens"),
+        loss_normalization=core.LossNormalization(
+            data.get("loss_normalization", core.LossNormalization.SAMPLE)
+        ),
     )
 
 
@@ -67,6 +73,7 @@ def learning_rate(data: Mapping[str, Any] | None) -> core.LearningRateSpec | Non
         warmup_steps=data.get("warmup_steps"),
         betas=(float(beta1), float(beta2)),
         eps=float(data.get("eps", _LR_DEFAULTS.eps)),
+        base_batch_tokens=data.get("base_batch_tokens"),
     )
 
 

@@ -22,6 +22,11 @@ class LossReduction(StrEnum):
     SUM = "sum"
 
 
+class LossNormalization(StrEnum):
+    SAMPLE = "sample"  # each sample's loss weighs the same (the loss_reduction applies)
+    TOKEN = "token"  # each valid token weighs the same: sum over tokens / the step's global count
+
+
 class Optimizer(StrEnum):
     SGD = "sgd"
     LARS = "lars"
@@ -95,6 +100,7 @@ class LearningRateSpec:
     warmup_steps: int | None = None
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    base_batch_tokens: int | None = None  # scale against tokens per step instead (app.core.tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,11 @@ class PlanRequest:
     # Samples: B_simple or B_noise, as a gradient check measures it (app.core.noise_scale).
     gradient_noise_scale: float | None = None
     gradient_noise_scale_stderr: float | None = None  # only with gradient_noise_scale
+    # Language models (app.core.tokens): the batch in tokens, and how the loss is normalised.
+    sequence_length: int | None = None
+    global_batch_tokens: int | None = None
+    micro_batch_tokens: int | None = None
+    loss_normalization: LossNormalization = LossNormalization.SAMPLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +134,7 @@ class ReplicaGroup:
     node_group: str
     micro_batch_size: int
     samples_per_step: int
-    loss_scale: float
+    loss_scale: float | None  # None under loss_normalization token: TokenPlan.loss_scale_formula
     relative_throughput: float
     max_micro_batch_size: int | None
     num_samples_per_replica: int | None = None
@@ -172,6 +183,7 @@ class LearningRatePlan:
     warmup_steps: int
     warmup_start_lr: float
     adam: AdamAdjustment | None = None
+    base_batch_tokens: int | None = None  # when set, factor is against tokens per step
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +222,18 @@ class Plan:
     warnings: tuple[str, ...]
     explanation: tuple[str, ...]
     efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale
+    tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPlan:
+    """The plan counted in tokens (app.core.tokens). Counts are None without sequence_length,
+    and per-replica ones also when replicas take different micro-batches."""
+
+    unit: str  # "tokens" or "samples": what the request gave its batch in
+    sequence_length: int | None
+    loss_normalization: str
+    tokens_per_micro_batch: int | None  # per data-parallel replica
+    tokens_per_step: int | None  # per optimizer step, all replicas
+    tokens_per_epoch: int | None  # what the sampler's epoch feeds, padding included
+    loss_scale_formula: str | None  # under token: what each rank multiplies its summed loss by

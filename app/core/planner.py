@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
 from app.core.errors import InvalidValue, TopologyError
 from app.core.explain import explain
 from app.core.integers import nearest
-from app.core.learning_rate import plan_learning_rate
 from app.core.noise_scale import efficiency, readable
 from app.core.plan_types import (
     MAX_SAFE_INTEGER,
     MAX_WORLD_SIZE,
     BatchEfficiency,
+    LossNormalization,
     LossReduction,
     Plan,
     PlanRequest,
@@ -21,6 +22,7 @@ from app.core.plan_types import (
     SamplerPlan,
 )
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
+from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointers
 from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
 
 _WORLD_SEARCH = 256
@@ -134,7 +136,11 @@ def _replica_groups(
         segment = layout.segments[share.segment]
         # Float division of exact integers: one correctly rounded value, as a user's
         # own `dp * micro / global` would give.
-        scale = dp * share.samples / G if request.loss_reduction is LossReduction.MEAN else dp / G
+        scale: float | None = (
+            dp * share.samples / G if request.loss_reduction is LossReduction.MEAN else dp / G
+        )
+        if request.loss_normalization is LossNormalization.TOKEN:
+            scale = None  # it depends on the step's valid tokens: TokenPlan.loss_scale_formula
         if sampler is None:
             per_replica = None
         elif sampler.num_samples_per_replica is not None:
@@ -191,6 +197,12 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
 
 
 def plan(request: PlanRequest) -> Plan:
+    """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens)."""
+    with token_pointers(request):
+        return _plan(in_samples(request, plan))
+
+
+def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
     layout = _layout(request)
@@ -221,8 +233,8 @@ def plan(request: PlanRequest) -> Plan:
 
     lr_plan = None
     if request.learning_rate is not None:
-        lr_plan, lr_warnings = plan_learning_rate(
-            request.learning_rate, G, sampler.optimizer_steps_per_epoch if sampler else None
+        lr_plan, lr_warnings = plan_learning_rate_for(
+            request, G, sampler.optimizer_steps_per_epoch if sampler else None
         )
         warnings += lr_warnings
         run = sampler.total_optimizer_steps if sampler else None
@@ -246,8 +258,9 @@ def plan(request: PlanRequest) -> Plan:
         lr=lr_plan,
         by_throughput=layout.heterogeneous,
         efficiency=batch_efficiency,
+        sequence_length=request.sequence_length,
     )
-    return Plan(
+    planned = Plan(
         world_size=layout.world_size,
         model_parallel_size=layout.model_parallel_size,
         data_parallel_size=dp,
@@ -264,4 +277,13 @@ def plan(request: PlanRequest) -> Plan:
         warnings=tuple(warnings),
         explanation=tuple(explanation),
         efficiency=batch_efficiency,
+    )
+    tokens, token_warnings, token_lines = token_plan(request, planned)
+    if tokens is None:
+        return planned
+    return dataclasses.replace(
+        planned,
+        tokens=tokens,
+        warnings=planned.warnings + tuple(token_warnings),
+        explanation=planned.explanation + tuple(token_lines),
     )

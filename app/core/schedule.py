@@ -133,24 +133,56 @@ def _ramp_stages(plan: Plan, rampup: Rampup, steps: int) -> list[Stage]:
             f"the ramp has {increments} stages; at most {MAX_STAGES}",
             pointer="/rampup/batch_size_increment",
         )
-    # Megatron: stage k holds while consumed < (k + 1) x samples_per_increment; from
-    # ramp_samples consumed on, the target batch runs.
-    per_increment = ramp_samples / increments
+    # Megatron's own float expression decides every stage (MegatronRamp): exact
+    # arithmetic or a rounded-up boundary disagrees with it where the consumed samples land
+    # exactly on a boundary.
+    ramp = MegatronRamp(start, increment, ramp_samples, target)
     stages: list[Stage] = []
     step, consumed = 0, 0
-    for k in range(increments):
-        batch = start + k * increment
-        limit = math.ceil((k + 1) * per_increment)  # first sample count that leaves stage k
-        if consumed >= limit:
-            continue
-        n = min(math.ceil((limit - consumed) / batch), steps - step)
-        if n <= 0:
+    while step < steps:
+        batch = ramp.batch(consumed)
+        if batch == target:
             break
+        n = min(ramp.steps_at(batch, consumed), steps - step)
         stages.append(Stage(step, n, batch, batch // unit))
         step, consumed = step + n, consumed + n * batch
     if step < steps:
         stages.append(Stage(step, steps - step, target, plan.gradient_accumulation_steps))
     return stages
+
+
+@dataclass(frozen=True, slots=True)
+class MegatronRamp:
+    """Megatron's RampupBatchsizeNumMicroBatchesCalculator, in its own float arithmetic."""
+
+    start: int
+    increment: int
+    ramp_samples: int
+    target: int
+
+    @property
+    def per_increment(self) -> float:
+        return self.ramp_samples / ((self.target - self.start) // self.increment)
+
+    def batch(self, consumed: int) -> int:
+        """The global batch `update(consumed)` sets: `int(consumed / (rampup_samples /
+        increments))` increments past the start, the target once past the ramp."""
+        if consumed > self.ramp_samples:
+            return self.target
+        return self.start + int(consumed / self.per_increment) * self.increment
+
+    def steps_at(self, batch: int, consumed: int) -> int:
+        """How many steps of `batch` run from `consumed` on before the batch changes:
+        estimated from the stage's boundary, then corrected against `batch()` itself (float
+        rounding moves the boundary by at most a step)."""
+        stage = (batch - self.start) // self.increment
+        boundary = min((stage + 1) * self.per_increment, self.ramp_samples + 1)
+        n = max(1, math.ceil((boundary - consumed) / batch))
+        while n > 1 and self.batch(consumed + (n - 1) * batch) != batch:
+            n -= 1
+        while self.batch(consumed + n * batch) == batch:
+            n += 1
+        return n
 
 
 def _pick_steps(stages: list[Stage], total: int, max_points: int, marks: list[int]) -> tuple[list[int], bool]:

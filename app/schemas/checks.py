@@ -96,6 +96,14 @@ class CheckRequestIn(BaseModel):
         None, description="Kill the check after this long; default and maximum from the server's settings."
     )
     rendezvous: RendezvousIn | None = None
+    workload: Literal["synthetic", "tokens"] | None = Field(
+        None,
+        examples=["tokens"],
+        description="synthetic: samples of a small regression model. tokens: a language model on "
+        "sequences of varying valid length (padding ignored by the loss), checked against the mean "
+        "per-token loss over the step's valid tokens, with the token-normalisation controls. "
+        "Default: tokens when the plan's loss_normalization is token.",
+    )
 
 
 class ControlOut(BaseModel):
@@ -316,6 +324,19 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             "model": "mlp",
             "noise_scale": {"steps": 8, "learning_rate": 0.0},
             "fit_micro_batch": {"memory_bytes": 85899345920, "safety_margin": 0.1, "optimizer": "adam"},
+        },
+    },
+    "tokens": {
+        "summary": "A token-normalised plan on sequences of uneven length",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                "sequence_length": 16,
+                "global_batch_tokens": 256,
+                "micro_batch_tokens": 32,
+                "loss_normalization": "token",
+            },
+            "workload": "tokens",
         },
     },
 }

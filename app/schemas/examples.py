@@ -88,6 +88,25 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             "gradient_noise_scale_stderr": 300,
         },
     },
+    "language_model": {
+        "summary": "A language model planned in tokens, its loss normalised by tokens",
+        "value": {
+            "topology": {"num_nodes": 4, "gpus_per_node": 8},
+            "parallelism": {"tensor": 2, "pipeline": 1, "context": 1},
+            "sequence_length": 4096,
+            "global_batch_tokens": 4194304,
+            "micro_batch_tokens": 8192,
+            "loss_normalization": "token",
+            "dataset": {"num_samples": 2000000, "epochs": 1},
+            "learning_rate": {
+                "base_lr": 0.0003,
+                "base_batch_tokens": 1048576,
+                "optimizer": "adamw",
+                "rule": "sqrt",
+                "warmup_steps": 100,
+            },
+        },
+    },
 }
 
 

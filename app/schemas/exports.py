@@ -41,9 +41,24 @@ class ExportOptionsIn(BaseModel):
         description="Container image of the PyTorchJob (the export's default is a placeholder).",
     )
     port: int = Field(29500, ge=1024, le=65535, description="Rendezvous (master) port.")
+    rampup_batch_size: str | None = Field(
+        None,
+        pattern=r"^[1-9][0-9]{0,15},[1-9][0-9]{0,15},[1-9][0-9]{0,15}$",
+        examples=["128,128,5000000"],
+        description="megatron only: START,INCREMENT,SAMPLES for --rampup-batch-size (as in "
+        "POST /v1/plans/schedule); warmup and run length are then written in samples.",
+    )
 
     def to_core(self) -> ExportOptions:
-        return ExportOptions(script=self.script, job_name=self.job_name, image=self.image, port=self.port)
+        ramp = self.rampup_batch_size
+        start, increment, samples = (int(v) for v in ramp.split(",")) if ramp else (0, 0, 0)
+        return ExportOptions(
+            script=self.script,
+            job_name=self.job_name,
+            image=self.image,
+            port=self.port,
+            rampup=(start, increment, samples) if ramp else None,
+        )
 
 
 # ----------------------------------------------------------------------------- schedule

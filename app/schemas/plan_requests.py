@@ -142,6 +142,13 @@ class LearningRateIn(RequestModel):
     warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
     betas: tuple[Beta, Beta] = (0.9, 0.999)
     eps: PositiveFloat = 1e-8
+    base_batch_tokens: Count | None = Field(
+        None,
+        description="Scale against tokens per optimizer step instead of samples: the factor is "
+        "applied to (global batch x sequence_length) / base_batch_tokens. Needs sequence_length; "
+        "base_batch_size is then not used.",
+        examples=[1048576],
+    )
 
 
 class PlanRequestIn(RequestModel):
@@ -182,6 +189,31 @@ class PlanRequestIn(RequestModel):
         None,
         description="Standard error of `gradient_noise_scale`, in samples; only with it.",
         examples=[300],
+    )
+    sequence_length: Count | None = Field(
+        None,
+        description="Tokens per sample (sequence). The plan then reports `tokens`, and the batch "
+        "may be given in tokens.",
+        examples=[4096],
+    )
+    global_batch_tokens: Count | None = Field(
+        None,
+        description="Tokens per optimizer step, instead of global_batch_size: a whole number of "
+        "sequences (needs sequence_length).",
+        examples=[4194304],
+    )
+    micro_batch_tokens: Count | None = Field(
+        None,
+        description="Tokens per micro-batch per data-parallel rank (torchtitan's local_batch_size "
+        "x seq_len), instead of micro_batch_size: a whole number of sequences.",
+        examples=[8192],
+    )
+    loss_normalization: core.LossNormalization = Field(
+        core.LossNormalization.SAMPLE,
+        description="sample: each sample weighs the same (loss_reduction applies). token: each valid "
+        "token of the step weighs the same; each rank sums its per-token losses, divides by the "
+        "step's global valid-token count and multiplies by data_parallel_size (tokens."
+        "loss_scale_formula), and replica_groups' loss_scale is null.",
     )
 
     @model_validator(mode="wrap")

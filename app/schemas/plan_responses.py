@@ -31,7 +31,10 @@ class ReplicaGroupOut(ResponseModel):
     node_group: str
     micro_batch_size: int
     samples_per_step: int = Field(description="micro_batch_size x gradient_accumulation_steps.")
-    loss_scale: float = Field(description="Multiply each micro-batch loss by this.")
+    loss_scale: float | None = Field(
+        description="Multiply each micro-batch loss by this; null under loss_normalization token, "
+        "where it depends on the step's valid tokens (tokens.loss_scale_formula)."
+    )
     relative_throughput: float
     max_micro_batch_size: int | None
     num_samples_per_replica: int | None
@@ -111,6 +114,38 @@ class LearningRateOut(ResponseModel):
     warmup_steps: int
     warmup_start_lr: float
     adam: AdamOut | None = None
+    base_batch_tokens: int | None = Field(
+        None, description="As requested: the factor is then against tokens per step, not samples."
+    )
+
+
+class TokensOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "unit": "tokens",
+            "sequence_length": 4096,
+            "loss_normalization": "token",
+            "tokens_per_micro_batch": 8192,
+            "tokens_per_step": 4194304,
+            "tokens_per_epoch": 8192000000,
+            "loss_scale_formula": "sum of per-token losses over valid tokens x 16 (data_parallel_size) "
+            "/ the step's global valid-token count (all-reduced over all 32 micro-batches x 16 replicas)",
+        }
+    )
+
+    unit: Literal["tokens", "samples"] = Field(description="What the request gave its batch in.")
+    sequence_length: int | None = Field(description="Tokens per sample; null when not given.")
+    loss_normalization: Literal["sample", "token"]
+    tokens_per_micro_batch: int | None = Field(
+        description="Per data-parallel replica; null without sequence_length or when replicas differ."
+    )
+    tokens_per_step: int | None = Field(description="Per optimizer step, all replicas.")
+    tokens_per_epoch: int | None = Field(
+        description="What the sampler's epoch feeds (padding included); null without a dataset."
+    )
+    loss_scale_formula: str | None = Field(
+        description="Under loss_normalization token: what each rank multiplies its summed loss by."
+    )
 
 
 class EfficiencyOut(ResponseModel):
@@ -167,6 +202,9 @@ class PlanOut(ResponseModel):
     explanation: list[str]
     efficiency: EfficiencyOut | None = Field(
         None, description="Step and sample efficiency of the global batch; null without gradient_noise_scale."
+    )
+    tokens: TokensOut | None = Field(
+        None, description="The plan in tokens; null without sequence_length and loss_normalization token."
     )
 
 

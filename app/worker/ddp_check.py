@@ -20,13 +20,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
 from app.worker import equivalence_probes as probes
-from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
+from app.worker.check_result import CheckResult, Comparison, ControlOutcome
 from app.worker.controls import Control, split_controls
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
 from app.worker.micro_batch_fit import fit_micro_batch
 from app.worker.noise_measurement import distrust, measure_noise_scale, not_equivalent_reason
+from app.worker.result_parts import check_layout, check_setup
 from app.worker.shards import Shards
-from app.worker.spec import CheckSpec, replica_range, replicas_per_process
+from app.worker.spec import CheckSpec, replica_range
 from app.worker.sync_batch_norm import cpu_refusal, training_sync_batch_norms
 from app.worker.synthetic_model import backward
 from app.worker.timings import Timer
@@ -59,6 +60,11 @@ def run_check(
     workload: Workload | None = None,
 ) -> CheckResult | None:
     """Run the check on an initialised default process group; rank 0 returns the result."""
+    if spec.workload == "tokens":
+        # Imported here: token_check shares this module's tolerances, so it imports this one.
+        from app.worker.token_check import run_token_check
+
+        return run_token_check(spec, rank, world, device, backend, nnodes, workload)
     timer = Timer()
     dtype = getattr(torch, spec.dtype)
     workload = workload or load(spec.model, None, spec.seed)
@@ -165,22 +171,8 @@ def run_check(
     return CheckResult(
         model=workload.name,
         ddp_equivalence=judged,
-        setup=Setup(
-            backend=backend,
-            device=device.type,
-            device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            dtype=spec.dtype,
-            nnodes=nnodes,
-            processes=world,
-        ),
-        layout=Layout(
-            data_parallel_size=dp,
-            replicas_per_process=replicas_per_process(world, dp),
-            global_batch_size=spec.global_batch_size,
-            micro_batch_sizes=tuple(sorted(set(shards.sizes))),
-            gradient_accumulation_steps=spec.gradient_accumulation_steps,
-            split=spec.split,
-        ),
+        setup=check_setup(backend, device, spec.dtype, nnodes, world),
+        layout=check_layout(spec, world, shards.sizes),
         gradient=gradient,
         controls=tuple(controls),
         controls_skipped=tuple(skipped),

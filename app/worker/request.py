@@ -13,7 +13,7 @@ from typing import Any
 from app.core.model_registry import SYNTHETIC
 from app.core.plan_request import plan_request
 from app.core.planner import plan
-from app.worker.spec import CheckSpec, spec_from_plan
+from app.worker.spec import CheckSpec, SpecError, spec_from_plan
 
 # Steps a registered model's noise scale is measured over unless the request says otherwise.
 DEFAULT_NOISE_STEPS = 8
@@ -36,16 +36,32 @@ def check_options(data: dict[str, Any], *, registered: bool) -> dict[str, Any]:
         "noise_learning_rate": rate,
         "fit": dict(fit) if fit else None,
         "plan_request": data["plan"] if fit else None,
+        # Only when asked: otherwise the plan decides (tokens under loss_normalization token).
+        **({"workload": data["workload"]} if data.get("workload") else {}),
     }
 
 
 def with_options(spec: CheckSpec, options: dict[str, Any]) -> CheckSpec:
     """`spec` with `check_options`; the default noise measurement only where it can be made
     (two replicas or two accumulation steps: a small batch and a big one)."""
+    if options.get("workload", spec.workload) == "tokens":
+        options = {**options, **tokens_options(options)}
     if options.get("noise_steps") is None:
         measurable = spec.data_parallel_size > 1 or spec.gradient_accumulation_steps > 1
         options = {**options, "noise_steps": DEFAULT_NOISE_STEPS if measurable else 0}
     return dataclasses.replace(spec, **options)
+
+
+def tokens_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The tokens workload runs one step and its controls: it measures no noise scale and
+    searches no micro-batch, so asking for either is an error, not silently skipped."""
+    if options.get("fit"):
+        raise SpecError("fit_micro_batch is not available with the tokens workload", "/fit_micro_batch")
+    if options.get("noise_steps"):
+        raise SpecError(
+            "noise_scale is not measured by the tokens workload: give steps 0", "/noise_scale/steps"
+        )
+    return {"noise_steps": 0}
 
 
 def spec_from_request(data: dict[str, Any], *, registered: bool | None = None) -> CheckSpec:

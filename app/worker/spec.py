@@ -15,6 +15,7 @@ from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
 
 DTYPES = ("float64", "float32")
+WORKLOADS = ("synthetic", "tokens")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -57,6 +58,10 @@ class CheckSpec:
     noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
     fit: dict[str, Any] | None = None  # find the largest micro-batch that fits, then re-plan
     plan_request: dict[str, Any] | None = None  # the plan request, for that re-plan
+    # "synthetic" (samples) or "tokens" (app.worker.token_check), with the plan's token settings.
+    workload: str = "synthetic"
+    sequence_length: int | None = None
+    loss_normalization: str = "sample"
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -102,7 +107,10 @@ def spec_from_plan(
     data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     slices = tuple(
-        ReplicaSlice(r.start, r.stop, r.micro_batch_size, r.loss_scale) for r in plan.replica_groups
+        ReplicaSlice(
+            r.start, r.stop, r.micro_batch_size, _sample_scale(r.loss_scale, dp, r.micro_batch_size, G)
+        )
+        for r in plan.replica_groups
     )
     # The epoch as the core's sampler arithmetic lays it out (the plan's own numbers when
     # the request had a dataset; the synthetic one-batch epoch otherwise).
@@ -141,7 +149,26 @@ def spec_from_plan(
         dtype=dtype,
         seed=seed,
         backend=backend,
+        **_token_fields(plan),
     )
+
+
+def _token_fields(plan: Plan) -> dict[str, Any]:
+    """A plan normalised by tokens is checked on token sequences unless the request says."""
+    if plan.tokens is None:
+        return {}
+    normalization = plan.tokens.loss_normalization
+    return {
+        "workload": "tokens" if normalization == "token" else "synthetic",
+        "sequence_length": plan.tokens.sequence_length,
+        "loss_normalization": normalization,
+    }
+
+
+def _sample_scale(planned: float | None, dp: int, micro: int, G: int) -> float:
+    """The plan's loss scale; under loss_normalization token (no constant scale) the mean
+    loss's, which the token workload replaces with its own counts."""
+    return planned if planned is not None else dp * micro / G
 
 
 def replica_range(process: int, processes: int, replicas: int) -> range:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ def test_every_format_answers_with_its_media_type(client: TestClient, fmt: str) 
         json.loads(response.text)
     elif media == "application/yaml":
         yaml.safe_load(response.text)
+    elif media == "application/toml":
+        tomllib.loads(response.text)
     else:
         assert media == "text/plain"
     assert "filename=" in response.headers["content-disposition"]

@@ -6,6 +6,7 @@ import ast
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,10 @@ def test_every_export_format_is_the_same_both_ways(run: Invoke, server: Server, 
         assert yaml.safe_load(text)
     elif fmt in ("python", "hf-trainer", "lightning"):
         ast.parse(text)
+    elif fmt == "torchtitan":
+        assert tomllib.loads(text)["training"]["global_batch_size"] == 512
+    elif fmt == "megatron":
+        assert "--global-batch-size 512" in text
     else:
         assert "main.py" in text and "29600" in text
 

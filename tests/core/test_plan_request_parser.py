@@ -79,6 +79,15 @@ BODIES: dict[str, dict[str, Any]] = {
         "gradient_noise_scale": 100,
         "gradient_noise_scale_stderr": 10,
     },
+    # The token fields replace the batch fields above, so they have a body of their own.
+    "every_token_field": {
+        "topology": {"num_nodes": 1, "gpus_per_node": 4},
+        "sequence_length": 128,
+        "global_batch_tokens": 4096,
+        "micro_batch_tokens": 512,
+        "loss_normalization": "token",
+        "learning_rate": {"base_lr": 0.1, "base_batch_tokens": 1024},
+    },
 }
 
 
@@ -94,9 +103,13 @@ def test_no_field_is_dropped() -> None:
     """Every field of the HTTP schema reaches the core (the rank program's own parser once
     dropped the learning rate and the noise scale)."""
     request = plan_request(BODIES["every_field"])
+    tokens = plan_request(BODIES["every_token_field"])
     defaults = PlanRequest(topology=Topology.homogeneous(1, 1))
     for name in PlanRequestIn.model_fields:
-        assert getattr(request, name) != getattr(defaults, name), name
+        assert getattr(request, name) != getattr(defaults, name) or (
+            getattr(tokens, name) != getattr(defaults, name)
+        ), name
+    assert tokens.learning_rate is not None and tokens.learning_rate.base_batch_tokens == 1024
     assert plan(request).efficiency is not None
 
 

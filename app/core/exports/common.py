@@ -28,6 +28,8 @@ class ExportOptions:
     job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
     image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
     port: int = 29500  # rendezvous / master port
+    # Megatron's --rampup-batch-size: start, increment, ramp-up samples (the megatron export).
+    rampup: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,13 +83,18 @@ def summary(x: ExportInput) -> list[str]:
         for g in p.replica_groups:
             lines.append(
                 f"  ranks {g.start}-{g.stop - 1} ({g.node_group}): micro-batch {g.micro_batch_size}, "
-                f"loss scale {g.loss_scale!r}"
+                + (
+                    f"loss scale {g.loss_scale!r}"
+                    if g.loss_scale is not None
+                    else "loss normalised by tokens"
+                )
             )
     if p.learning_rate is not None:
         lr = p.learning_rate
         lines.append(
-            f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per {lr.base_batch_size}), "
-            f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
+            f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per "
+            + (f"{lr.base_batch_tokens} tokens), " if lr.base_batch_tokens else f"{lr.base_batch_size}), ")
+            + f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
         )
         lines.append(schedule_sentence(x))
         lines.append(optimizer_sentence(x))

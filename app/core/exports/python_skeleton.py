@@ -45,6 +45,9 @@ EVEN_SPLIT = __EVEN__
 # (first rank, stop rank, micro-batch size, loss scale) for data-parallel ranks [first, stop)
 REPLICA_GROUPS = __GROUPS__
 LOSS_REDUCTION = __REDUCTION__
+# "token": each valid token of a step weighs the same (see with_loss_scales); "sample": loss scales.
+LOSS_NORMALIZATION = __NORMALIZATION__
+IGNORE_INDEX = -100  # labels the token loss skips (padding), as torch's cross_entropy does
 SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
 EPOCHS = __EPOCHS__
 OPTIMIZER = __OPTIMIZER__
@@ -56,6 +59,13 @@ TOY = os.environ.get("BATCHPLAN_TOY") == "1"
 
 
 def build_dataset() -> Dataset:
+    if TOY and LOSS_NORMALIZATION == "token":
+        # Token sequences of 8 with 1 to 8 valid tokens; the rest is padding the loss ignores.
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(1, 16, (4 * GLOBAL_BATCH_SIZE, 8), generator=generator)
+        lengths = torch.randint(1, 9, (len(ids), 1), generator=generator)
+        labels = torch.where(torch.arange(8) < lengths, ids.roll(-1, dims=1), IGNORE_INDEX)
+        return TensorDataset(ids, labels)
     if TOY:
         generator = torch.Generator().manual_seed(0)
         x = torch.randn(4 * GLOBAL_BATCH_SIZE, 8, generator=generator)
@@ -65,12 +75,19 @@ def build_dataset() -> Dataset:
 
 
 def build_model() -> nn.Module:
+    if TOY and LOSS_NORMALIZATION == "token":
+        return nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
     if TOY:
         return nn.Linear(8, 1)
     raise NotImplementedError("build_model(): return your model (or set BATCHPLAN_TOY=1)")
 
 
 def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if LOSS_NORMALIZATION == "token":
+        # Summed over valid tokens: with_loss_scales divides by the step's global count.
+        return nn.functional.cross_entropy(
+            output.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        )
     # The plan's loss scales assume this reduction.
     return nn.functional.mse_loss(output, target, reduction=LOSS_REDUCTION)
 
@@ -80,6 +97,27 @@ def replica_settings(rank: int) -> tuple[int, float]:
         if first <= rank < stop:
             return micro, scale
     raise ValueError(f"rank {rank} is in no replica group")
+
+
+def with_loss_scales(loader, loss_scale: float, device: torch.device):
+    """(inputs, targets, scale) per micro-batch. Under token normalisation a step's scale is
+    DATA_PARALLEL_SIZE / N, N its valid tokens over all micro-batches and ranks (an all-reduce
+    of the counts, as torchtitan does): DDP's mean over ranks then weighs every token 1/N.
+    A mean per micro-batch or per rank would weigh tokens unequally where lengths differ."""
+    if LOSS_NORMALIZATION != "token":
+        for inputs, targets in loader:
+            yield inputs, targets, loss_scale
+        return
+    step: list = []
+    for batch in loader:
+        step.append(batch)
+        if len(step) < GRADIENT_ACCUMULATION_STEPS:
+            continue
+        valid = sum((targets != IGNORE_INDEX).sum() for _, targets in step).to(device)
+        dist.all_reduce(valid)
+        for inputs, targets in step:
+            yield inputs, targets, DATA_PARALLEL_SIZE / valid.item()
+        step = []
 
 
 def make_sampler(dataset: Dataset, rank: int):
@@ -146,7 +184,7 @@ def main() -> None:
         # Micro-batches past the last whole optimizer step are skipped: under no_sync their
         # gradients would stay local and leak, unscaled, into the next epoch's first step.
         usable = len(loader) // GRADIENT_ACCUMULATION_STEPS * GRADIENT_ACCUMULATION_STEPS
-        for i, (inputs, targets) in enumerate(loader):
+        for i, (inputs, targets, scale) in enumerate(with_loss_scales(loader, loss_scale, device)):
             if i >= usable:
                 break
             inputs, targets = inputs.to(device), targets.to(device)
@@ -156,7 +194,7 @@ def main() -> None:
                 loss = loss_fn(model(inputs), targets)
                 # loss_scale makes the accumulated, DDP-averaged gradient that of the mean loss
                 # over the global batch (1 / accumulation on an even split).
-                (loss * loss_scale).backward()
+                (loss * scale).backward()
             if not sync:
                 continue
             optimizer.step()
@@ -206,6 +244,7 @@ def export_python(x: ExportInput) -> Export:
         "__EVEN__": repr(p.split == "even"),
         "__GROUPS__": repr(groups),
         "__REDUCTION__": repr(p.loss_reduction),
+        "__NORMALIZATION__": repr(p.tokens.loss_normalization if p.tokens else "sample"),
         "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
         "__SEED__": repr(p.sampler.seed if p.sampler else 0),
         "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),

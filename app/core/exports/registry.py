@@ -12,9 +12,11 @@ from app.core.exports.deepspeed import export_deepspeed
 from app.core.exports.hf_trainer import export_hf_trainer
 from app.core.exports.kubernetes import export_kubernetes
 from app.core.exports.lightning import export_lightning
+from app.core.exports.megatron import export_megatron
 from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
+from app.core.exports.torchtitan import export_torchtitan
 
 # The order is the order formats are listed in (404 details, OpenAPI examples, the CLI).
 EXPORTERS: dict[str, Exporter] = {
@@ -26,6 +28,8 @@ EXPORTERS: dict[str, Exporter] = {
     "hf-trainer": export_hf_trainer,
     "lightning": export_lightning,
     "python": export_python,
+    "torchtitan": export_torchtitan,
+    "megatron": export_megatron,
 }
 
 

@@ -1,0 +1,176 @@
+"""The language-model exports loaded by the real packages: the torchtitan TOML by torchtitan's
+own ConfigManager (torchtitan 0.2.2), its degrees by torchtitan's ParallelDims, and the
+megatron arguments fed to megatron-core's own micro-batch calculators (constant and ramp-up),
+whose numbers must be the plan's."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from export_helpers import export_input
+from megatron_calculator import calculator_module
+
+from app.core.errors import PlanError
+from app.core.exports import ExportOptions, ExportUnsupported, export
+from app.core.exports.common import ExportInput
+from app.schemas.examples import plan_example
+
+pytestmark = pytest.mark.slow  # torchtitan's loader runs in a process that imports torch
+
+LANGUAGE_MODEL = plan_example("language_model")
+SAMPLES_WITH_SEQUENCES = {
+    "topology": {"num_nodes": 2, "gpus_per_node": 8},
+    "parallelism": {"tensor": 2, "pipeline": 2, "context": 2},
+    "sequence_length": 2048,
+    "global_batch_size": 256,
+    "micro_batch_size": 4,
+    "learning_rate": {"base_lr": 0.0003, "optimizer": "adam", "warmup_steps": 20},
+}
+BODIES = {"language_model": LANGUAGE_MODEL, "samples_with_sequences": SAMPLES_WITH_SEQUENCES}
+
+
+def _with_options(body: dict[str, Any], options: ExportOptions) -> ExportInput:
+    x = export_input(body)
+    return ExportInput(x.request, x.plan, options)
+
+
+# ----------------------------------------------------------------------------- torchtitan
+
+
+TORCHTITAN = importlib.util.find_spec("torchtitan") is not None
+LOADER = Path(__file__).with_name("torchtitan_loader.py")
+
+
+@pytest.mark.skipif(not TORCHTITAN, reason="torchtitan is not installed (consumers group)")
+@pytest.mark.parametrize("name", list(BODIES))
+def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> None:
+    x = export_input(BODIES[name])
+    path = tmp_path / "batchplan.toml"
+    path.write_text(export("torchtitan", x).text)
+    completed = subprocess.run(
+        [sys.executable, str(LOADER), str(path), str(x.plan.world_size)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    t = json.loads(completed.stdout.splitlines()[-1])
+    assert "site-packages/torchtitan/config/manager.py" in t["torchtitan_file"]
+    p, seq = x.plan, x.request.sequence_length
+    assert (t["local_batch_size"], t["global_batch_size"], t["seq_len"]) == (
+        p.micro_batch_size,
+        p.global_batch_size,
+        seq,
+    )
+    # torchtitan's Trainer: global % (local x batch degree) == 0, accumulation = the quotient.
+    local, batch_degree = t["local_batch_size"], t["batch_degree"]
+    assert batch_degree == p.data_parallel_size
+    assert t["global_batch_size"] % (local * batch_degree) == 0
+    assert t["global_batch_size"] // (local * batch_degree) == p.gradient_accumulation_steps
+    assert p.tokens is not None and local * t["seq_len"] == p.tokens.tokens_per_micro_batch
+    lr = p.learning_rate
+    assert lr is not None
+    assert t["optimizer"]["lr"] == lr.lr and t["lr_scheduler"] == {
+        "warmup_steps": lr.warmup_steps,
+        "decay_ratio": 0.0,
+    }
+    assert t["optimizer"]["name"] in ("Adam", "AdamW") and t["optimizer"]["weight_decay"] == 0.0
+
+
+def test_torchtitan_refuses_an_uneven_plan() -> None:
+    with pytest.raises(ExportUnsupported, match="torchtitan"):
+        export("torchtitan", export_input(plan_example("mixed")))
+
+
+# ----------------------------------------------------------------------------- megatron
+
+MEGATRON = calculator_module()
+needs_megatron = pytest.mark.skipif(
+    MEGATRON is None, reason="megatron-core is not installed (consumers group)"
+)
+
+
+def _megatron_args(x: ExportInput) -> dict[str, list[str]]:
+    """The exported bash array as Megatron's argparse sees it: each flag with its values."""
+    text = export("megatron", x).text
+    words = subprocess.run(
+        ["bash", "-c", text + '\nprintf "%s\\n" "${MEGATRON_ARGS[@]}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")[:-1]
+    args: dict[str, list[str]] = {}
+    for word in words:
+        if word.startswith("--"):
+            args[word] = []
+            flag = word
+        else:
+            args[flag].append(word)
+    return args
+
+
+def _calculator(args: dict[str, list[str]], world: int) -> Any:
+    """megatron-core's calculator as Megatron's training setup builds it from these args."""
+    assert MEGATRON is not None
+    model_parallel = 1
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size"):
+        model_parallel *= int(args[flag][0])
+    ramp = args.get("--rampup-batch-size")
+    return MEGATRON._build_num_microbatches_calculator(
+        1,  # not rank 0: no logging
+        [int(v) for v in ramp] if ramp else None,
+        int(args["--global-batch-size"][0]),
+        int(args["--micro-batch-size"][0]),
+        world // model_parallel,
+        False,
+    )
+
+
+@needs_megatron
+@pytest.mark.parametrize("name", list(BODIES))
+def test_megatrons_calculator_runs_the_plans_micro_batches(name: str) -> None:
+    x = export_input(BODIES[name])
+    args = _megatron_args(x)
+    calc = _calculator(args, x.plan.world_size)
+    calc.update(0, True)  # consistency_check: Megatron asserts the batch splits into micro-batches
+    assert calc.get() == x.plan.gradient_accumulation_steps
+    assert calc.get_current_global_batch_size() == x.plan.global_batch_size
+    assert args["--seq-length"] == [str(x.request.sequence_length)]
+    lr = x.plan.learning_rate
+    assert lr is not None and float(args["--lr"][0]) == lr.lr
+    assert args["--lr-warmup-iters"] == [str(lr.warmup_steps)]
+    assert ("--calculate-per-token-loss" in args) == (x.request.loss_normalization.value == "token")
+
+
+@needs_megatron
+def test_a_ramp_is_written_in_samples_as_megatron_counts_them() -> None:
+    body = {**SAMPLES_WITH_SEQUENCES, "dataset": {"num_samples": 100_000, "epochs": 2}}
+    x = _with_options(body, ExportOptions(rampup=(64, 64, 20_000)))
+    args = _megatron_args(x)
+    assert args["--rampup-batch-size"] == ["64", "64", "20000"] and "--train-iters" not in args
+    calc = _calculator(args, x.plan.world_size)
+    # Replay Megatron's loop: the samples consumed by the plan's warmup steps and by the run.
+    lr = x.plan.learning_rate
+    assert lr is not None and x.plan.sampler is not None
+    consumed, by_step = 0, []
+    for _ in range(x.plan.sampler.total_optimizer_steps or 0):
+        calc.update(consumed, True)
+        by_step.append(consumed)
+        consumed += calc.get_current_global_batch_size()
+    assert args["--lr-warmup-samples"] == [str(by_step[lr.warmup_steps])]
+    assert args["--train-samples"] == [str(consumed)]
+
+
+def test_a_ramp_that_does_not_split_into_micro_batches_is_refused() -> None:
+    x = _with_options(SAMPLES_WITH_SEQUENCES, ExportOptions(rampup=(60, 64, 20_000)))
+    with pytest.raises(PlanError) as caught:
+        export("megatron", x)
+    assert caught.value.pointer == "/rampup_batch_size"
+    unit = x.plan.global_batch_size // x.plan.gradient_accumulation_steps
+    assert caught.value.suggestions == {"start_batch_size": [60 // unit * unit, (60 // unit + 1) * unit]}

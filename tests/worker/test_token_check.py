@@ -1,0 +1,139 @@
+"""The `tokens` check on real gloo process groups (warm ranks, and torchrun): a language model
+on sequences of uneven valid length, the token-normalised step against the single-process
+mean per-token loss at float64, and every token-normalisation mistake detected."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+from fastapi.testclient import TestClient
+from support.apps import warm_app
+from support.polling import run_check
+
+from app.ports import free_port
+from app.worker.gradcheck import torchrun_argv
+from app.worker.token_check import TOKEN_CONTROLS, changes_gradient
+from app.worker.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTROLS = ["mean_per_micro_batch", "mean_per_replica", "padding_counted"]
+FACTORY = "app.worker.token_model:tiny_language_model"
+# 4 replicas x 2 micro-batches of 2 sequences of 16 tokens: 16 sequences, lengths 1 to 16.
+TOKEN_PLAN: dict[str, Any] = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+    "sequence_length": 16,
+    "global_batch_tokens": 256,
+    "micro_batch_tokens": 32,
+    "loss_normalization": "token",
+}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
+    with warm_app(db, 4, models=True, log_level="warning", check_models=f"tiny_lm={FACTORY}") as test_client:
+        yield test_client
+
+
+def _result(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    job = run_check(client, body, timeout=120)
+    assert job["status"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
+
+
+def test_the_synthetic_batch_has_uneven_lengths_and_padding() -> None:
+    lengths = [int((token_sample(i, 0, 16)[1] != IGNORE_INDEX).sum()) for i in range(16)]
+    assert len(set(lengths)) > 4 and min(lengths) < 16 and max(lengths) > 1
+
+
+def test_the_token_normalised_step_passes_and_every_control_is_detected(client: TestClient) -> None:
+    result = _result(client, {"plan": TOKEN_PLAN})  # the plan's token normalisation picks the workload
+    assert result["model"] == "tokens" and result["processes"] == 4 and result["backend"] == "gloo"
+    assert result["gradient_accumulation_steps"] == 2 and result["micro_batch_sizes"] == [2]
+    assert result["rel_l2"] <= result["tolerance"] == 1e-10
+    assert [c["name"] for c in result["controls"]] == CONTROLS
+    assert all(c["detected"] and c["rel_l2"] > 1e-3 for c in result["controls"]), result["controls"]
+    assert result["controls_skipped"] == []
+    assert result["passed"] and result["sampler_checked"]
+
+
+def test_sample_normalisation_on_uneven_lengths_is_shown_wrong(client: TestClient) -> None:
+    result = _result(client, {"plan": {**TOKEN_PLAN, "loss_normalization": "sample"}, "workload": "tokens"})
+    assert not result["passed"] and not result["gradient_matches"]
+    by_name = {c["name"]: c for c in result["controls"]}
+    # Under sample each micro-batch averages its own tokens: exactly the Transformers bug.
+    assert result["rel_l2"] == pytest.approx(by_name["mean_per_micro_batch"]["rel_l2"], rel=1e-9)
+
+
+def test_a_registered_token_model_passes(client: TestClient) -> None:
+    result = _result(client, {"plan": TOKEN_PLAN, "model": "tiny_lm", "workload": "tokens"})
+    assert result["model"] == "tiny_lm" and result["passed"]
+    assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
+
+
+def test_under_torchrun_through_the_same_rank_program() -> None:
+    request = json.dumps({"plan": {**TOKEN_PLAN, "topology": {"num_nodes": 1, "gpus_per_node": 2}}})
+    completed = subprocess.run(
+        torchrun_argv(request, nproc_per_node=2, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    assert result["passed"] and result["processes"] == 2 and result["model"] == "tokens"
+    assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
+
+
+def test_controls_apply_exactly_where_they_change_the_token_weights() -> None:
+    by_name = {c.name: c for c in TOKEN_CONTROLS}
+    even = {0: [(5, 8), (5, 8)], 1: [(5, 8), (5, 8)]}  # equal counts, with padding
+    assert not changes_gradient(by_name["mean_per_micro_batch"].scale, even)
+    assert not changes_gradient(by_name["mean_per_replica"].scale, even)
+    assert changes_gradient(by_name["padding_counted"].scale, even)
+    full = {0: [(8, 8), (3, 8)], 1: [(6, 8), (5, 8)]}  # replicas equal (11 each), micro-batches not
+    assert changes_gradient(by_name["mean_per_micro_batch"].scale, full)
+    assert not changes_gradient(by_name["mean_per_replica"].scale, full)
+    no_padding = {0: [(8, 8)], 1: [(8, 8)]}
+    assert not changes_gradient(by_name["padding_counted"].scale, no_padding)
+    assert by_name["mean_per_replica"].scale(0, 1, full) == Fraction(1, 11)
+
+
+def test_the_token_loss_ignores_padding_as_torch_does() -> None:
+    inputs, labels = token_sample(3, 0, 16)
+    model = TinyLanguageModel().double()
+    logits = model(inputs.unsqueeze(0))
+    valid = labels != IGNORE_INDEX
+    expected = torch.nn.functional.cross_entropy(logits[0][valid], labels[valid], reduction="sum")
+    assert torch.equal(token_loss(logits, labels.unsqueeze(0), "sum"), expected)
+    # Causal: the valid positions' logits do not depend on the padding after them.
+    padded = inputs.clone()
+    padded[~valid] = 7
+    assert torch.equal(model(padded.unsqueeze(0))[0][valid], logits[0][valid])
+
+
+def test_what_the_tokens_workload_does_not_measure_is_refused(client: TestClient) -> None:
+    for extra, pointer in (
+        ({"fit_micro_batch": {"memory_bytes": 1 << 30}}, "/fit_micro_batch"),
+        ({"noise_scale": {"steps": 4}}, "/noise_scale/steps"),
+        ({"workload": "text"}, "/workload"),
+    ):
+        response = client.post("/v1/checks", json={"plan": TOKEN_PLAN, **extra})
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["errors"][0]["pointer"] == pointer
