@@ -28,6 +28,11 @@ class ExportOptions:
     job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
     image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
     port: int = 29500  # rendezvous / master port
+    # The launch exports (slurm, torchrun, kubernetes): see preflight.py and slurm.py.
+    preflight: bool = False  # run the gradient check of the plan before training
+    model_factory: str | None = None  # package.module:factory the preflight trains
+    setup: str | None = None  # a shell line that activates the job's environment
+    cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
 
 
 @dataclass(frozen=True, slots=True)
