@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # What a job needs from this machine: this interpreter's torchrun and python, this checkout.
 SETUP = f"export PATH={Path(sys.executable).parent}:$PATH PYTHONPATH={ROOT} BATCHPLAN_TOY=1"
 RANK_LINE = re.compile(
-    r"^rank (\d+)/(\d+): (\d+) optimizer steps, (\d+) micro-batches of sizes \[([\d, ]*)\], accumulation (\d+)$",
+    r"^rank (\d+)/(\d+): (\d+) optimizer steps, (\d+) micro-batches of sizes \[([\d, ]*)\], "
+    r"accumulation (\d+)$",
     re.M,
 )
 
