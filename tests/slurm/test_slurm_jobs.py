@@ -156,8 +156,9 @@ def test_uneven_mixed_groups_run_as_a_heterogeneous_job(slurm: Cluster, jobs: di
     assert {g.micro_batch_size for g in job.plan.replica_groups} == {16, 8}  # really uneven
     output = finished(slurm, job)
     assert_ranks_followed_the_plan(output, job.plan)
-    # The job-wide --output applies to every component: one file for the whole job.
-    assert len(list(job.folder.glob("*.out"))) == 1
+    # The job-wide --output=%x-%j.out names the whole job's output (after the last hetjob it
+    # would apply to that component only, and the batch script's output would go to slurm-%j.out).
+    assert [p.name for p in job.folder.glob("*.out")] == [f"batchplan-{job.id}.out"]
 
 
 def test_two_jobs_on_one_node_at_once(slurm: Cluster, jobs: dict[str, Job]) -> None:
