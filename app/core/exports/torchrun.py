@@ -28,15 +28,13 @@ def export_torchrun(x: ExportInput) -> Export:
     groups = node_groups(x)
     nodes = num_nodes(x)
     head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *setup_lines(x), *batch_env(x)]
+    launch: Launch
     if nodes == 1:
         body = ["# Single node: every GPU of this machine, rendezvous on localhost."]
-
-        def launch(program: list[str]) -> str:
-            nproc = str(groups[0].gpus_per_node)
-            return shell_line(
-                torchrun_args(x, nnodes="1", nproc=nproc, rendezvous=["--standalone"], program=program)
-            )
-
+        nproc = str(groups[0].gpus_per_node)
+        launch = lambda program: shell_line(  # noqa: E731
+            torchrun_args(x, nnodes="1", nproc=nproc, rendezvous=["--standalone"], program=program)
+        )
     elif not pinned_ranks(x):
         body, launch = _any_node_order(x, nodes)
     else:
