@@ -61,7 +61,7 @@ def _export_examples() -> dict[int | str, dict[str, Any]]:
     the_plan = plan(request)
     content: dict[str, dict[str, Any]] = {}
     for fmt, exporter in EXPORTERS.items():
-        out = exporter(ExportInput(request, the_plan))
+        out = exporter(ExportInput(request, the_plan, ExportOptionsIn().to_core()))
         content.setdefault(out.media_type, {"examples": {}})["examples"][fmt] = {
             "summary": f"{fmt} ({out.filename})",
             "value": out.text,

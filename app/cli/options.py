@@ -127,6 +127,23 @@ class ExportFlags:
     job_name: Annotated[str | None, typer.Option(help="Slurm/PyTorchJob name (default: batchplan).")] = None
     image: Annotated[str | None, typer.Option(help="The PyTorchJob container image.")] = None
     master_port: Annotated[int | None, typer.Option(help="Rendezvous port (default: 29500).")] = None
+    preflight: Annotated[
+        bool | None,
+        typer.Option(
+            "--preflight/--no-preflight",
+            help="slurm, torchrun, kubernetes: run the gradient check before training (default: on).",
+            show_default=False,
+        ),
+    ] = None
+    model_factory: Annotated[
+        str | None, typer.Option(help="The model the preflight trains (package.module:factory).")
+    ] = None
+    setup: Annotated[
+        str | None, typer.Option(help="slurm, torchrun: a shell line that activates the job's environment.")
+    ] = None
+    cpus_per_gpu: Annotated[
+        int | None, typer.Option(help="slurm: CPU cores per GPU process (default: 4).")
+    ] = None
 
     def query(self) -> Json:
         """The export options as the API takes them (query parameters): only those given."""
@@ -135,6 +152,10 @@ class ExportFlags:
             "job_name": self.job_name,
             "image": self.image,
             "port": self.master_port,
+            "preflight": self.preflight,
+            "model_factory": self.model_factory,
+            "setup": self.setup,
+            "cpus_per_gpu": self.cpus_per_gpu,
         }
         return {k: v for k, v in given.items() if v is not None}
 

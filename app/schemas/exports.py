@@ -40,7 +40,40 @@ class ExportOptionsIn(BaseModel):
         pattern=r"^[A-Za-z0-9_./:@-]+$",
         description="Container image of the PyTorchJob (the export's default is a placeholder).",
     )
-    port: int = Field(29500, ge=1024, le=65535, description="Rendezvous (master) port.")
+    port: int = Field(
+        29500,
+        ge=1024,
+        le=65535,
+        description="Rendezvous (master) port; slurm adds the job id modulo 10000 (at most to 65535), "
+        "so that jobs sharing a node do not share a rendezvous.",
+    )
+    preflight: bool = Field(
+        True,
+        description="slurm, torchrun, kubernetes: run the plan's gradient check (`python -m "
+        "app.worker.gradcheck`) under the same torchrun line before training, and stop the job, with "
+        "the reason in its output, if the plan does not hold there. The job's environment needs "
+        "batchplan installed. false leaves it out.",
+    )
+    model_factory: str | None = Field(
+        None,
+        max_length=256,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$",
+        description="The preflight trains this `package.module:factory` (see the check models) "
+        "instead of the built-in model.",
+        examples=["app.worker.example_models:mlp"],
+    )
+    setup: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=r"^[^\r\n]+$",
+        description="slurm, torchrun: one shell line that activates the job's environment (under "
+        "`sbatch --export=NONE` nothing of the submitting shell is inherited).",
+        examples=["source /shared/venvs/train/bin/activate"],
+    )
+    cpus_per_gpu: int = Field(
+        4, ge=1, le=256, description="slurm: CPU cores per GPU process (--cpus-per-task per node)."
+    )
     rampup_batch_size: str | None = Field(
         None,
         pattern=r"^[1-9][0-9]{0,15},[1-9][0-9]{0,15},[1-9][0-9]{0,15}$",
@@ -58,6 +91,10 @@ class ExportOptionsIn(BaseModel):
             image=self.image,
             port=self.port,
             rampup=(start, increment, samples) if ramp else None,
+            preflight=self.preflight,
+            model_factory=self.model_factory,
+            setup=self.setup,
+            cpus_per_gpu=self.cpus_per_gpu,
         )
 
 

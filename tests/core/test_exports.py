@@ -310,7 +310,7 @@ def test_sbatch_torchrun_line_parses(tmp_path: Path) -> None:
     srun = text[text.index("srun ") :].replace("\\\n", " ")
     # Expand the job's variables as Slurm would, then hand the words to torchrun's parser.
     expanded = subprocess.run(
-        ["bash", "-c", f"printf '%s\\n' {srun.removeprefix('srun --kill-on-bad-exit=1 ')}"],
+        ["bash", "-c", f"printf '%s\\n' {srun[srun.index('torchrun') :]}"],
         env={"SLURM_NNODES": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "SLURM_JOB_ID": "7"},
         capture_output=True,
         text=True,

@@ -30,6 +30,11 @@ class ExportOptions:
     port: int = 29500  # rendezvous / master port
     # Megatron's --rampup-batch-size: start, increment, ramp-up samples (the megatron export).
     rampup: tuple[int, int, int] | None = None
+    # The launch exports (slurm, torchrun, kubernetes): see preflight.py and slurm.py.
+    preflight: bool = False  # run the gradient check of the plan before training
+    model_factory: str | None = None  # package.module:factory the preflight trains
+    setup: str | None = None  # a shell line that activates the job's environment
+    cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.preflight import check_args, preflight_lines
+from app.core.exports.shell import shell_words
 from app.core.exports.yaml_writer import to_yaml
 
 # The training operator names pods and services `<job>-master-0` and `<job>-worker-<i>`, each a
@@ -56,13 +58,24 @@ def export_kubernetes(x: ExportInput) -> Export:
             {"name": "GRADIENT_ACCUMULATION_STEPS", "value": str(x.plan.gradient_accumulation_steps)},
         ]
 
+    torchrun = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(shape)]
+    command = [*torchrun, x.options.script]
+    if x.options.preflight:
+        # The check under the same torchrun line first; the training only if it passed.
+        script = [
+            "set -euo pipefail",
+            *preflight_lines(x, shell_words([*torchrun, *check_args(x)])),
+            "exec " + shell_words(command),
+        ]
+        command = ["bash", "-c", "\n".join(script)]
+
     def replica(count: int) -> dict[str, Any]:
         container: dict[str, Any] = {
             "name": "pytorch",  # the training operator looks for this container name
             "image": x.options.image,
             # The operator sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR and PET_MASTER_PORT,
             # which torchrun reads as defaults; it picks the port itself, so none is passed.
-            "command": ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(shape), x.options.script],
+            "command": command,
             "resources": {"limits": {"nvidia.com/gpu": shape}},
             # NCCL and DataLoader workers share memory through /dev/shm, 64 MiB in a pod by default.
             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -71,7 +84,9 @@ def export_kubernetes(x: ExportInput) -> Export:
             container["env"] = env
         return {
             "replicas": count,
-            "restartPolicy": "OnFailure",
+            # ExitCode: exit codes 1-127 (a failed preflight exits 1) fail the job for good;
+            # 128 and above (killed, evicted) restart the pod.
+            "restartPolicy": "ExitCode" if x.options.preflight else "OnFailure",
             "template": {
                 "spec": {
                     "containers": [container],

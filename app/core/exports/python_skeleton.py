@@ -133,6 +133,17 @@ def make_sampler(dataset: Dataset, rank: int):
     )
 
 
+def check_launch_env(micro_batch_size: int) -> None:
+    """The launch script (torchrun, slurm, kubernetes exports) exports the plan's batch sizes: a
+    launch script from another plan would start a batch this loop's loss scales do not fit."""
+    planned = {"GLOBAL_BATCH_SIZE": GLOBAL_BATCH_SIZE, "MICRO_BATCH_SIZE": micro_batch_size,
+               "GRADIENT_ACCUMULATION_STEPS": GRADIENT_ACCUMULATION_STEPS}
+    for name, value in planned.items():
+        if os.environ.get(name, str(value)) != str(value):
+            raise SystemExit(f"the launch script sets {name}={os.environ[name]}, this script's plan has "
+                             f"{value}: export both from the same plan")
+
+
 def build_optimizer(params) -> torch.optim.Optimizer:
     if OPTIMIZER in ("adam", "adamw", "lamb"):  # torch has no LAMB: AdamW stands in, plug in yours
         cls = torch.optim.Adam if OPTIMIZER == "adam" else torch.optim.AdamW
@@ -167,6 +178,7 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     micro_batch_size, loss_scale = replica_settings(rank)
+    check_launch_env(micro_batch_size)
 
     torch.manual_seed(SEED)  # DDP also broadcasts rank 0's weights at construction
     model = DDP(build_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
@@ -177,7 +189,7 @@ def main() -> None:
     optimizer = build_optimizer(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor)
 
-    step = 0
+    step, seen = 0, []  # seen: the size of every micro-batch this rank trained on
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
         optimizer.zero_grad(set_to_none=True)
@@ -188,6 +200,7 @@ def main() -> None:
             if i >= usable:
                 break
             inputs, targets = inputs.to(device), targets.to(device)
+            seen.append(len(inputs))
             sync = (i + 1) % GRADIENT_ACCUMULATION_STEPS == 0
             # Only the last micro-batch of a step all-reduces; the others accumulate locally.
             with contextlib.nullcontext() if sync else model.no_sync():
@@ -210,6 +223,8 @@ def main() -> None:
             break
     if rank == 0:
         print(f"done: {step} optimizer steps", flush=True)
+    print(f"rank {rank}/{world}: {step} optimizer steps, {len(seen)} micro-batches of sizes "
+          f"{sorted(set(seen))}, accumulation {GRADIENT_ACCUMULATION_STEPS}", flush=True)
     # DDP's reducer holds the process group and its last work objects; left to interpreter
     # shutdown, gloo's threads free tensors after Python is gone and the rank aborts with
     # "terminate called without an active exception". Free them while Python is alive (DDP's

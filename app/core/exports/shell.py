@@ -8,7 +8,10 @@ import shlex
 from app.core.exports.common import ExportInput
 
 
-def torchrun_args(x: ExportInput, *, nnodes: str, nproc: str, rendezvous: list[str]) -> list[str]:
+def torchrun_args(
+    x: ExportInput, *, nnodes: str, nproc: str, rendezvous: list[str], program: list[str] | None = None
+) -> list[str]:
+    """`program`: what torchrun starts instead of the training script (the preflight's check)."""
     return [
         "torchrun",
         "--nnodes",
@@ -16,7 +19,25 @@ def torchrun_args(x: ExportInput, *, nnodes: str, nproc: str, rendezvous: list[s
         "--nproc-per-node",
         nproc,
         *rendezvous,
-        x.options.script,
+        *(program if program is not None else [x.options.script]),
+    ]
+
+
+def shell_words(args: list[str]) -> str:
+    """Words on one line, quoted as `shell_line` quotes them."""
+    return " ".join(a if a.startswith('"$') else shlex.quote(a) for a in args)
+
+
+def setup_lines(x: ExportInput) -> list[str]:
+    """The line that activates the job's environment: the export's `setup`, or where it goes.
+    Under `sbatch --export=NONE` (or a fresh ssh session) nothing of the submitting shell is
+    inherited, so torchrun and python must come from here."""
+    if x.options.setup:
+        return ["# The job's environment (the export's setup option):", x.options.setup]
+    return [
+        "# The job's environment: nothing of the submitting shell is inherited under",
+        "# sbatch --export=NONE. Activate yours here (or export with the setup option), e.g.",
+        "#   source /path/to/venv/bin/activate",
     ]
 
 
@@ -39,7 +60,12 @@ def shell_line(args: list[str], indent: str = "") -> str:
     words = [a if a.startswith('"$') else shlex.quote(a) for a in args]
     parts, i = [words[0]], 1
     while i < len(words):
-        if words[i].startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--"):
+        # An option and its value share a line (`-m module` too).
+        if (
+            (words[i].startswith("--") or words[i] == "-m")
+            and i + 1 < len(words)
+            and not words[i + 1].startswith("--")
+        ):
             parts.append(f"{words[i]} {words[i + 1]}")
             i += 2
         else:

@@ -1,6 +1,12 @@
 """`slurm`: an sbatch script with one task per node, each running torchrun. Node groups of
 different shapes, or pinned (uneven) ranks, become a heterogeneous job, one component per
-node group."""
+node group.
+
+Each task gets --cpus-per-task for all its node's ranks, passed to srun too (srun 22.05 no
+longer takes it from sbatch). The rendezvous port is derived from the job id, so two jobs
+sharing a node do not join one rendezvous. Job-wide options come before the first `hetjob`
+line: after it they would apply to the last component only.
+"""
 
 from __future__ import annotations
 
@@ -16,77 +22,104 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
-from app.core.exports.shell import batch_env, c10d_rendezvous, shell_line, torchrun_args
+from app.core.exports.preflight import check_args, preflight_lines
+from app.core.exports.shell import (
+    batch_env,
+    c10d_rendezvous,
+    setup_lines,
+    shell_line,
+    shell_words,
+    torchrun_args,
+)
+
+# Ports the rendezvous may take above the export's port, one per job id modulo this.
+PORT_SPAN = 10000
 
 
 def export_slurm(x: ExportInput) -> Export:
     groups = node_groups(x)
     shape = uniform_gpus_per_node(x)
     het = shape is None or pinned_ranks(x)
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={shlex.quote(x.options.job_name)}"]
-    if not het:
-        lines += [
-            f"#SBATCH --nodes={num_nodes(x)}",
-            "#SBATCH --ntasks-per-node=1",
-            f"#SBATCH --gpus-per-node={shape}",
-        ]
-    else:
-        for i, g in enumerate(groups):
-            if i:
-                lines.append("#SBATCH hetjob")
-            lines += [
-                f"#SBATCH --nodes={g.num_nodes}",
-                "#SBATCH --ntasks-per-node=1",
-                f"#SBATCH --gpus-per-node={g.gpus_per_node}",
-                f"# component {i}: {g.name} nodes (add --constraint or --partition to place them)",
-            ]
-    lines += [
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={shlex.quote(x.options.job_name)}",
         "#SBATCH --output=%x-%j.out",
+    ]
+    for i, g in enumerate(groups if het else groups[:1]):
+        if i:
+            lines.append("#SBATCH hetjob")
+        lines += [
+            f"#SBATCH --nodes={g.num_nodes if het else num_nodes(x)}",
+            "#SBATCH --ntasks-per-node=1",
+            f"#SBATCH --gpus-per-node={g.gpus_per_node}",
+            f"#SBATCH --cpus-per-task={_cpus(x, g.gpus_per_node)}",
+        ]
+        if het:
+            lines.append(f"# component {i}: {g.name} nodes (add --constraint or --partition to place them)")
+    span = min(PORT_SPAN, 65536 - x.options.port)
+    first_nodes = "$SLURM_JOB_NODELIST_HET_GROUP_0" if het else "$SLURM_JOB_NODELIST"
+    lines += [
         comment(summary(x)),
         "# One task per node runs torchrun, which starts one process per GPU.",
         "set -euo pipefail",
+        *setup_lines(x),
         *batch_env(x),
-        f"MASTER_PORT={x.options.port}",
+        "# A port per job: two jobs sharing a node must not meet in one rendezvous.",
+        f"MASTER_PORT=$(( {x.options.port} + SLURM_JOB_ID % {span} ))",
+        # sed reads the whole list: `head -n 1` would close the pipe early, and scontrol, killed
+        # by SIGPIPE on a long node list, would fail the script under pipefail.
+        f'MASTER_ADDR="$(scontrol show hostnames "{first_nodes}" | sed -n 1p)"',
+        "export MASTER_ADDR MASTER_PORT",
     ]
-    if not het:
-        lines += [
-            'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-            "export MASTER_ADDR MASTER_PORT",
-            "srun --kill-on-bad-exit=1 "
-            + shell_line(
-                torchrun_args(
-                    x,
-                    nnodes='"$SLURM_NNODES"',
-                    nproc=str(shape),
-                    rendezvous=c10d_rendezvous('"$SLURM_JOB_ID"'),
-                )
-            ),
-        ]
-    else:
-        lines += _heterogeneous_step(x)
+    step = _heterogeneous_step if het else _step
+    if x.options.preflight:
+        lines += preflight_lines(x, step(x, check_args(x)))
+    lines.append(step(x, [x.options.script]))
     return Export("slurm", "text/plain", "job.sbatch", "\n".join(lines) + "\n")
 
 
-def _heterogeneous_step(x: ExportInput) -> list[str]:
+def _cpus(x: ExportInput, gpus: int) -> int:
+    return gpus * x.options.cpus_per_gpu
+
+
+def _srun(x: ExportInput, gpus: int) -> str:
+    # --export=ALL: under `sbatch --export=NONE` srun would pass the steps no environment.
+    return f"--export=ALL --kill-on-bad-exit=1 --cpus-per-task={_cpus(x, gpus)}"
+
+
+def _step(x: ExportInput, program: list[str]) -> str:
+    shape = uniform_gpus_per_node(x) or 1
+    torchrun = torchrun_args(
+        x,
+        nnodes='"$SLURM_NNODES"',
+        nproc=str(shape),
+        rendezvous=c10d_rendezvous('"$SLURM_JOB_ID"'),
+        program=program,
+    )
+    return f"srun {_srun(x, shape)} " + shell_line(torchrun)
+
+
+def _heterogeneous_step(x: ExportInput, program: list[str]) -> str:
     # A heterogeneous step numbers its tasks across components in order, one task per
     # node here, so SLURM_PROCID is the node rank in node-group order. It is read inside
     # each task (single quotes), not when the batch script runs.
     steps = []
     for i, g in enumerate(node_groups(x)):
-        inner = " ".join(
-            [
-                "exec torchrun",
-                f"--nnodes {num_nodes(x)}",
-                f"--nproc-per-node {g.gpus_per_node}",
-                '--node-rank "$SLURM_PROCID"',
-                '--master-addr "$MASTER_ADDR"',
-                '--master-port "$MASTER_PORT"',
-                shlex.quote(x.options.script),
-            ]
+        inner = "exec " + shell_words(
+            torchrun_args(
+                x,
+                nnodes=str(num_nodes(x)),
+                nproc=str(g.gpus_per_node),
+                rendezvous=[
+                    "--node-rank",
+                    '"$SLURM_PROCID"',
+                    "--master-addr",
+                    '"$MASTER_ADDR"',
+                    "--master-port",
+                    '"$MASTER_PORT"',
+                ],
+                program=program,
+            )
         )
-        steps.append(f"--het-group={i} bash -c {shlex.quote(inner)}")
-    return [
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0" | head -n 1)"',
-        "export MASTER_ADDR MASTER_PORT",
-        "srun --kill-on-bad-exit=1 " + " \\\n  : ".join(steps),
-    ]
+        steps.append(f"--het-group={i} {_srun(x, g.gpus_per_node)} bash -c {shlex.quote(inner)}")
+    return "srun " + " \\\n  : ".join(steps)

@@ -4,6 +4,8 @@ rendezvous)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from app.core.exports.common import (
     Export,
     ExportInput,
@@ -15,28 +17,35 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
-from app.core.exports.shell import batch_env, c10d_rendezvous, shell_line, torchrun_args
+from app.core.exports.preflight import check_args, preflight_lines
+from app.core.exports.shell import batch_env, c10d_rendezvous, setup_lines, shell_line, torchrun_args
+
+# The torchrun line of a launch, given what it starts (the training script or the preflight).
+Launch = Callable[[list[str]], str]
 
 
 def export_torchrun(x: ExportInput) -> Export:
     groups = node_groups(x)
     nodes = num_nodes(x)
-    head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *batch_env(x)]
+    head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *setup_lines(x), *batch_env(x)]
+    launch: Launch
     if nodes == 1:
-        body = [
-            "# Single node: every GPU of this machine, rendezvous on localhost.",
-            shell_line(
-                torchrun_args(x, nnodes="1", nproc=str(groups[0].gpus_per_node), rendezvous=["--standalone"])
-            ),
-        ]
+        body = ["# Single node: every GPU of this machine, rendezvous on localhost."]
+        nproc = str(groups[0].gpus_per_node)
+        launch = lambda program: shell_line(  # noqa: E731
+            torchrun_args(x, nnodes="1", nproc=nproc, rendezvous=["--standalone"], program=program)
+        )
     elif not pinned_ranks(x):
-        body = _any_node_order(x, nodes)
+        body, launch = _any_node_order(x, nodes)
     else:
-        body = _node_group_order(x, groups, nodes)
+        body, launch = _node_group_order(x, groups, nodes)
+    if x.options.preflight:
+        body += preflight_lines(x, launch(check_args(x)))
+    body.append(launch([x.options.script]))
     return Export("torchrun", "text/plain", "launch.sh", "\n".join(head + body) + "\n")
 
 
-def _any_node_order(x: ExportInput, nodes: int) -> list[str]:
+def _any_node_order(x: ExportInput, nodes: int) -> tuple[list[str], Launch]:
     shape = uniform_gpus_per_node(x)
     nproc = str(shape) if shape is not None else "gpu"
     body = [
@@ -45,19 +54,17 @@ def _any_node_order(x: ExportInput, nodes: int) -> list[str]:
     ]
     if shape is None:
         body.append("# Node groups differ in GPUs per node: each node starts one process per local GPU.")
-    return [
-        *body,
+    body += [
         ': "${MASTER_ADDR:?set MASTER_ADDR to the address of one node, the same on every node}"',
         f'MASTER_PORT="${{MASTER_PORT:-{x.options.port}}}"',
-        shell_line(
-            torchrun_args(
-                x, nnodes=str(nodes), nproc=nproc, rendezvous=c10d_rendezvous('"${RDZV_ID:-batchplan}"')
-            )
-        ),
     ]
+    rendezvous = c10d_rendezvous('"${RDZV_ID:-batchplan}"')
+    return body, lambda program: shell_line(
+        torchrun_args(x, nnodes=str(nodes), nproc=nproc, rendezvous=rendezvous, program=program)
+    )
 
 
-def _node_group_order(x: ExportInput, groups: list[NodeGroup], nodes: int) -> list[str]:
+def _node_group_order(x: ExportInput, groups: list[NodeGroup], nodes: int) -> tuple[list[str], Launch]:
     body = [
         f"# Multi-node with uneven shares: run this script on each of the {nodes} nodes with",
         "# NODE_RANK set. Ranks are numbered in node-group order, so each node's GPUs get the",
@@ -76,22 +83,15 @@ def _node_group_order(x: ExportInput, groups: list[NodeGroup], nodes: int) -> li
         body.append(
             f'{keyword} [ "$NODE_RANK" -lt {g.first_node + g.num_nodes} ]; then NPROC={g.gpus_per_node}'
         )
-    body += [
-        f'else echo "NODE_RANK must be below {nodes}" >&2; exit 2; fi',
-        shell_line(
-            torchrun_args(
-                x,
-                nnodes=str(nodes),
-                nproc='"$NPROC"',
-                rendezvous=[
-                    "--node-rank",
-                    '"$NODE_RANK"',
-                    "--master-addr",
-                    '"$MASTER_ADDR"',
-                    "--master-port",
-                    '"$MASTER_PORT"',
-                ],
-            )
-        ),
+    body.append(f'else echo "NODE_RANK must be below {nodes}" >&2; exit 2; fi')
+    rendezvous = [
+        "--node-rank",
+        '"$NODE_RANK"',
+        "--master-addr",
+        '"$MASTER_ADDR"',
+        "--master-port",
+        '"$MASTER_PORT"',
     ]
-    return body
+    return body, lambda program: shell_line(
+        torchrun_args(x, nnodes=str(nodes), nproc='"$NPROC"', rendezvous=rendezvous, program=program)
+    )
