@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
 from app.core.errors import InvalidValue, TopologyError
-from app.core.explain import explain
+from app.core.explain import explain, mesh_sentences
 from app.core.integers import nearest
 from app.core.learning_rate import plan_learning_rate
 from app.core.noise_scale import efficiency, readable
@@ -36,6 +37,8 @@ def _check_counts(request: PlanRequest) -> None:
         ("/parallelism/tensor", request.parallelism.tensor, 1),
         ("/parallelism/pipeline", request.parallelism.pipeline, 1),
         ("/parallelism/context", request.parallelism.context, 1),
+        ("/parallelism/data_parallel_shard", request.parallelism.data_parallel_shard, 1),
+        ("/parallelism/expert", request.parallelism.expert, 1),
     ]
     if request.dataset is not None:
         counts += [
@@ -194,6 +197,7 @@ def plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
     layout = _layout(request)
+    device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
         layout, request.global_batch_size, request.micro_batch_size, request.divisibility
     )
@@ -247,6 +251,8 @@ def plan(request: PlanRequest) -> Plan:
         by_throughput=layout.heterogeneous,
         efficiency=batch_efficiency,
     )
+    mesh = device_mesh.device_mesh(request.parallelism, dp)
+    explanation += mesh_sentences(mesh, dp)
     return Plan(
         world_size=layout.world_size,
         model_parallel_size=layout.model_parallel_size,
@@ -264,4 +270,5 @@ def plan(request: PlanRequest) -> Plan:
         warnings=tuple(warnings),
         explanation=tuple(explanation),
         efficiency=batch_efficiency,
+        device_mesh=mesh,
     )
