@@ -13,6 +13,7 @@ from typing import Any
 from app.core.errors import DomainError
 from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
+from app.worker.mesh_spec import mesh_sizes
 
 DTYPES = ("float64", "float32")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -57,6 +58,8 @@ class CheckSpec:
     noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
     fit: dict[str, Any] | None = None  # find the largest micro-batch that fits, then re-plan
     plan_request: dict[str, Any] | None = None  # the plan request, for that re-plan
+    # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
+    mesh: dict[str, int] | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -141,6 +144,7 @@ def spec_from_plan(
         dtype=dtype,
         seed=seed,
         backend=backend,
+        mesh=mesh_sizes(plan),
     )
 
 
