@@ -157,6 +157,11 @@ class NoiseScaleOut(BaseModel):
     recommendation: str
 
 
+class MeshOut(BaseModel):
+    names: list[str]
+    sizes: list[int]
+
+
 class CheckResultOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -200,6 +205,17 @@ class CheckResultOut(BaseModel):
     model: str = SYNTHETIC
     ddp_equivalence: EquivalenceOut | None = None
     noise_scale: NoiseScaleOut | None = None
+    mesh: MeshOut | None = Field(
+        None,
+        description="The device mesh the check ran, one process per mesh rank (torchtitan's order, "
+        "dimensions of size 1 left out); null for a plain DDP check.",
+        examples=[{"names": ["dp_replicate", "tp"], "sizes": [2, 2]}],
+    )
+    wrapper: Literal["ddp", "fsdp", "hsdp"] = Field(
+        "ddp",
+        description="The data-parallel wrapper: ddp (whole replicas, a mean all-reduce), fsdp "
+        "(fully_shard over the data-parallel group) or hsdp (replicas of shard groups).",
+    )
 
 
 class CheckJobOut(BaseModel):

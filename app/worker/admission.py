@@ -11,6 +11,7 @@ from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
+from app.worker.mesh_spec import refusal as mesh_refusal
 from app.worker.request import with_options
 from app.worker.runner import CheckRunner
 from app.worker.spec import CheckSpec, SpecError, spec_from_plan
@@ -53,6 +54,8 @@ class Admission:
             )
         self._check_memory(request, spec)
         nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
+        if spec.mesh is not None:
+            self._check_mesh(spec, nnodes)
         if nnodes > spec.data_parallel_size:
             raise SpecError(
                 f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
@@ -104,6 +107,25 @@ class Admission:
                 "/plan/dataset/num_samples",
                 suggestions={"num_samples": [shuffled_cap]} if works else {},
             )
+
+    def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
+        """One warm process per mesh rank, on this host; the model must split as the mesh does."""
+        assert spec.mesh is not None
+        if nnodes > 1:
+            raise SpecError(
+                "a mesh check runs on this worker's own processes; across hosts, run the rank program "
+                "under torchrun on every node (python -m app.worker.gradcheck), which runs the mesh too",
+                "/rendezvous/nnodes",
+            )
+        info = self.runner.models_info.get(spec.model) or {}
+        why = mesh_refusal(
+            spec.mesh,
+            processes=self.runner.size,
+            synthetic=spec.model == SYNTHETIC,
+            parallelize=bool(info.get("parallelize")),
+        )
+        if why is not None:
+            raise SpecError(why[0], why[1])
 
     def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
         if spec.model != SYNTHETIC and spec.model not in self.models:

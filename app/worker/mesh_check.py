@@ -207,12 +207,18 @@ def run_mesh_check(
         control_grads.append(
             _everyone(
                 _step(
-                    fresh(), mesh, me, workload, me.reads(control, plan_reads),
-                    scale_grads=control is not PIPELINE_LOSS_NOT_SCALED, dtype=dtype, device=device,
+                    fresh(),
+                    mesh,
+                    me,
+                    workload,
+                    me.reads(control, plan_reads),
+                    scale_grads=control is not PIPELINE_LOSS_NOT_SCALED,
+                    dtype=dtype,
+                    device=device,
                 ),
                 world,
             )
-        )  # fmt: skip
+        )
     timer.lap("controls")
     if rank != 0:
         return None

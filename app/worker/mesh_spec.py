@@ -18,14 +18,14 @@ from app.core.plan_types import Plan
 SYNTHETIC_HIDDEN = 16
 SYNTHETIC_LAYERS = 3
 
-# What torch 2.13 offers for context parallel, and why a check on this worker cannot use it
-# (tests/worker/test_mesh_checks.py keeps the reproduction).
+# Why this worker refuses context parallel. Not torch: its context_parallel runs on CPU/gloo in
+# 2.13 (tests/worker/context_parallel_repro.py matches whole attention to 1e-16). The synthetic
+# model has no sequence or attention for it to shard, so a cp check would prove nothing.
 CONTEXT_PARALLEL_REFUSAL = (
-    "context parallel shards the sequence dimension of scaled_dot_product_attention "
-    "(torch.distributed.tensor.experimental.context_parallel); in torch 2.13 it dispatches "
-    "only to the CUDA flash and efficient attention kernels, so a CPU/gloo check cannot run it, "
-    "and the synthetic model has no sequence or attention to shard: check with context 1 (the "
-    "data-parallel arithmetic does not depend on it)"
+    "context parallel shards the sequence dimension of scaled_dot_product_attention, and the "
+    "check's synthetic model has no sequence or attention to shard, so this worker does not "
+    "emulate one (torch 2.13 itself runs context_parallel on CPU/gloo): check with context 1, "
+    "whose data-parallel arithmetic is the same (cp ranks read the same samples, as tp ranks do)"
 )
 
 
@@ -61,7 +61,7 @@ def refusal(
         return (
             f"a mesh check runs one process per mesh rank (tensor and pipeline peers are always real "
             f"processes): this plan's mesh has {world} ranks and this worker runs at most {processes} "
-            f"(BATCHPLAN_WORKER_PROCESSES); check a topology of at most {processes} GPUs with the "
+            f"(BATCHPLAN_PROCESSES_PER_HOST); check a topology of at most {processes} GPUs with the "
             f"same parallel sizes",
             "/plan/topology",
         )
