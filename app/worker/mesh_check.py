@@ -69,7 +69,7 @@ class _Rank:
         """The first step's micro-batches of a DistributedSampler built this way (read around
         again if its shard is shorter than a step, as the next epoch would)."""
         spec = self.spec
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             IndexDataset(spec.num_samples),
             num_replicas=num_replicas,
             rank=rank,

@@ -8,20 +8,20 @@ import json
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.experimental import context_parallel
 from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+from torch.nn import functional
 
 dist.init_process_group("gloo")
 mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("cp",))
 generator = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(1, 2, 8, 4, generator=generator, dtype=torch.float64) for _ in range(3))
-whole = F.scaled_dot_product_attention(q, k, v)
+whole = functional.scaled_dot_product_attention(q, k, v)
 outcome: dict[str, object] = {"torch": torch.__version__}
 try:
     with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
-        local = F.scaled_dot_product_attention(q, k, v)
+        local = functional.scaled_dot_product_attention(q, k, v)
     outcome["ran"] = True
     outcome["local_shape"] = list(local.shape)
     (gathered,) = context_parallel_unshard(mesh, [local], [2])
