@@ -18,6 +18,7 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.mesh_env import mesh_env_items
 from app.core.exports.yaml_writer import to_yaml
 
 # The training operator names pods and services `<job>-master-0` and `<job>-worker-<i>`, each a
@@ -55,6 +56,7 @@ def export_kubernetes(x: ExportInput) -> Export:
             {"name": "MICRO_BATCH_SIZE", "value": str(x.plan.micro_batch_size)},
             {"name": "GRADIENT_ACCUMULATION_STEPS", "value": str(x.plan.gradient_accumulation_steps)},
         ]
+    env += mesh_env_items(x.plan)
 
     def replica(count: int) -> dict[str, Any]:
         container: dict[str, Any] = {

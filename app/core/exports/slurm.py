@@ -16,6 +16,7 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
+from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.shell import batch_env, c10d_rendezvous, shell_line, torchrun_args
 
 
@@ -46,6 +47,7 @@ def export_slurm(x: ExportInput) -> Export:
         "# One task per node runs torchrun, which starts one process per GPU.",
         "set -euo pipefail",
         *batch_env(x),
+        *mesh_export_lines(x.plan),
         f"MASTER_PORT={x.options.port}",
     ]
     if not het:
