@@ -12,6 +12,7 @@ from typing import NoReturn
 import typer
 from pydantic import ValidationError
 
+from app.cli.mesh_table import mesh_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
 
@@ -88,6 +89,7 @@ def table(result: Json) -> str:
             f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
             f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
         )
+    lines += mesh_lines(result)
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
