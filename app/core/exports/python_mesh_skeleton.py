@@ -49,22 +49,22 @@ SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
 EPOCHS = __EPOCHS__
 LR, SGD_MOMENTUM = __LR__, __MOMENTUM__
 
-TOY = os.environ.get("BATCHPLAN_TOY") == "1"
+TOY = os.environ.get("BATCHPLAN_TOY") == "1"  # a toy model and data set, to try the loop on CPU
 
 
 def build_dataset() -> Dataset:
-    if TOY:
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randn(4 * GLOBAL_BATCH_SIZE, 8, generator=generator)
-        y = x @ torch.randn(8, 1, generator=generator) + 0.1 * torch.randn(len(x), 1, generator=generator)
-        return TensorDataset(x, y)
-    raise NotImplementedError("build_dataset(): return your training Dataset (or set BATCHPLAN_TOY=1)")
+    """Your training Dataset; the toy's targets are a smooth function of 8 features."""
+    if not TOY:
+        raise NotImplementedError("build_dataset(): return your Dataset (or set BATCHPLAN_TOY=1)")
+    features = torch.randn(4 * GLOBAL_BATCH_SIZE, 8, generator=torch.Generator().manual_seed(SEED))
+    return TensorDataset(features, torch.tanh(features.sum(dim=1, keepdim=True)))
 
 
 def build_model() -> nn.Module:
-    if TOY:
-        return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
-    raise NotImplementedError("build_model(): return your model (or set BATCHPLAN_TOY=1)")
+    """Your model; parallelize() below names the toy's linear pair "0" and "2"."""
+    if not TOY:
+        raise NotImplementedError("build_model(): return your model (or set BATCHPLAN_TOY=1)")
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
 def parallelize(model: nn.Module, mesh) -> nn.Module:
@@ -98,6 +98,19 @@ def data_parallel_rank(mesh) -> int:
     return replicate * DATA_PARALLEL_SHARD + shard
 
 
+def optimizer_steps(loader, sampler, epochs):
+    """(epoch, the micro-batches of one optimizer step), epoch after epoch; a partial last
+    step is dropped, or its gradients would leak into the next epoch's first step."""
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
+        step = []
+        for batch in loader:
+            step.append(batch)
+            if len(step) == GRADIENT_ACCUMULATION_STEPS:
+                yield epoch, step
+                step = []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
@@ -127,32 +140,23 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=SGD_MOMENTUM)
     print(f"rank {rank}: data-parallel rank {dp_rank} of {DATA_PARALLEL_SIZE}, mesh {mesh}", flush=True)
 
-    step = 0
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        usable = len(loader) // GRADIENT_ACCUMULATION_STEPS * GRADIENT_ACCUMULATION_STEPS
-        for i, (inputs, targets) in enumerate(loader):
-            if i >= usable:
-                break
-            sync = (i + 1) % GRADIENT_ACCUMULATION_STEPS == 0
-            if DATA_PARALLEL_SIZE > 1:
-                model.set_requires_gradient_sync(sync)  # reduce once per optimizer step
+    steps = 0
+    for epoch, micro_batches in optimizer_steps(loader, sampler, args.epochs):
+        for k, (inputs, targets) in enumerate(micro_batches):
+            if DATA_PARALLEL_SIZE > 1:  # reduce once per optimizer step, after its last micro-batch
+                model.set_requires_gradient_sync(k == len(micro_batches) - 1)
             output = model(inputs.to(device))
             loss = nn.functional.mse_loss(output, targets.to(device), reduction=LOSS_REDUCTION)
             (loss * LOSS_SCALE).backward()
-            if not sync:
-                continue
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            if rank == 0:
-                print(f"epoch {epoch} step {step} loss {loss.item():.6g}", flush=True)
-            if args.max_steps and step >= args.max_steps:
-                break
-        if args.max_steps and step >= args.max_steps:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        steps += 1
+        if rank == 0:
+            print(f"epoch {epoch} step {steps} loss {loss.item():.6g}", flush=True)
+        if steps == args.max_steps:
             break
     if rank == 0:
-        print(f"done: {step} optimizer steps", flush=True)
+        print(f"done: {steps} optimizer steps", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -186,7 +190,7 @@ def export_mesh_python(x: ExportInput) -> Export:
             pointer="/divisibility",
             suggestions={},
         )
-    lr = p.learning_rate
+    lr, sampler = p.learning_rate, p.sampler
     fields = {
         "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
         "__NPROC__": str(shape if (shape := uniform_gpus_per_node(x)) is not None else "gpu"),
@@ -201,13 +205,12 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__ACCUM__": str(p.gradient_accumulation_steps),
         "__SCALE__": repr(p.replica_groups[0].loss_scale),
         "__REDUCTION__": repr(p.loss_reduction),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
-        "__EPOCHS__": repr(p.sampler.epochs if p.sampler and p.sampler.epochs else 1),
+        "__EPOCHS__": repr(sampler.epochs if sampler and sampler.epochs else 1),
         "__LR__": repr(lr.lr if lr else 0.1),
         "__MOMENTUM__": repr(SGD_MOMENTUM),
     }
+    for name, default in (("shuffle", True), ("seed", 0), ("drop_last", False)):
+        fields[f"__{name.upper()}__"] = repr(getattr(sampler, name) if sampler else default)
     text = _SKELETON
     for token, value in fields.items():
         text = text.replace(token, value)
