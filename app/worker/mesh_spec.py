@@ -18,14 +18,16 @@ from app.core.plan_types import Plan
 SYNTHETIC_HIDDEN = 16
 SYNTHETIC_LAYERS = 3
 
-# Why this worker refuses context parallel. Not torch: its context_parallel runs on CPU/gloo in
-# 2.13 (tests/worker/context_parallel_repro.py matches whole attention to 1e-16). The synthetic
-# model has no sequence or attention for it to shard, so a cp check would prove nothing.
+# Why a check refuses context parallel, as torch 2.13 on CPU/gloo behaves
+# (tests/worker/context_parallel_repro.py, run by test_mesh_checks.py): the forward runs and
+# matches whole attention, the backward has no sharding rule.
 CONTEXT_PARALLEL_REFUSAL = (
-    "context parallel shards the sequence dimension of scaled_dot_product_attention, and the "
-    "check's synthetic model has no sequence or attention to shard, so this worker does not "
-    "emulate one (torch 2.13 itself runs context_parallel on CPU/gloo): check with context 1, "
-    "whose data-parallel arithmetic is the same (cp ranks read the same samples, as tp ranks do)"
+    "context parallel cannot train on this worker: torch 2.13 on CPU runs context_parallel's "
+    "forward (ring attention over scaled_dot_product_attention), but its backward raises "
+    "NotImplementedError (aten._scaled_dot_product_flash_attention_for_cpu_backward has no "
+    "sharding strategy registered), so a gradient check would have to pretend; check with "
+    "context 1, whose data-parallel arithmetic is the same (cp peers read the same samples, as "
+    "tensor peers do), or on a GPU worker with your own model"
 )
 
 

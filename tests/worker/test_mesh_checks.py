@@ -7,6 +7,10 @@ One app with four warm ranks serves the module: every mesh here is 4 ranks (2 sh
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,8 @@ pytest.importorskip("torch")
 from fastapi.testclient import TestClient
 from support.apps import warm_app
 from support.polling import run_check
+
+from app.worker.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
 pytestmark = pytest.mark.slow
 
@@ -118,7 +124,7 @@ def test_a_registered_model_with_parallelize_runs_tensor_parallel(client: TestCl
             "/plan/topology",
             "at most 4",
         ),
-        (four({"context": 2}), {}, "/plan/parallelism/context", "no sequence or attention"),
+        (four({"context": 2}), {}, "/plan/parallelism/context", "its backward raises NotImplementedError"),
         (
             {**four({"tensor": 3}), "topology": {"num_nodes": 1, "gpus_per_node": 3}},
             {},
@@ -144,3 +150,20 @@ def test_the_warm_ranks_run_plain_ddp_after_mesh_checks(client: TestClient) -> N
     result = job["result"]
     assert result["passed"] and result["mesh"] is None and result["wrapper"] == "ddp"
     assert {c["name"] for c in result["controls"]} >= {"accumulation_not_divided"}
+
+
+def test_the_context_parallel_refusal_is_what_torch_does_on_cpu() -> None:
+    """The reproduction the 422 cites: forward right, backward unsupported. When a torch
+    release supports it this fails, and the cp check should be built."""
+    here = Path(__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(here / "context_parallel_repro.py")],
+        capture_output=True, text=True, timeout=240, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    outcome = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert outcome["forward_ran"] and outcome["max_abs_diff_from_whole"] < 1e-12
+    assert "backward_ran" not in outcome
+    assert "_scaled_dot_product_flash_attention_for_cpu_backward" in outcome["error"]
+    assert outcome["error"].split(":")[0] in CONTEXT_PARALLEL_REFUSAL
