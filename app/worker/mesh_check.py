@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import cycle, islice
 
 import torch
@@ -24,6 +25,7 @@ from torch.utils.data import DistributedSampler
 from app.core.device_mesh import ORDER
 from app.worker import equivalence
 from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
+from app.worker.controls import SkippedControl, split_controls
 from app.worker.ddp_check import DETECTION_FACTOR, TOLERANCE
 from app.worker.gradients import compare
 from app.worker.mesh_controls import (
@@ -93,20 +95,62 @@ class _Rank:
         return plan_reads
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One step to run on the mesh: the plan's, or a control's mistake."""
+
+    name: str
+    description: str
+    reads: Reads
+    scale: float
+    reduction: str
+    scale_grads: bool = True
+
+
+def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_Run], list[SkippedControl]]:
+    """Today's DDP controls (they change sample weights, whatever the mesh) where they change
+    this plan's gradient, then the mesh's own."""
+    spec = me.spec
+    applicable, skipped = split_controls(spec, shards.every_replica, shards.epoch[: spec.global_batch_size])
+    runs = [
+        _Run(
+            c.name,
+            c.description,
+            shards.control_batches(c, me.dp_rank, plan_reads),
+            float(c.loss_scale(spec, me.micro)),
+            c.loss_reduction(spec),
+        )
+        for c in applicable
+    ]
+    mesh_applicable, mesh_skipped = split_mesh_controls(
+        me.sizes, spec.gradient_accumulation_steps, spec.shuffle
+    )
+    runs += [
+        _Run(
+            c.name,
+            c.description,
+            me.reads(c, plan_reads),
+            me.scale,
+            spec.loss_reduction,
+            scale_grads=c is not PIPELINE_LOSS_NOT_SCALED,
+        )
+        for c in mesh_applicable
+    ]
+    return runs, skipped + mesh_skipped
+
+
 def _step(
     module: nn.Module,
     mesh: DeviceMesh,
     me: _Rank,
     workload: Workload,
-    reads: Reads,
+    run: _Run,
     *,
-    scale_grads: bool,
     dtype: torch.dtype,
     device: torch.device,
 ) -> dict[str, torch.Tensor]:
     """One optimizer step's gradient on this rank's share, gathered whole and by name."""
-    spec, g = me.spec, me.spec.gradient_accumulation_steps
-    reduction, scale = spec.loss_reduction, me.scale
+    g, reads, scale, reduction = me.spec.gradient_accumulation_steps, run.reads, run.scale, run.reduction
     module.zero_grad(set_to_none=True)
     if me.sizes["pp"] > 1:
         pp = me.sizes["pp"]
@@ -117,7 +161,7 @@ def _step(
             return _loss_of(workload, output, target, reduction) * (scale * g)
 
         kind = Schedule1F1B if g >= pp else ScheduleGPipe
-        schedule = kind(stage, n_microbatches=g, loss_fn=loss_fn, scale_grads=scale_grads)
+        schedule = kind(stage, n_microbatches=g, loss_fn=loss_fn, scale_grads=run.scale_grads)
         x, y = workload.batch([i for batch in reads for i in batch], dtype, device)
         if me.place["pp"] == 0:
             schedule.step(x, target=y if pp == 1 else None)
@@ -195,40 +239,26 @@ def run_mesh_check(
 
     module = fresh()
     timer.lap("parallelize")
-    plan_reads = Shards(spec).local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
+    shards = Shards(spec)
+    plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
     timer.lap("data")
-    grad = _everyone(
-        _step(module, mesh, me, workload, plan_reads, scale_grads=True, dtype=dtype, device=device), world
-    )
+    plan_run = _Run("plan", "", plan_reads, me.scale, spec.loss_reduction)
+    grad = _everyone(_step(module, mesh, me, workload, plan_run, dtype=dtype, device=device), world)
     timer.lap("step")
-    applicable, skipped = split_mesh_controls(sizes, spec.gradient_accumulation_steps, spec.shuffle)
-    control_grads = []
-    for control in applicable:
-        control_grads.append(
-            _everyone(
-                _step(
-                    fresh(),
-                    mesh,
-                    me,
-                    workload,
-                    me.reads(control, plan_reads),
-                    scale_grads=control is not PIPELINE_LOSS_NOT_SCALED,
-                    dtype=dtype,
-                    device=device,
-                ),
-                world,
-            )
-        )
+    runs, skipped = _control_runs(me, shards, plan_reads)
+    control_grads = [
+        _everyone(_step(fresh(), mesh, me, workload, run, dtype=dtype, device=device), world) for run in runs
+    ]
     timer.lap("controls")
     if rank != 0:
         return None
-    reference_batch = Shards(spec).epoch[: spec.global_batch_size]
+    reference_batch = shards.epoch[: spec.global_batch_size]
     reference, order = _reference(workload, reference_batch, dtype, device)
     timer.lap("reference")
     tolerance = TOLERANCE[spec.dtype]
     gradient = Comparison(*compare(_flat(grad, order), reference), tolerance=tolerance)
     outcomes = []
-    for control, named in zip(applicable, control_grads, strict=True):
+    for control, named in zip(runs, control_grads, strict=True):
         c_abs, c_rel = compare(_flat(named, order), reference)
         outcomes.append(
             ControlOutcome(

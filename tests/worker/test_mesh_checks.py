@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from support.apps import warm_app
 from support.polling import run_check
 
+from app.worker.controls import CONTROLS
 from app.worker.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
 pytestmark = pytest.mark.slow
@@ -33,6 +34,8 @@ MESH_CONTROLS = {
     "replicas_from_shard_group",
     "pipeline_loss_not_scaled",
 }
+
+DDP_CONTROLS = {c.name for c in CONTROLS}
 
 
 def four(parallelism: dict[str, int], accumulation: int = 2, **more: Any) -> dict[str, Any]:
@@ -62,13 +65,17 @@ def mesh_result(client: TestClient, plan: dict[str, Any], **options: Any) -> dic
     assert result["rel_l2"] < 1e-13  # float64: the whole gradient is the single-process one
     ran = {c["name"] for c in result["controls"]}
     assert all(c["detected"] and c["rel_l2"] > 1e-2 for c in result["controls"])
-    # every mesh control either ran or says why it could not change this plan's gradient
-    assert ran | {c["name"] for c in result["controls_skipped"]} == MESH_CONTROLS
+    # every control, today's DDP ones and the mesh's, either ran or says why it could not
+    # change this plan's gradient
+    assert ran | {c["name"] for c in result["controls_skipped"]} == MESH_CONTROLS | DDP_CONTROLS
+    # accumulation (2 or 4 micro-batches) and 2 or more replicas: these two always change it
+    assert {"accumulation_not_divided", "no_distributed_sampler"} <= ran
     return result
 
 
 def controls(result: dict[str, Any]) -> set[str]:
-    return {c["name"] for c in result["controls"]}
+    """The mesh controls that ran."""
+    return {c["name"] for c in result["controls"]} & MESH_CONTROLS
 
 
 def test_dp_by_tp_runs_the_plans_mesh(client: TestClient) -> None:
