@@ -11,6 +11,7 @@ from app.core.model_registry import SYNTHETIC, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
+from app.worker.mesh_spec import mesh_options
 from app.worker.mesh_spec import refusal as mesh_refusal
 from app.worker.request import with_options
 from app.worker.runner import CheckRunner
@@ -45,6 +46,8 @@ class Admission:
         spec = spec_from_plan(planned, dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
         if options:
             spec = with_options(spec, options)
+        if spec.mesh is not None:
+            spec = mesh_options(spec, options or {})
         self._check_model(spec, has_dataset=request.dataset is not None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(

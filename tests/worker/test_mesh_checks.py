@@ -125,6 +125,7 @@ def test_a_registered_model_with_parallelize_runs_tensor_parallel(client: TestCl
     ("plan", "options", "pointer", "says"),
     [
         (four({"tensor": 2}), {"model": "mlp"}, "/model", "parallelize(model, mesh)"),
+        (four({"tensor": 2}), {"noise_scale": {"steps": 4}}, "/noise_scale/steps", "measured on a DDP check"),
         (
             {**four({"tensor": 2}), "topology": {"num_nodes": 1, "gpus_per_node": 8}},
             {},
