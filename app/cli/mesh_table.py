@@ -36,3 +36,12 @@ def mesh_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"{'rank':>6}  {'pp':>3} {'dp':>4} {'cp':>3} {'tp':>3}")
         lines += [f"{r:>6}  {pp:>3} {dp:>4} {cp:>3} {tp:>3}" for r, pp, dp, cp, tp in rank_map(mesh, world)]
     return lines
+
+
+def check_mesh_lines(result: dict[str, Any]) -> list[str]:
+    """The mesh a check ran, one process per mesh rank; nothing for a plain DDP check."""
+    mesh = result.get("mesh")
+    if not mesh:
+        return []
+    shape = " x ".join(f"{n} {z}" for n, z in zip(mesh["names"], mesh["sizes"], strict=True))
+    return [f"  mesh {shape}, wrapped as {result.get('wrapper', 'ddp')}, one process per mesh rank"]

@@ -12,7 +12,7 @@ from typing import NoReturn
 import typer
 from pydantic import ValidationError
 
-from app.cli.mesh_table import mesh_lines
+from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
 
@@ -126,6 +126,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"max abs diff {result['max_abs_diff']:.3g}",
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process)",
+            *check_mesh_lines(result),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),

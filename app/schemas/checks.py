@@ -306,4 +306,16 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             "fit_micro_batch": {"memory_bytes": 85899345920, "safety_margin": 0.1, "optimizer": "adam"},
         },
     },
+    "mesh": {
+        "summary": "The plan's own mesh: 2 pipeline stages, 4 micro-batches per schedule",
+        "description": "One process per mesh rank; the result reports `mesh` and `wrapper`.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "micro_batch_size": 3,
+                "gradient_accumulation_steps": 4,
+                "parallelism": {"pipeline": 2},
+            }
+        },
+    },
 }
