@@ -5,7 +5,9 @@
 Starts `uvicorn app.main:app` with warm rank processes, submits `POST /v1/checks` for 2, 4 and
 8 replicas and polls until the result (the median of --runs, after one discarded run), the
 synthetic workload beside the `tokens` one (the same split in tokens, normalised by tokens), then
-runs the same rank program under a cold `torchrun` for 8 replicas in the same run.
+runs the same rank program under a cold `torchrun` for 8 replicas in the same run. Mesh checks
+(4 ranks each: dp x tp 2 x 2, pp 2 x dp 2, FSDP 4) are timed the same way, warm against a cold
+torchrun of the same rank program.
 """
 
 from __future__ import annotations
@@ -64,6 +66,38 @@ def timed(client: httpx.Client, body: dict[str, Any], runs: int) -> tuple[list[f
     return times, result
 
 
+# Mesh checks: 4 ranks, one real process per mesh rank, 4 micro-batches (the pipeline's schedule).
+MESHES = {
+    "dp2_x_tp2": {"tensor": 2},
+    "pp2_x_dp2": {"pipeline": 2},
+    "fsdp4": {"data_parallel_shard": 4},
+}
+
+
+def mesh_plan(parallelism: dict[str, int]) -> dict[str, Any]:
+    return {
+        "topology": {"num_nodes": 1, "gpus_per_node": 4},
+        "micro_batch_size": 3,
+        "gradient_accumulation_steps": 4,
+        "parallelism": parallelism,
+    }
+
+
+def warm_runs(client: httpx.Client, body: dict[str, Any], runs: int) -> dict[str, Any]:
+    times, result = timed(client, body, runs)
+    return {
+        "median_s": round(statistics.median(times), 4),
+        "min_s": round(min(times), 4),
+        "max_s": round(max(times), 4),
+        "processes": result["processes"],
+        "controls": len(result["controls"]),
+        "rel_l2": result["rel_l2"],
+        "mesh": result.get("mesh"),
+        "wrapper": result.get("wrapper"),
+        "rank_timings_s": result["timings_s"],
+    }
+
+
 def check_over_http(client: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """POST /v1/checks, poll its Location until it finishes: (seconds, result)."""
     started = time.perf_counter()
@@ -80,8 +114,8 @@ def check_over_http(client: httpx.Client, body: dict[str, Any]) -> tuple[float, 
         time.sleep(0.002)
 
 
-def cold_torchrun(replicas: int) -> tuple[float, dict[str, Any]]:
-    request = json.dumps({"plan": plan(replicas)})
+def cold_torchrun(replicas: int, body: dict[str, Any] | None = None) -> tuple[float, dict[str, Any]]:
+    request = json.dumps({"plan": body or plan(replicas)})
     started = time.perf_counter()
     completed = subprocess.run(
         torchrun_argv(request, nproc_per_node=replicas, rdzv_endpoint=f"127.0.0.1:{free_port()}"),
@@ -140,9 +174,18 @@ def main() -> int:
                     "tokens_rel_l2": token_result["rel_l2"],
                 }
             figures["warm_http"] = warm
+            mesh_warm = {
+                name: warm_runs(client, {"plan": mesh_plan(p)}, args.runs) for name, p in MESHES.items()
+            }
+            figures["mesh_warm_http"] = mesh_warm
     cold_s, cold = cold_torchrun(8)
     figures["cold_torchrun_8"] = {"wall_s": round(cold_s, 3), "passed": cold["passed"]}
     figures["speedup_8"] = round(cold_s / warm["8"]["median_s"], 1)
+    mesh_cold = {}
+    for name, parallelism in MESHES.items():
+        wall, result = cold_torchrun(4, mesh_plan(parallelism))
+        mesh_cold[name] = {"wall_s": round(wall, 3), "passed": result["passed"], "mesh": result["mesh"]}
+    figures["mesh_cold_torchrun"] = mesh_cold
 
     print(
         f"warm ranks ({args.processes} processes, {os.cpu_count()} CPUs), POST /v1/checks until the result, "
@@ -161,6 +204,15 @@ def main() -> int:
         f"warm 8-replica check is {figures['speedup_8']}x faster than cold "
         f"(goals: <= 1 s and >= 10x: {'met' if met else 'MISSED'})"
     )
+    print("mesh checks (4 ranks, 4 micro-batches), warm POST /v1/checks against a cold torchrun:")
+    print("| mesh | wrapper | warm median s | step s | controls s | cold torchrun s |")
+    print("|---|---|---:|---:|---:|---:|")
+    for name, row in mesh_warm.items():
+        laps = row["rank_timings_s"]
+        print(
+            f"| {name} | {row['wrapper']} | {row['median_s']} | {laps['step']} | {laps['controls']} | "
+            f"{mesh_cold[name]['wall_s']} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -149,6 +149,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
+    from app.worker.mesh_spec import mesh_world
     from app.worker.spec import SpecError, spec_from_plan
 
     try:
@@ -179,4 +180,6 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
         fail(domain_problem(err))
     except PlanError as err:
         fail(domain_problem(err.under("/plan")))  # it names a field of the plan, which sits under /plan here
-    return check.model_dump(mode="json"), spec.data_parallel_size
+    # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.
+    ranks = mesh_world(spec.mesh) if spec.mesh is not None else spec.data_parallel_size
+    return check.model_dump(mode="json"), ranks

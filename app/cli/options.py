@@ -51,6 +51,10 @@ Reduction = Annotated[
 Tensor = Annotated[int, typer.Option(help="Tensor-parallel size.")]
 Pipeline = Annotated[int, typer.Option(help="Pipeline-parallel size.")]
 Context = Annotated[int, typer.Option(help="Context-parallel size.")]
+DataParallelShard = Annotated[
+    int, typer.Option(help="FSDP shard group: 1 DDP, the data-parallel size FSDP, a divisor HSDP.")
+]
+Expert = Annotated[int, typer.Option(help="Expert-parallel size (borrows ranks; torchtitan's rules).")]
 NumSamples = Annotated[int | None, typer.Option(help="Dataset size (adds the sampler).")]
 DropLast = Annotated[
     bool,
@@ -100,6 +104,8 @@ class BatchFlags:
     tensor: Tensor = 1
     pipeline: Pipeline = 1
     context: Context = 1
+    data_parallel_shard: DataParallelShard = 1
+    expert: Expert = 1
     num_samples: NumSamples = None
     drop_last: DropLast = False
     shuffle: Shuffle = True

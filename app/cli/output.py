@@ -12,6 +12,7 @@ from typing import NoReturn
 import typer
 from pydantic import ValidationError
 
+from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
 
@@ -89,6 +90,7 @@ def table(result: Json) -> str:
             f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
             f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
         )
+    lines += mesh_lines(result)
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
@@ -125,6 +127,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"max abs diff {result['max_abs_diff']:.3g}",
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process)",
+            *check_mesh_lines(result),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),

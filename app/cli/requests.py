@@ -65,6 +65,8 @@ def plan_body(flags: BatchFlags) -> Json:
         "loss_reduction": flags.loss_reduction.value,
         "parallelism": {"tensor": flags.tensor, "pipeline": flags.pipeline, "context": flags.context},
     }
+    if (flags.data_parallel_shard, flags.expert) != (1, 1):
+        body["parallelism"] |= {"data_parallel_shard": flags.data_parallel_shard, "expert": flags.expert}
     if flags.num_samples is not None:
         body["dataset"] = {
             "num_samples": flags.num_samples,

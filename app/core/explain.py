@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.core.noise_scale import readable
 from app.core.plan_types import (
     BatchEfficiency,
+    DeviceMeshPlan,
     LearningRatePlan,
     LossReduction,
     Parallelism,
@@ -154,5 +155,28 @@ def explain(
             f"possible optimizer steps and {readable(e.samples_vs_min)}x the fewest possible "
             f"samples, a step efficiency of {readable(e.step_efficiency * 100)}% and a sample "
             f"efficiency of {readable(e.sample_efficiency * 100)}%."
+        )
+    return out
+
+
+def mesh_sentences(mesh: DeviceMeshPlan, dp: int) -> list[str]:
+    """The mesh and who shares samples: only where the mesh is more than plain DDP."""
+    if mesh.wrapper == "ddp" and mesh.data_parallel_dimensions == tuple(d.name for d in mesh.dimensions):
+        return []
+    shape = " x ".join(f"{d.name} {d.size}" for d in mesh.dimensions)
+    group = " x ".join(mesh.data_parallel_dimensions) or "a single replica"
+    out = [
+        f"The device mesh is {shape} ({mesh.init_device_mesh}); the data-parallel group is "
+        f"{group}, {dp} ranks wide, and the model is wrapped as {mesh.wrapper.upper()}."
+    ]
+    out.append(
+        f"The sampler's num_replicas and rank are the data-parallel ones (num_replicas={dp}, "
+        f"rank = the rank's coordinate in {group}), never the global world size and rank: "
+        f"tensor-, pipeline- and context-parallel peers must read the same samples."
+    )
+    if mesh.wrapper == "hsdp":
+        out.append(
+            f"Under HSDP the shard group (dp_shard, {mesh.data_parallel_shard} ranks) is not the "
+            f"data-parallel group: num_replicas is {dp}, not {mesh.data_parallel_shard}."
         )
     return out

@@ -75,6 +75,9 @@ class Parallelism:
     tensor: int = 1
     pipeline: int = 1
     context: int = 1
+    # 1: DDP; the data-parallel size: FSDP; a proper divisor: HSDP (app.core.device_mesh).
+    data_parallel_shard: int = 1
+    expert: int = 1  # borrows ranks from dp_shard x cp x tp; never changes the world size
 
     @property
     def model_parallel_size(self) -> int:
@@ -205,6 +208,26 @@ class BatchEfficiency:
 
 
 @dataclass(frozen=True, slots=True)
+class MeshDimension:
+    name: str  # pp, dp_replicate, dp_shard, cp or tp
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMeshPlan:
+    """The mesh in init_device_mesh's order (torchtitan's: pp, dp_replicate, dp_shard, cp,
+    tp), dimensions of size 1 left out."""
+
+    dimensions: tuple[MeshDimension, ...]
+    data_parallel_dimensions: tuple[str, ...]  # the sampler's group: dp_replicate x dp_shard
+    data_parallel_replicate: int
+    data_parallel_shard: int
+    expert: int
+    wrapper: str  # "ddp", "fsdp" or "hsdp"
+    init_device_mesh: str  # the call, to paste
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     world_size: int
     model_parallel_size: int
@@ -223,6 +246,7 @@ class Plan:
     explanation: tuple[str, ...]
     efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale
     tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
+    device_mesh: DeviceMeshPlan | None = None  # always set by the planner
 
 
 @dataclass(frozen=True, slots=True)

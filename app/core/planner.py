@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
 from app.core.errors import InvalidValue, TopologyError
-from app.core.explain import explain
+from app.core.explain import explain, mesh_sentences
 from app.core.integers import nearest
 from app.core.noise_scale import efficiency, readable
 from app.core.plan_types import (
@@ -38,6 +39,8 @@ def _check_counts(request: PlanRequest) -> None:
         ("/parallelism/tensor", request.parallelism.tensor, 1),
         ("/parallelism/pipeline", request.parallelism.pipeline, 1),
         ("/parallelism/context", request.parallelism.context, 1),
+        ("/parallelism/data_parallel_shard", request.parallelism.data_parallel_shard, 1),
+        ("/parallelism/expert", request.parallelism.expert, 1),
     ]
     if request.dataset is not None:
         counts += [
@@ -206,6 +209,7 @@ def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
     layout = _layout(request)
+    device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
         layout, request.global_batch_size, request.micro_batch_size, request.divisibility
     )
@@ -260,6 +264,8 @@ def _plan(request: PlanRequest) -> Plan:
         efficiency=batch_efficiency,
         sequence_length=request.sequence_length,
     )
+    mesh = device_mesh.device_mesh(request.parallelism, dp)
+    explanation += mesh_sentences(mesh, dp)
     planned = Plan(
         world_size=layout.world_size,
         model_parallel_size=layout.model_parallel_size,
@@ -277,6 +283,7 @@ def _plan(request: PlanRequest) -> Plan:
         warnings=tuple(warnings),
         explanation=tuple(explanation),
         efficiency=batch_efficiency,
+        device_mesh=mesh,
     )
     tokens, token_warnings, token_lines = token_plan(request, planned)
     if tokens is None:

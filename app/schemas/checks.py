@@ -193,6 +193,11 @@ class NoiseScaleOut(BaseModel):
     )
 
 
+class MeshOut(BaseModel):
+    names: list[str]
+    sizes: list[int]
+
+
 class CheckResultOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -236,6 +241,17 @@ class CheckResultOut(BaseModel):
     model: str = SYNTHETIC
     ddp_equivalence: EquivalenceOut | None = None
     noise_scale: NoiseScaleOut | None = None
+    mesh: MeshOut | None = Field(
+        None,
+        description="The device mesh the check ran, one process per mesh rank (torchtitan's order, "
+        "dimensions of size 1 left out); null for a plain DDP check.",
+        examples=[{"names": ["dp_replicate", "tp"], "sizes": [2, 2]}],
+    )
+    wrapper: Literal["ddp", "fsdp", "hsdp"] = Field(
+        "ddp",
+        description="The data-parallel wrapper: ddp (whole replicas, a mean all-reduce), fsdp "
+        "(fully_shard over the data-parallel group) or hsdp (replicas of shard groups).",
+    )
 
 
 class CheckJobOut(BaseModel):
@@ -337,6 +353,18 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
                 "loss_normalization": "token",
             },
             "workload": "tokens",
+        },
+    },
+    "mesh": {
+        "summary": "The plan's own mesh: 2 pipeline stages, 4 micro-batches per schedule",
+        "description": "One process per mesh rank; the result reports `mesh` and `wrapper`.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "micro_batch_size": 3,
+                "gradient_accumulation_steps": 4,
+                "parallelism": {"pipeline": 2},
+            }
         },
     },
 }

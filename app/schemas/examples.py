@@ -79,6 +79,23 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             "divisibility": "round_down",
         },
     },
+    "mesh_2d": {
+        "summary": "A 2-D mesh: data parallel x tensor parallel (DDP replicas of TP pairs)",
+        "value": {
+            "topology": {"num_nodes": 2, "gpus_per_node": 8},
+            "parallelism": {"tensor": 2},
+            "global_batch_size": 256,
+        },
+    },
+    "mesh_3d": {
+        "summary": "A 3-D mesh: pipeline x FSDP x tensor parallel, the schedule's micro-batches accumulated",
+        "value": {
+            "topology": {"num_nodes": 4, "gpus_per_node": 8},
+            "parallelism": {"tensor": 4, "pipeline": 2, "data_parallel_shard": 4},
+            "global_batch_size": 256,
+            "micro_batch_size": 8,
+        },
+    },
     "noise_scale": {
         "summary": "A measured gradient noise scale: how efficient is this global batch?",
         "value": {

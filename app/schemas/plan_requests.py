@@ -106,6 +106,16 @@ class ParallelismIn(RequestModel):
     tensor: GpuCount = 1
     pipeline: GpuCount = 1
     context: GpuCount = 1
+    data_parallel_shard: GpuCount = Field(
+        1,
+        description="FSDP shard group size: 1 is DDP, the data-parallel size is FSDP, a proper "
+        "divisor is HSDP with data_parallel_size / data_parallel_shard replicas.",
+    )
+    expert: GpuCount = Field(
+        1,
+        description="Expert-parallel size: borrows ranks, never changes the world size; a multiple "
+        "of context x tensor that divides data_parallel_shard x context x tensor (torchtitan).",
+    )
 
 
 class DatasetIn(RequestModel):

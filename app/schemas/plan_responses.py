@@ -184,6 +184,54 @@ class EfficiencyOut(ResponseModel):
     recommendation: str
 
 
+class MeshDimensionOut(ResponseModel):
+    name: Literal["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+    size: int
+
+
+class DeviceMeshOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "dimensions": [{"name": "dp_replicate", "size": 8}, {"name": "tp", "size": 2}],
+            "data_parallel_dimensions": ["dp_replicate"],
+            "data_parallel_replicate": 8,
+            "data_parallel_shard": 1,
+            "expert": 1,
+            "wrapper": "ddp",
+            "init_device_mesh": 'init_device_mesh("cuda", (8, 2), mesh_dim_names=("dp_replicate", "tp"))',
+        },
+        {
+            "dimensions": [
+                {"name": "pp", "size": 2},
+                {"name": "dp_shard", "size": 4},
+                {"name": "tp", "size": 4},
+            ],
+            "data_parallel_dimensions": ["dp_shard"],
+            "data_parallel_replicate": 1,
+            "data_parallel_shard": 4,
+            "expert": 1,
+            "wrapper": "fsdp",
+            "init_device_mesh": (
+                'init_device_mesh("cuda", (2, 4, 4), mesh_dim_names=("pp", "dp_shard", "tp"))'
+            ),
+        },
+    )
+
+    dimensions: list[MeshDimensionOut] = Field(
+        description="In init_device_mesh's order (torchtitan's: pp, dp_replicate, dp_shard, cp, tp); "
+        "dimensions of size 1 are left out (a single GPU is dp_replicate 1)."
+    )
+    data_parallel_dimensions: list[str] = Field(
+        description="The sampler's group: its num_replicas is their product, its rank the rank's "
+        "coordinate in them, never the global ones."
+    )
+    data_parallel_replicate: int
+    data_parallel_shard: int
+    expert: int
+    wrapper: Literal["ddp", "fsdp", "hsdp"]
+    init_device_mesh: str = Field(description="The torch call that builds this mesh.")
+
+
 class PlanOut(ResponseModel):
     world_size: int
     model_parallel_size: int
@@ -206,6 +254,7 @@ class PlanOut(ResponseModel):
     tokens: TokensOut | None = Field(
         None, description="The plan in tokens; null without sequence_length and loss_normalization token."
     )
+    device_mesh: DeviceMeshOut | None = Field(None, description="The mesh the plan runs on.")
 
 
 _PLAN_JSON: TypeAdapter[core.Plan] = TypeAdapter(core.Plan)

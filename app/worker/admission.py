@@ -11,6 +11,8 @@ from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
+from app.worker.mesh_spec import mesh_options
+from app.worker.mesh_spec import refusal as mesh_refusal
 from app.worker.request import with_options
 from app.worker.runner import CheckRunner
 from app.worker.spec import CheckSpec, SpecError, spec_from_plan
@@ -44,6 +46,8 @@ class Admission:
         spec = spec_from_plan(planned, dtype=dtype, seed=seed, backend=backend, dataset=request.dataset)
         if options:
             spec = with_options(spec, options)
+        if spec.mesh is not None:
+            spec = mesh_options(spec, options or {})
         self._check_model(spec, has_dataset=request.dataset is not None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
@@ -53,6 +57,8 @@ class Admission:
             )
         self._check_memory(request, spec)
         nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
+        if spec.mesh is not None:
+            self._check_mesh(spec, nnodes)
         if nnodes > spec.data_parallel_size:
             raise SpecError(
                 f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
@@ -104,6 +110,25 @@ class Admission:
                 "/plan/dataset/num_samples",
                 suggestions={"num_samples": [shuffled_cap]} if works else {},
             )
+
+    def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
+        """One warm process per mesh rank, on this host; the model must split as the mesh does."""
+        assert spec.mesh is not None
+        if nnodes > 1:
+            raise SpecError(
+                "a mesh check runs on this worker's own processes; across hosts, run the rank program "
+                "under torchrun on every node (python -m app.worker.gradcheck), which runs the mesh too",
+                "/rendezvous/nnodes",
+            )
+        info = self.runner.models_info.get(spec.model) or {}
+        why = mesh_refusal(
+            spec.mesh,
+            processes=self.runner.size,
+            synthetic=spec.model == SYNTHETIC,
+            parallelize=bool(info.get("parallelize")),
+        )
+        if why is not None:
+            raise SpecError(why[0], why[1])
 
     def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
         if spec.model != SYNTHETIC and spec.model not in self.models:

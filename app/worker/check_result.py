@@ -88,6 +88,10 @@ class CheckResult:
     micro_batch_search: dict[str, Any] | None
     timings: Timings
     torch_version: str
+    # The mesh that ran ({"names": [...], "sizes": [...]}, torchtitan's order), None for a
+    # plain DDP check; the data-parallel wrapper: "ddp", "fsdp" or "hsdp".
+    mesh: dict[str, list[Any]] | None = None
+    wrapper: str = "ddp"
 
     @property
     def gradient_matches(self) -> bool:
@@ -127,4 +131,6 @@ class CheckResult:
             "micro_batch_search": self.micro_batch_search,
             "timings_s": self.timings.to_json(),
             "torch_version": self.torch_version,
+            "mesh": self.mesh,
+            "wrapper": self.wrapper,
         }

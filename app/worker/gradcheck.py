@@ -31,6 +31,9 @@ import torch.distributed as dist
 
 from app.core.model_registry import SYNTHETIC, TARGET, parse_models
 from app.worker.ddp_check import run_check
+from app.worker.mesh_check import run_mesh_check
+from app.worker.mesh_models import registered_parallelize
+from app.worker.mesh_spec import mesh_world
 from app.worker.request import spec_from_request
 from app.worker.workload import load
 
@@ -122,7 +125,14 @@ def main(argv: Iterator[str] | None = None) -> int:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    if world > spec.data_parallel_size:
+    if spec.mesh is not None and world != mesh_world(spec.mesh):
+        print(
+            f"error: the plan's device mesh {spec.mesh} has {mesh_world(spec.mesh)} ranks; start "
+            f"exactly that many processes (one per mesh rank)",
+            file=sys.stderr,
+        )
+        return 2
+    if spec.mesh is None and world > spec.data_parallel_size:
         print(
             f"error: {world} processes for {spec.data_parallel_size} replicas; start at most "
             f"{spec.data_parallel_size}",
@@ -137,9 +147,12 @@ def main(argv: Iterator[str] | None = None) -> int:
     setup = time.perf_counter() - started
     try:
         workload = load(name, target, spec.seed)
-        result = run_check(
-            spec, rank, world, device, backend, nnodes=max(1, world // local_world), workload=workload
-        )
+        nnodes = max(1, world // local_world)
+        if spec.mesh is not None:
+            split = registered_parallelize(target)
+            result = run_mesh_check(spec, rank, world, device, backend, nnodes, workload, split)
+        else:
+            result = run_check(spec, rank, world, device, backend, nnodes=nnodes, workload=workload)
     finally:
         dist.destroy_process_group()
     if result is not None:

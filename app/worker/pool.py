@@ -19,6 +19,7 @@ from typing import Any
 from app.ports import free_port
 from app.worker import entry, protocol
 from app.worker.fork_server import fork_context, stop_fork_server, use_fork_server
+from app.worker.mesh_spec import mesh_world
 from app.worker.rank_process import RankDied, RankError, RankProcess
 from app.worker.runner import CheckOrder
 
@@ -277,6 +278,9 @@ class RankPool:
         rendezvous = order.rendezvous or {}
         dp = spec.data_parallel_size
         wanted = min(dp, self.size)
+        if spec.mesh is not None:
+            # Every mesh rank is a real process (admission holds the mesh within the pool).
+            dp = wanted = mesh_world(spec.mesh)
         ranks = await self.acquire(wanted)
         gpus = int(self.host_info.gpus or 0)
         backend = "gloo"

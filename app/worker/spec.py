@@ -13,6 +13,7 @@ from typing import Any
 from app.core.errors import DomainError
 from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
+from app.worker.mesh_spec import mesh_sizes
 
 DTYPES = ("float64", "float32")
 WORKLOADS = ("synthetic", "tokens")
@@ -62,6 +63,8 @@ class CheckSpec:
     workload: str = "synthetic"
     sequence_length: int | None = None
     loss_normalization: str = "sample"
+    # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
+    mesh: dict[str, int] | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -150,6 +153,7 @@ def spec_from_plan(
         seed=seed,
         backend=backend,
         **_token_fields(plan),
+        mesh=mesh_sizes(plan),
     )
 
 

@@ -372,8 +372,11 @@ def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
 
 
 def test_python_skeleton_refuses_model_parallel_plans() -> None:
-    with pytest.raises(ExportUnsupported, match="data-parallel only"):
+    # Tensor parallel and FSDP/HSDP get the mesh skeleton (test_exports_mesh_run.py); a
+    # pipeline split is the model's own, so the example's pipeline 2 is refused, by field.
+    with pytest.raises(ExportUnsupported, match="pipeline parallel depends") as refused:
         export("python", export_input(EXAMPLES["megatron"]["value"]))
+    assert refused.value.pointer == "/parallelism/pipeline"
 
 
 def test_every_registered_format_exports_the_homogeneous_example() -> None:

@@ -18,6 +18,7 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.mesh_env import mesh_env_items
 from app.core.exports.preflight import check_args, preflight_lines
 from app.core.exports.shell import shell_words
 from app.core.exports.yaml_writer import to_yaml
@@ -57,6 +58,7 @@ def export_kubernetes(x: ExportInput) -> Export:
             {"name": "MICRO_BATCH_SIZE", "value": str(x.plan.micro_batch_size)},
             {"name": "GRADIENT_ACCUMULATION_STEPS", "value": str(x.plan.gradient_accumulation_steps)},
         ]
+    env += mesh_env_items(x.plan)
 
     torchrun = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(shape)]
     command = [*torchrun, x.options.script]

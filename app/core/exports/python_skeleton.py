@@ -11,6 +11,7 @@ from app.core.exports.common import (
     uniform_gpus_per_node,
 )
 from app.core.exports.proportional_sampler_source import PROPORTIONAL_SAMPLER
+from app.core.exports.python_mesh_skeleton import export_mesh_python, needs_mesh
 from app.core.exports.training import SGD_MOMENTUM, optimizer_settings
 
 _SKELETON = '''#!/usr/bin/env python3
@@ -243,6 +244,8 @@ if __name__ == "__main__":
 
 def export_python(x: ExportInput) -> Export:
     p = x.plan
+    if needs_mesh(x):
+        return export_mesh_python(x)
     require_data_parallel(x, "the python skeleton (plain DDP)")
     lr = p.learning_rate
     groups = [(g.start, g.stop, g.micro_batch_size, g.loss_scale) for g in p.replica_groups]

@@ -22,6 +22,7 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
+from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.preflight import check_args, preflight_lines
 from app.core.exports.shell import (
     batch_env,
@@ -64,6 +65,7 @@ def export_slurm(x: ExportInput) -> Export:
         "set -euo pipefail",
         *setup_lines(x),
         *batch_env(x),
+        *mesh_export_lines(x.plan),
         "# A port per job: two jobs sharing a node must not meet in one rendezvous.",
         f"MASTER_PORT=$(( {x.options.port} + SLURM_JOB_ID % {span} ))",
         # sed reads the whole list: `head -n 1` would close the pipe early, and scontrol, killed

@@ -17,6 +17,7 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
+from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.preflight import check_args, preflight_lines
 from app.core.exports.shell import batch_env, c10d_rendezvous, setup_lines, shell_line, torchrun_args
 
@@ -28,6 +29,7 @@ def export_torchrun(x: ExportInput) -> Export:
     groups = node_groups(x)
     nodes = num_nodes(x)
     head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *setup_lines(x), *batch_env(x)]
+    head += mesh_export_lines(x.plan)
     launch: Launch
     if nodes == 1:
         body = ["# Single node: every GPU of this machine, rendezvous on localhost."]
