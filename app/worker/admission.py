@@ -11,7 +11,7 @@ from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.limits import Limits
-from app.worker.mesh_spec import mesh_options
+from app.worker.mesh_spec import mesh_options, workload_refusal
 from app.worker.mesh_spec import refusal as mesh_refusal
 from app.worker.request import with_options
 from app.worker.runner import CheckRunner
@@ -114,6 +114,9 @@ class Admission:
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
         """One warm process per mesh rank, on this host; the model must split as the mesh does."""
         assert spec.mesh is not None
+        not_tokens = workload_refusal(spec)
+        if not_tokens is not None:
+            raise SpecError(not_tokens, "/workload")
         if nnodes > 1:
             raise SpecError(
                 "a mesh check runs on this worker's own processes; across hosts, run the rank program "

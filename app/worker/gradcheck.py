@@ -33,7 +33,7 @@ from app.core.model_registry import SYNTHETIC, TARGET, parse_models
 from app.worker.ddp_check import run_check
 from app.worker.mesh_check import run_mesh_check
 from app.worker.mesh_models import registered_parallelize
-from app.worker.mesh_spec import mesh_world
+from app.worker.mesh_spec import mesh_world, workload_refusal
 from app.worker.request import spec_from_request
 from app.worker.workload import load
 
@@ -125,6 +125,10 @@ def main(argv: Iterator[str] | None = None) -> int:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    not_tokens = workload_refusal(spec)
+    if not_tokens is not None:
+        print(f"error: {not_tokens}", file=sys.stderr)
+        return 2
     if spec.mesh is not None and world != mesh_world(spec.mesh):
         print(
             f"error: the plan's device mesh {spec.mesh} has {mesh_world(spec.mesh)} ranks; start "

@@ -116,3 +116,15 @@ def mesh_options(spec: CheckSpec, options: dict[str, Any]) -> CheckSpec:
             suggestions={"steps": [0]},
         )
     return dataclasses.replace(spec, noise_steps=0)
+
+
+def workload_refusal(spec: CheckSpec) -> str | None:
+    """Why this workload cannot run on the plan's mesh: the mesh check trains sample models,
+    and running it for a token plan would prove something other than what was asked."""
+    if spec.mesh is not None and spec.workload == "tokens":
+        return (
+            "the tokens workload runs on data-parallel replicas only; a plan with a device mesh "
+            "(tensor, pipeline, context or data_parallel_shard above 1) is checked with the "
+            "synthetic workload: drop workload tokens, or check the data-parallel part alone"
+        )
+    return None

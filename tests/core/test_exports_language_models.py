@@ -32,7 +32,13 @@ SAMPLES_WITH_SEQUENCES = {
     "micro_batch_size": 4,
     "learning_rate": {"base_lr": 0.0003, "optimizer": "adam", "warmup_steps": 20},
 }
-BODIES = {"language_model": LANGUAGE_MODEL, "samples_with_sequences": SAMPLES_WITH_SEQUENCES}
+# HSDP: 8 data-parallel ranks as 2 replicas of 4-way shards (issue 17's data_parallel_shard).
+HSDP = {
+    **SAMPLES_WITH_SEQUENCES,
+    "topology": {"num_nodes": 4, "gpus_per_node": 8},
+    "parallelism": {"tensor": 2, "pipeline": 2, "data_parallel_shard": 4},
+}
+BODIES = {"language_model": LANGUAGE_MODEL, "samples_with_sequences": SAMPLES_WITH_SEQUENCES, "hsdp": HSDP}
 
 
 def _with_options(body: dict[str, Any], options: ExportOptions) -> ExportInput:
@@ -71,6 +77,9 @@ def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> 
     # torchtitan's Trainer: global % (local x batch degree) == 0, accumulation = the quotient.
     local, batch_degree = t["local_batch_size"], t["batch_degree"]
     assert batch_degree == p.data_parallel_size
+    mesh = p.device_mesh
+    assert mesh is not None
+    assert (t["dp_replicate"], t["dp_shard"]) == (mesh.data_parallel_replicate, mesh.data_parallel_shard)
     assert t["global_batch_size"] % (local * batch_degree) == 0
     assert t["global_batch_size"] // (local * batch_degree) == p.gradient_accumulation_steps
     assert p.tokens is not None and local * t["seq_len"] == p.tokens.tokens_per_micro_batch

@@ -56,6 +56,8 @@ def main(path: str, world_size: int) -> None:
                 "seq_len": t.seq_len,
                 "steps": t.steps,
                 "batch_degree": dims.dp_replicate * dims.dp_shard,
+                "dp_replicate": dims.dp_replicate,
+                "dp_shard": dims.dp_shard,
                 "optimizer": {"name": o.name, "lr": o.lr, "eps": o.eps, "weight_decay": o.weight_decay},
                 "lr_scheduler": {"warmup_steps": s.warmup_steps, "decay_ratio": s.decay_ratio},
                 "torchtitan_file": str(Path(sys.modules["torchtitan.config.manager"].__file__ or "")),

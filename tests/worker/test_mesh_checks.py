@@ -133,6 +133,7 @@ def test_a_registered_model_with_parallelize_runs_tensor_parallel(client: TestCl
             "at most 4",
         ),
         (four({"context": 2}), {}, "/plan/parallelism/context", "its backward raises NotImplementedError"),
+        (four({"tensor": 2}), {"workload": "tokens"}, "/workload", "tokens workload runs on data-parallel"),
         (
             {**four({"tensor": 3}), "topology": {"num_nodes": 1, "gpus_per_node": 3}},
             {},

@@ -3,7 +3,7 @@ torchtitan 0.2.2's JobConfig: `training.local_batch_size` sequences per micro-ba
 data-parallel rank, `training.global_batch_size` per step, `training.seq_len`, and the
 `parallelism.*` degrees). torchtitan derives the accumulation as global / (local x batch
 degree), the batch degree being data_parallel_replicate x data_parallel_shard: the plan's
-data-parallel size goes to the shard degree (FSDP), with replicate 1.
+device mesh gives both (DDP: replicate only; FSDP: shard only; HSDP: both).
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
     if p.sampler is not None and p.sampler.total_optimizer_steps:
         training["steps"] = p.sampler.total_optimizer_steps
     parallel = x.request.parallelism
+    mesh = p.device_mesh
     tables: dict[str, dict[str, object]] = {
         "job": {"description": "batchplan"},
         "training": training,
         "parallelism": {
-            "data_parallel_replicate_degree": 1,
-            "data_parallel_shard_degree": p.data_parallel_size,
+            "data_parallel_replicate_degree": mesh.data_parallel_replicate if mesh else p.data_parallel_size,
+            "data_parallel_shard_degree": mesh.data_parallel_shard if mesh else 1,
             "tensor_parallel_degree": parallel.tensor,
             "pipeline_parallel_degree": parallel.pipeline,
             "context_parallel_degree": parallel.context,
