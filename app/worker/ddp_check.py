@@ -60,11 +60,6 @@ def run_check(
     workload: Workload | None = None,
 ) -> CheckResult | None:
     """Run the check on an initialised default process group; rank 0 returns the result."""
-    if spec.workload == "tokens":
-        # Imported here: token_check shares this module's tolerances, so it imports this one.
-        from app.worker.token_check import run_token_check
-
-        return run_token_check(spec, rank, world, device, backend, nnodes, workload)
     timer = Timer()
     dtype = getattr(torch, spec.dtype)
     workload = workload or load(spec.model, None, spec.seed)

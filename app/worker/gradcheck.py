@@ -1,8 +1,8 @@
-"""The rank program: one data-parallel training step of a plan, checked against a
-single-process gradient over the same global batch (`app.worker.ddp_check`).
+"""The rank program: one training step of a plan (DDP replicas, the tokens workload or the
+plan's mesh), checked against a single-process gradient over the same global batch.
 
 It imports only torch, the standard library and the pure core, so it runs wherever torch
-runs. The warm ranks of the worker call `ddp_check.run_check` themselves; on a cluster torchrun starts
+runs. The warm ranks of the worker call `check_kinds.run_spec` themselves; on a cluster torchrun starts
 this program:
 
     python -m torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d \\
@@ -30,9 +30,7 @@ import torch
 import torch.distributed as dist
 
 from app.core.model_registry import SYNTHETIC, TARGET, parse_models
-from app.worker.ddp_check import run_check
-from app.worker.mesh_check import run_mesh_check
-from app.worker.mesh_models import registered_parallelize
+from app.worker.check_kinds import run_spec
 from app.worker.mesh_spec import mesh_world, workload_refusal
 from app.worker.request import spec_from_request
 from app.worker.workload import load
@@ -152,11 +150,7 @@ def main(argv: Iterator[str] | None = None) -> int:
     try:
         workload = load(name, target, spec.seed)
         nnodes = max(1, world // local_world)
-        if spec.mesh is not None:
-            split = registered_parallelize(target)
-            result = run_mesh_check(spec, rank, world, device, backend, nnodes, workload, split)
-        else:
-            result = run_check(spec, rank, world, device, backend, nnodes=nnodes, workload=workload)
+        result = run_spec(spec, rank, world, device, backend, nnodes, workload, target)
     finally:
         dist.destroy_process_group()
     if result is not None:

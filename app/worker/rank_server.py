@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker import ddp_check, gradcheck, mesh_check, mesh_models, protocol, rendezvous
+from app.worker import gradcheck, mesh_models, protocol, rendezvous
+from app.worker.check_kinds import run_spec
 from app.worker.model_errors import model_traceback
 from app.worker.spec import CheckSpec
 from app.worker.synthetic_model import backward, batch_loss, build_model, synthetic_batch
@@ -144,15 +145,7 @@ class RankServer:
             try:
                 # Built once the group exists: a factory may ask for its rank.
                 workload = _workload(spec.model, msg.model_target, spec.seed, rank, world)
-                if spec.mesh is not None:
-                    split = mesh_models.registered_parallelize(msg.model_target)
-                    check = mesh_check.run_mesh_check(
-                        spec, rank, world, device, backend, msg.nnodes, workload, split
-                    )
-                else:
-                    check = ddp_check.run_check(
-                        spec, rank, world, device, backend, nnodes=msg.nnodes, workload=workload
-                    )
+                check = run_spec(spec, rank, world, device, backend, msg.nnodes, workload, msg.model_target)
             finally:
                 dist.destroy_process_group()
             if check is not None:
