@@ -92,7 +92,9 @@ class CheckFlags:
     ] = None
     safety_margin: Annotated[
         float | None,
-        typer.Option(help="Fraction of that memory kept free (default: 0.1).", show_default=False),
+        typer.Option(
+            help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU).", show_default=False
+        ),
     ] = None
 
 
