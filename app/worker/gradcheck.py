@@ -81,8 +81,9 @@ def torchrun_argv(
     extra: Sequence[str] = (),
 ) -> list[str]:
     """The command that runs this program under torchrun on one node of a check (the one
-    spelled in the module docstring); rank 0 prints the result JSON. `extra`: more of this
-    program's options (--model-factory, --timeout-s)."""
+    spelled in the module docstring); rank 0 prints the result JSON (with
+    --result-on-every-node, each node's first process does).
+    `extra`: more of this program's options (--model-factory, --timeout-s)."""
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node),
@@ -109,6 +110,12 @@ def main(argv: Iterator[str] | None = None) -> int:
         "--model-factory",
         metavar="PACKAGE.MODULE:FACTORY",
         help="train this factory's (model, dataset, loss_fn) instead of the request's model",
+    )
+    parser.add_argument(
+        "--result-on-every-node",
+        action="store_true",
+        help="print rank 0's result on every node's first process too (for launch scripts that run "
+        "on each node and judge from their own output; srun gathers every node's output in one)",
     )
     args = parser.parse_args(list(argv) if argv is not None else None)
     data = _read_request(args)
@@ -151,10 +158,15 @@ def main(argv: Iterator[str] | None = None) -> int:
         workload = load(name, target, spec.seed)
         nnodes = max(1, world // local_world)
         result = run_spec(spec, rank, world, device, backend, nnodes, workload, target)
+        shared = [result.with_setup_time(setup).to_json() if result is not None else None]
+        if args.result_on_every_node:
+            # Each node's launch script judges a preflight from its own output: no node may
+            # go on to train alone because rank 0's verdict was printed elsewhere.
+            dist.broadcast_object_list(shared, src=0)
     finally:
         dist.destroy_process_group()
-    if result is not None:
-        print(json.dumps(result.with_setup_time(setup).to_json()), flush=True)
+    if shared[0] is not None and (rank == 0 or local_rank == 0):
+        print(json.dumps(shared[0]), flush=True)
     return 0
 
 

@@ -9,7 +9,6 @@ arithmetic, and it composes with DTensor parameters where DistributedDataParalle
 
 from __future__ import annotations
 
-import importlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +19,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from app.worker.workload import FactoryError, resolve
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 Parallelize = Callable[[nn.Module, DeviceMesh], nn.Module]
@@ -71,9 +72,12 @@ def registered_parallelize(target: str | None) -> Parallelize | None:
     """A registered factory's `parallelize(model, mesh)`, defined next to it, if any."""
     if not target:
         return None
-    module = importlib.import_module(target.partition(":")[0])
-    found = getattr(module, "parallelize", None)
-    return found if callable(found) else None
+    # Through the one dynamic import (workload.resolve): `parallelize` in the factory's module.
+    try:
+        found: Parallelize = resolve(f"{target.partition(':')[0]}:parallelize")
+    except FactoryError:
+        return None
+    return found
 
 
 def shard_data_parallel(model: nn.Module, mesh: DeviceMesh, sizes: dict[str, int]) -> nn.Module:

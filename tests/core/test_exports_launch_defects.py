@@ -172,6 +172,16 @@ def test_kubernetes_preflight_runs_before_training_and_fails_the_job_for_good() 
         assert "--model-factory app.worker.example_models:mlp" in script
 
 
+def test_scripts_that_run_on_every_node_ask_every_node_to_print_the_verdict() -> None:
+    """torchrun and PyTorchJob scripts judge from each node's own output; sbatch's one script
+    reads what srun gathers from all nodes, where one verdict is enough."""
+    for fmt, every_node in (("torchrun", True), ("kubernetes", True), ("slurm", False)):
+        text = export(fmt, with_options(EVEN, preflight=True)).text
+        assert ("--result-on-every-node" in text) is every_node, fmt
+    one_node = {**EVEN, "topology": {"num_nodes": 1, "gpus_per_node": 4}}
+    assert "--result-on-every-node" not in export("torchrun", with_options(one_node, preflight=True)).text
+
+
 @pytest.mark.slow
 def test_the_skeleton_refuses_batch_sizes_of_another_plan(tmp_path: Path) -> None:
     script = tmp_path / "train.py"

@@ -106,6 +106,39 @@ def _torchrun(
     return json.loads(lines[0])
 
 
+@pytest.mark.slow
+def test_every_node_of_a_torchrun_check_prints_rank_0s_result() -> None:
+    """Two torchrun "nodes" on this host: a launch script on either node (the preflight) reads
+    the same verdict from its own output."""
+    request = json.dumps({"plan": fast_and_slow(3.0, 24)})
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = [
+        subprocess.Popen(
+            torchrun_argv(
+                request,
+                nproc_per_node=1,
+                nnodes=2,
+                rdzv_endpoint=endpoint,
+                extra=["--result-on-every-node"],
+            ),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        outputs = [node.communicate(timeout=180) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
+    results = [[json.loads(x) for x in out.splitlines() if x.startswith("{")] for out, _ in outputs]
+    assert [len(r) for r in results] == [1, 1]
+    assert results[0] == results[1] and results[0][0]["passed"] and results[0][0]["nnodes"] == 2
+
+
 def test_the_rank_program_under_torchrun_prints_the_result() -> None:
     request = json.dumps({"plan": fast_and_slow(3.0, 24)})
     result = _torchrun(request, 2, timeout=120)

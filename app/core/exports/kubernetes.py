@@ -66,7 +66,7 @@ def export_kubernetes(x: ExportInput) -> Export:
         # The check under the same torchrun line first; the training only if it passed.
         script = [
             "set -euo pipefail",
-            *preflight_lines(x, shell_words([*torchrun, *check_args(x)])),
+            *preflight_lines(x, shell_words([*torchrun, *check_args(x, every_node=nodes > 1)])),
             "exec " + shell_words(command),
         ]
         command = ["bash", "-c", "\n".join(script)]

@@ -24,8 +24,8 @@ VERDICT = r"""
 import json, sys
 found = [json.loads(line) for line in sys.argv[1].splitlines() if line.startswith('{"passed"')]
 if not found:
-    print("batchplan preflight: rank 0 runs on another node; that node decides")
-    sys.exit(0)
+    print("batchplan preflight: the check printed no result here, training not started", file=sys.stderr)
+    sys.exit(1)
 r = found[-1]
 head = (f"{r['processes']} processes on {r['nnodes']} node(s), micro-batches {r['micro_batch_sizes']}, "
         f"accumulation {r['gradient_accumulation_steps']}, global batch {r['global_batch_size']}")
@@ -72,10 +72,14 @@ def check_request(x: ExportInput) -> str:
     return json.dumps({"plan": plan_json(x.request)}, separators=(",", ":"))
 
 
-def check_args(x: ExportInput) -> list[str]:
+def check_args(x: ExportInput, *, every_node: bool = False) -> list[str]:
     """What replaces the training script on the torchrun line: the rank program and its request,
-    read from $BATCHPLAN_PREFLIGHT_REQUEST (set by the launch script)."""
+    read from $BATCHPLAN_PREFLIGHT_REQUEST (set by the launch script). `every_node`: the script
+    runs on each node and judges from that node's output alone (torchrun, PyTorchJob), so each
+    node prints the verdict; under srun one script reads every node's output."""
     args = ["-m", "app.worker.gradcheck", "--request", '"$BATCHPLAN_PREFLIGHT_REQUEST"']
+    if every_node:
+        args.append("--result-on-every-node")
     if x.options.model_factory:
         args += ["--model-factory", x.options.model_factory]
     return args

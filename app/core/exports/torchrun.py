@@ -42,7 +42,7 @@ def export_torchrun(x: ExportInput) -> Export:
     else:
         body, launch = _node_group_order(x, groups, nodes)
     if x.options.preflight:
-        body += preflight_lines(x, launch(check_args(x)))
+        body += preflight_lines(x, launch(check_args(x, every_node=nodes > 1)))
     body.append(launch([x.options.script]))
     return Export("torchrun", "text/plain", "launch.sh", "\n".join(head + body) + "\n")
 
