@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from app.client import Json
-from app.core.plan_types import Divisibility, LossReduction, LRRule, Optimizer
+from app.core.plan_types import Divisibility, LossNormalization, LossReduction, LRRule, Optimizer
 
 NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "
@@ -55,6 +55,26 @@ DataParallelShard = Annotated[
     int, typer.Option(help="FSDP shard group: 1 DDP, the data-parallel size FSDP, a divisor HSDP.")
 ]
 Expert = Annotated[int, typer.Option(help="Expert-parallel size (borrows ranks; torchtitan's rules).")]
+SequenceLength = Annotated[
+    int | None, typer.Option(help="Tokens per sample: the plan reports tokens and takes the batch in them.")
+]
+GlobalBatchTokens = Annotated[
+    int | None, typer.Option(help="Tokens per optimizer step, instead of --global-batch-size.")
+]
+MicroBatchTokens = Annotated[
+    int | None,
+    typer.Option(help="Tokens per micro-batch per data-parallel rank, instead of --micro-batch-size."),
+]
+Normalization = Annotated[
+    LossNormalization,
+    typer.Option(help="sample: each sample weighs the same; token: each valid token of the step does."),
+]
+BaseBatchTokens = Annotated[
+    int | None,
+    typer.Option(
+        help="Scale the lr against tokens per step instead of --base-batch-size.", show_default=False
+    ),
+]
 NumSamples = Annotated[int | None, typer.Option(help="Dataset size (adds the sampler).")]
 DropLast = Annotated[
     bool,
@@ -106,6 +126,10 @@ class BatchFlags:
     context: Context = 1
     data_parallel_shard: DataParallelShard = 1
     expert: Expert = 1
+    sequence_length: SequenceLength = None
+    global_batch_tokens: GlobalBatchTokens = None
+    micro_batch_tokens: MicroBatchTokens = None
+    loss_normalization: Normalization = LossNormalization.SAMPLE
     num_samples: NumSamples = None
     drop_last: DropLast = False
     shuffle: Shuffle = True
@@ -123,6 +147,7 @@ class PlanFlags(BatchFlags):
     optimizer: Opt = Optimizer.SGD
     warmup_epochs: WarmupEpochs = None
     warmup_steps: WarmupSteps = None
+    base_batch_tokens: BaseBatchTokens = None
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,13 @@ def table(result: Json) -> str:
             f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
             f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
         )
+    tokens = result.get("tokens")
+    if tokens and tokens["sequence_length"] is not None:
+        lines.append(
+            f"tokens: sequence {tokens['sequence_length']}, {tokens['tokens_per_micro_batch']} per "
+            f"micro-batch per replica, {tokens['tokens_per_step']} per step; loss normalised per "
+            f"{tokens['loss_normalization']}"
+        )
     lines += mesh_lines(result)
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]

@@ -12,6 +12,7 @@ import typer
 from app.cli.options import BatchFlags, PlanFlags
 from app.cli.output import fail
 from app.client import Json
+from app.core.plan_types import LossNormalization
 
 
 def node_group(text: str) -> Json:
@@ -60,6 +61,9 @@ def plan_body(flags: BatchFlags) -> Json:
             "micro_batch_size",
             "gradient_accumulation_steps",
             "max_micro_batch_size",
+            "sequence_length",
+            "global_batch_tokens",
+            "micro_batch_tokens",
         ),
         "divisibility": flags.divisibility.value,
         "loss_reduction": flags.loss_reduction.value,
@@ -67,6 +71,8 @@ def plan_body(flags: BatchFlags) -> Json:
     }
     if (flags.data_parallel_shard, flags.expert) != (1, 1):
         body["parallelism"] |= {"data_parallel_shard": flags.data_parallel_shard, "expert": flags.expert}
+    if flags.loss_normalization is not LossNormalization.SAMPLE:
+        body["loss_normalization"] = flags.loss_normalization.value
     if flags.num_samples is not None:
         body["dataset"] = {
             "num_samples": flags.num_samples,
@@ -81,7 +87,7 @@ def plan_body(flags: BatchFlags) -> Json:
             "base_batch_size": flags.base_batch_size,
             "rule": flags.rule.value,
             "optimizer": flags.optimizer.value,
-            **_given(flags, "warmup_epochs", "warmup_steps"),
+            **_given(flags, "warmup_epochs", "warmup_steps", "base_batch_tokens"),
         }
     return body
 

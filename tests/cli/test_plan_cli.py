@@ -72,6 +72,14 @@ FLAG_REQUESTS = {
         "--loss-reduction",
         "sum",
     ],
+    # The OpenAPI example `language_model`, flag by flag (test_token_flags_are_the_example_body).
+    "language_model": [
+        *("--num-nodes", "4", "--tensor", "2", "--sequence-length", "4096"),
+        *("--global-batch-tokens", "4194304", "--micro-batch-tokens", "8192"),
+        *("--loss-normalization", "token", "--num-samples", "2000000", "--epochs", "1"),
+        *("--base-lr", "3e-4", "--base-batch-tokens", "1048576", "--optimizer", "adamw"),
+        *("--rule", "sqrt", "--warmup-steps", "100"),
+    ],
 }
 
 
@@ -86,6 +94,16 @@ def both(run: Invoke, server: Server, *args: str) -> tuple[Run, Run]:
     local = run(*args)
     remote = run(*args, "--url", server.url)
     return local, remote
+
+
+def test_token_flags_are_the_example_body(run: Invoke, tmp_path: Path) -> None:
+    path = tmp_path / "language_model.json"
+    path.write_text(json.dumps(plan_example("language_model")))
+    from_flags = run("plan", *FLAG_REQUESTS["language_model"], "--json")
+    from_body = run("plan", "--request", str(path), "--json")
+    assert from_flags.exit_code == from_body.exit_code == 0, (from_flags.stderr, from_body.stderr)
+    assert from_flags.stdout == from_body.stdout
+    assert json.loads(from_flags.stdout)["tokens"]["tokens_per_step"] == 4194304
 
 
 @pytest.mark.parametrize("name", FLAG_REQUESTS)
