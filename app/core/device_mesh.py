@@ -15,6 +15,7 @@ of context x tensor and divides data_parallel_shard x context x tensor.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from app.core.errors import InvalidValue
@@ -88,8 +89,10 @@ def validate(parallelism: Parallelism, data_parallel_size: int) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def device_mesh(parallelism: Parallelism, data_parallel_size: int) -> DeviceMeshPlan:
-    """The mesh of a validated plan (call `validate` first)."""
+    """The mesh of a validated plan (call `validate` first). Cached: every plan asks for one,
+    and a handful of shapes cover nearly all requests; the result is frozen, safe to share."""
     shard = parallelism.data_parallel_shard
     sizes = {
         "pp": parallelism.pipeline,

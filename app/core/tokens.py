@@ -104,6 +104,8 @@ def in_samples(request: PlanRequest, plans: Callable[[PlanRequest], object]) -> 
             "base_batch_tokens scales against tokens per step: give sequence_length too",
             pointer="/sequence_length",
         )
+    if not changes:
+        return request  # a batch in samples: the hot path, no copy
     return dataclasses.replace(
         request,
         global_batch_size=changes.get("global_batch_size", request.global_batch_size),
