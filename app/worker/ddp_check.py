@@ -20,23 +20,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
 from app.worker import equivalence_probes as probes
-from app.worker.check_result import CheckResult, Comparison, ControlOutcome
+from app.worker.check_result import CheckResult, Comparison
 from app.worker.controls import Control, split_controls
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
 from app.worker.micro_batch_fit import fit_micro_batch
 from app.worker.noise_measurement import distrust, measure_noise_scale, not_equivalent_reason
-from app.worker.result_parts import check_layout, check_setup
+from app.worker.result_parts import TOLERANCE, check_layout, check_setup, judged_controls
 from app.worker.shards import Shards
 from app.worker.spec import CheckSpec, replica_range
 from app.worker.sync_batch_norm import cpu_refusal, training_sync_batch_norms
 from app.worker.synthetic_model import backward
 from app.worker.timings import Timer
 from app.worker.workload import Workload, load, model_code
-
-# float64 on CPU agrees to ~1e-16 relative, float32 to ~1e-7; a wrong setup is off by 1e-1 or more.
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
-# A control counts as detected only this far above the tolerance, so the verdict is clear.
-DETECTION_FACTOR = 100
 
 
 def _probe_forward(
@@ -148,18 +143,8 @@ def run_check(
     timer.lap("reference")
     tolerance = TOLERANCE[spec.dtype]
     gradient = Comparison(*compare(grad, reference), tolerance=tolerance)
-    controls = []
-    for control, control_grad in zip(applicable, control_grads, strict=True):
-        c_abs, c_rel = compare(control_grad, reference)
-        controls.append(
-            ControlOutcome(
-                name=control.name,
-                description=control.description,
-                rel_l2=c_rel,
-                max_abs_diff=c_abs,
-                detected=c_rel > DETECTION_FACTOR * tolerance,
-            )
-        )
+    runs = zip(applicable, control_grads, strict=True)
+    controls = judged_controls(((c.name, c.description, g) for c, g in runs), reference, tolerance)
     judged = equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance)
     if noise is not None and not judged["equivalent"]:
         noise = distrust(noise, [not_equivalent_reason(judged["summary"])])
@@ -169,7 +154,7 @@ def run_check(
         setup=check_setup(backend, device, spec.dtype, nnodes, world),
         layout=check_layout(spec, world, shards.sizes),
         gradient=gradient,
-        controls=tuple(controls),
+        controls=controls,
         controls_skipped=tuple(skipped),
         sampler_checked=shards.sampler_checked,
         noise_scale=noise,

@@ -24,9 +24,8 @@ from torch.utils.data import DistributedSampler
 
 from app.core.device_mesh import ORDER
 from app.worker import equivalence
-from app.worker.check_result import CheckResult, Comparison, ControlOutcome, Layout, Setup
+from app.worker.check_result import CheckResult, Comparison, Layout
 from app.worker.controls import SkippedControl, split_controls
-from app.worker.ddp_check import DETECTION_FACTOR, TOLERANCE
 from app.worker.gradients import compare
 from app.worker.mesh_controls import (
     PIPELINE_LOSS_NOT_SCALED,
@@ -44,6 +43,7 @@ from app.worker.mesh_models import (
     synthetic_parallelize,
 )
 from app.worker.mesh_spec import mesh_world, wrapper_of
+from app.worker.result_parts import TOLERANCE, check_setup, judged_controls
 from app.worker.samplers import IndexDataset
 from app.worker.shards import Shards
 from app.worker.spec import CheckSpec
@@ -263,26 +263,15 @@ def run_mesh_check(
     timer.lap("reference")
     tolerance = TOLERANCE[spec.dtype]
     gradient = Comparison(*compare(_flat(grad, order), reference), tolerance=tolerance)
-    outcomes = []
-    for control, named in zip(runs, control_grads, strict=True):
-        c_abs, c_rel = compare(_flat(named, order), reference)
-        outcomes.append(
-            ControlOutcome(
-                control.name, control.description, c_rel, c_abs, c_rel > DETECTION_FACTOR * tolerance
-            )
-        )
+    pairs = zip(runs, control_grads, strict=True)
+    outcomes = judged_controls(
+        ((r.name, r.description, _flat(g, order)) for r, g in pairs), reference, tolerance
+    )
     dims = [(n, sizes[n]) for n in ORDER if sizes[n] > 1]
     return CheckResult(
         model=workload.name,
         ddp_equivalence=equivalence.verdict([], gradient.matches, gradient.rel_l2, tolerance),
-        setup=Setup(
-            backend,
-            device.type,
-            "cpu" if device.type == "cpu" else torch.cuda.get_device_name(device),
-            spec.dtype,
-            nnodes,
-            world,
-        ),
+        setup=check_setup(backend, device, spec.dtype, nnodes, world),
         layout=Layout(
             data_parallel_size=spec.data_parallel_size,
             replicas_per_process=1,
@@ -292,7 +281,7 @@ def run_mesh_check(
             split=spec.split,
         ),
         gradient=gradient,
-        controls=tuple(outcomes),
+        controls=outcomes,
         controls_skipped=tuple(skipped),
         sampler_checked=True,
         noise_scale=None,

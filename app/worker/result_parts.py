@@ -1,14 +1,20 @@
-"""The parts of a CheckResult that every workload (ddp_check, token_check) fills the same way:
-where it ran, and the split it ran."""
+"""The parts of a CheckResult that every workload (ddp_check, token_check, mesh_check) fills
+the same way: where it ran, the split it ran, how its controls are judged, and the tolerances."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 
-from app.worker.check_result import Layout, Setup
+from app.worker.check_result import ControlOutcome, Layout, Setup
+from app.worker.gradients import compare
 from app.worker.spec import CheckSpec, replicas_per_process
+
+# float64 on CPU agrees to ~1e-16 relative, float32 to ~1e-7; a wrong setup is off by 1e-1 or more.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
+# A control counts as detected only this far above the tolerance, so the verdict is clear.
+DETECTION_FACTOR = 100
 
 
 def check_setup(backend: str, device: torch.device, dtype: str, nnodes: int, processes: int) -> Setup:
@@ -32,3 +38,15 @@ def check_layout(spec: CheckSpec, processes: int, micro_batch_sizes: Sequence[in
         gradient_accumulation_steps=spec.gradient_accumulation_steps,
         split=spec.split,
     )
+
+
+def judged_controls(
+    runs: Iterable[tuple[str, str, torch.Tensor]], reference: torch.Tensor, tolerance: float
+) -> tuple[ControlOutcome, ...]:
+    """Each control's gradient (name, description, gradient) against the reference: detected
+    when it misses by DETECTION_FACTOR times the tolerance."""
+    outcomes = []
+    for name, description, gradient in runs:
+        max_abs, rel = compare(gradient, reference)
+        outcomes.append(ControlOutcome(name, description, rel, max_abs, rel > DETECTION_FACTOR * tolerance))
+    return tuple(outcomes)

@@ -21,11 +21,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker import equivalence
-from app.worker.check_result import CheckResult, Comparison, ControlOutcome
+from app.worker.check_result import CheckResult, Comparison
 from app.worker.controls import SkippedControl
-from app.worker.ddp_check import DETECTION_FACTOR, TOLERANCE
 from app.worker.gradients import Batch, compare, ddp_gradient, reference_gradient
-from app.worker.result_parts import check_layout, check_setup
+from app.worker.result_parts import TOLERANCE, check_layout, check_setup, judged_controls
 from app.worker.shards import Shards
 from app.worker.spec import CheckSpec, replica_range
 from app.worker.timings import Timer
@@ -198,14 +197,8 @@ def _result(
 ) -> CheckResult:
     tolerance = TOLERANCE[spec.dtype]
     gradient = Comparison(*compare(grad, reference), tolerance=tolerance)
-    controls = []
-    for control, control_grad in zip(applicable, control_grads, strict=True):
-        c_abs, c_rel = compare(control_grad, reference)
-        controls.append(
-            ControlOutcome(
-                control.name, control.description, c_rel, c_abs, c_rel > DETECTION_FACTOR * tolerance
-            )
-        )
+    runs = zip(applicable, control_grads, strict=True)
+    controls = judged_controls(((c.name, c.description, g) for c, g in runs), reference, tolerance)
     skipped = tuple(SkippedControl(c.name, c.harmless_when) for c in TOKEN_CONTROLS if c not in applicable)
     findings = equivalence.static_findings(module, spec)
     return CheckResult(
@@ -214,7 +207,7 @@ def _result(
         setup=check_setup(backend, device, spec.dtype, nnodes, world),
         layout=check_layout(spec, world, shards.sizes),
         gradient=gradient,
-        controls=tuple(controls),
+        controls=controls,
         controls_skipped=skipped,
         sampler_checked=shards.sampler_checked,
         noise_scale=None,
