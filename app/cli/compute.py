@@ -34,7 +34,7 @@ def compute(body: Json, url: str | None, api_key: str | None = None) -> Json:
         request = PlanRequestIn.model_validate(body)
         return PlanOut.model_validate(plan_locally(request.to_core())).model_dump(mode="json")
     except ValidationError as err:
-        fail(validation_problem_of(("body", err)))
+        fail(validation_problem_of(("body", err), models={"body": PlanRequestIn}))
     except PlanError as err:
         fail(domain_problem(err))
 
@@ -57,7 +57,7 @@ def export_text(fmt: str, body: Json, options: Json, url: str | None, api_key: s
     except ValidationError as err:
         invalid.append(("body", err))
     if invalid:
-        fail(validation_problem_of(*invalid))
+        fail(validation_problem_of(*invalid, models={"body": PlanRequestIn}))
     exporter = EXPORTERS.get(fmt)
     if exporter is None:
         fail(domain_problem(unknown_format(fmt)))

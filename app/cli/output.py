@@ -7,7 +7,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
+from app.schemas.field_hints import with_field_hints
 
 # ----------------------------------------------------------------------------- problems
 
@@ -42,9 +43,11 @@ def fail_client(err: BatchplanError) -> NoReturn:
     fail({"detail": str(err)})
 
 
-def validation_problem_of(*errors: tuple[str, ValidationError]) -> Json:
-    """As the server reports schema errors; `where` is FastAPI's location ("body", "query")."""
-    return validation_problem({**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors())
+def validation_problem_of(*errors: tuple[str, ValidationError], models: dict[str, Any] | None = None) -> Json:
+    """As the server reports schema errors; `where` is FastAPI's location ("body", "query"),
+    `models` the model validated there (for "did you mean" on a misspelt field)."""
+    located = [{**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors()]
+    return validation_problem(with_field_hints(located, models or {}))
 
 
 @contextlib.contextmanager
