@@ -70,7 +70,9 @@ def table(result: Json) -> str:
         f"micro {micro if micro is not None else 'per group'}, "
         f"accumulation {result['gradient_accumulation_steps']}",
         "",
-        f"{'ranks':>15}  {'group':<12} {'micro':>6} {'per step':>9} {'loss scale':>11}",
+        # Replica groups span data-parallel ranks: under model parallelism they are not the
+        # global ranks of the mesh's rank map below.
+        f"{'dp ranks':>15}  {'group':<12} {'micro':>6} {'per step':>9} {'loss scale':>11}",
     ]
     for g in result["replica_groups"]:
         ranks = f"{g['start']}-{g['stop'] - 1}"
@@ -186,9 +188,19 @@ def _model_lines(result: Json) -> list[str]:
         planned = search["planned"]
         lines.append(
             f"largest micro-batch that fits: {search['max_micro_batch_size']}"
-            f"{' (the search limit)' if search.get('hit_limit') else ''} in {search['budget_bytes']} of "
-            f"{search['capacity_bytes']} bytes; planned micro-batch {planned['micro_batch_sizes']} x "
+            f"{' (the search limit)' if search.get('hit_limit') else ''}, {_memory(search)}; "
+            f"planned micro-batch {planned['micro_batch_sizes']} x "
             f"{planned['gradient_accumulation_steps']} accumulation steps for global batch "
             f"{planned['global_batch_size']}"
         )
     return lines
+
+
+def _memory(search: Json) -> str:
+    """What the found micro-batch's step used, and the budget it had to fit: the memory less
+    the safety margin, which is not what was used."""
+    used = search.get("peak_bytes_at_max")
+    peak = f"peak {used:,} of {search['capacity_bytes']:,} bytes" if used is not None else "peak not measured"
+    margin = search.get("safety_margin")
+    shown = f" after the {margin * 100:g}% safety margin" if isinstance(margin, (int, float)) else ""
+    return f"{peak} (budget {search['budget_bytes']:,} bytes{shown})"
