@@ -22,6 +22,7 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointers
 from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
@@ -248,6 +249,7 @@ def _plan(request: PlanRequest) -> Plan:
             )
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
+    warnings += scale_warnings(g, sampler)
     groups = _replica_groups(request, layout, solution, sampler)
     explanation = explain(
         world=layout.world_size,
