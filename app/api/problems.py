@@ -51,7 +51,15 @@ async def _validation(request: Request, exc: RequestValidationError) -> Response
     # FastAPI keeps the undecodable text as the error's body: the line and column come from it.
     document = exc.body if isinstance(exc.body, (str, bytes)) else None
     errors = with_field_hints(exc.errors(), _validated_models(request))
+    check = SUGGESTION_CHECKS.get(getattr(request.scope.get("route"), "path", ""))
+    if check is not None:
+        errors = check(request, exc.body, errors)
     return _respond(validation_problem(errors, document))
+
+
+# Route path -> what tries the suggestions of errors outside a plan request (the routers add
+# theirs): (request, the parsed body, the errors) -> the errors with their suggestions tried.
+SUGGESTION_CHECKS: dict[str, Callable[[Request, Any, list[dict[str, Any]]], list[dict[str, Any]]]] = {}
 
 
 def _validated_models(request: Request) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -43,11 +43,17 @@ def fail_client(err: BatchplanError) -> NoReturn:
     fail({"detail": str(err)})
 
 
-def validation_problem_of(*errors: tuple[str, ValidationError], models: dict[str, Any] | None = None) -> Json:
+def validation_problem_of(
+    *errors: tuple[str, ValidationError],
+    models: dict[str, Any] | None = None,
+    check: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> Json:
     """As the server reports schema errors; `where` is FastAPI's location ("body", "query"),
-    `models` the model validated there (for "did you mean" on a misspelt field)."""
+    `models` the model validated there (for "did you mean" on a misspelt field), `check` what
+    tries the suggestions of errors outside a plan request (app.api.problems.SUGGESTION_CHECKS)."""
     located = [{**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors()]
-    return validation_problem(with_field_hints(located, models or {}))
+    hinted = with_field_hints(located, models or {})
+    return validation_problem(check(hinted) if check is not None else hinted)
 
 
 @contextlib.contextmanager

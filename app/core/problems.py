@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.core.errors import DomainError, ErrorKind
+from app.core.errors import DomainError, ErrorKind, field_key
 
 PROBLEM_TYPE = "urn:batchplan:problem:"
 MEDIA_TYPE = "application/problem+json"
@@ -166,7 +166,7 @@ def validation_problem(
             continue
         values = list(ctx[CHECKED]) if CHECKED in ctx else [b for b in [nearest_bound(err)] if b is not None]
         if values:
-            suggestions.setdefault(pointer.rsplit("/", 1)[1], values)
+            suggestions.setdefault(field_key(pointer), values)
     first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
     where = first["pointer"] or "the body"
     detail = first["detail"] if first["detail"] == EMPTY_BODY else f"{where}: {first['detail']}"

@@ -1,6 +1,7 @@
 """What `batchplan` prints where a newcomer misread it (issue 25): the replica table's ranks are
-data-parallel ranks, the micro-batch search says what was used and what the budget was, and a
-misspelt field in `--request` names the field meant."""
+data-parallel ranks, the micro-batch search says what was used and what the budget was, a
+misspelt field in `--request` names the field meant, and an export option out of range is
+suggested a value only where the export then works, as the server does."""
 
 from __future__ import annotations
 
@@ -93,3 +94,12 @@ def test_a_misspelt_field_in_a_request_file_names_the_field_meant(run: Invoke, t
     assert (
         "/topology/gpu_per_node: Extra inputs are not permitted; did you mean `gpus_per_node`?" in out.stderr
     )
+
+
+def test_the_cli_tries_an_export_option_as_the_server_does(run: Invoke) -> None:
+    plan = ["--num-nodes", "2", "--gpus-per-node", "8"]
+    out = run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "999")
+    assert out.exit_code == 2 and "try cpus_per_gpu: 256" in out.stderr
+    assert run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "256").exit_code == 0
+    out = run("export", "slurm", *plan, "-b", "500", "--cpus-per-gpu", "999")
+    assert out.exit_code == 2 and "try cpus_per_gpu" not in out.stderr
