@@ -36,7 +36,7 @@ SCAN = 256  # how far from the request's value a search looks
 # an error costs to answer (on a cluster of 10,000 node groups a plan takes tens of ms).
 TRIES_PER_FIELD = 6
 TRIES = 24
-TRIES_ON_LARGE_CLUSTERS = 4  # more than LARGE node groups
+TRIES_ON_LARGE_CLUSTERS = 2  # more than LARGE node groups, where a plan takes tens of ms
 LARGE = 100
 
 Works = Callable[[PlanRequest], bool]
