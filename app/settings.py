@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.core.model_registry import parse_models
+from app.core.model_registry import EXAMPLE_MODELS, parse_models
 
 
 class Settings(BaseSettings):
@@ -52,9 +52,9 @@ class Settings(BaseSettings):
         description="Hosts a multi-node check may rendezvous at; empty: this host and loopback.",
     )
     check_models: str | None = Field(
-        None,
+        EXAMPLE_MODELS,
         description="Operator check models, `name=package.module:factory` separated by commas; "
-        "requests pick one by name.",
+        "requests pick one by name. The default registers the example `mlp`; empty registers none.",
     )
 
     @field_validator("check_models")

@@ -7,19 +7,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.api.plans import refused_plans
-from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
+from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportInput, unknown_format
+from app.core.exports import EXPORTERS, ExportInput, plan_and_export, unknown_format
 from app.core.plan_types import Plan
 from app.core.planner import plan
 from app.core.problems import Problem
 from app.core.schedule import Schedule, schedule
+from app.schemas.checked_options import checked_option_errors
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.examples import plan_example
 from app.schemas.exports import (
@@ -109,16 +110,22 @@ async def export_plan(
     in `suggestions`) by formats that take one batch size for every process: deepspeed,
     accelerate, hf-trainer, lightning. torchrun, slurm and python carry the per-rank table.
     """
-    exporter = EXPORTERS.get(format)
-    if exporter is None:
+    if format not in EXPORTERS:
         raise unknown_format(format)
-    core_request = request.to_core()
-    out = exporter(ExportInput(core_request, plan(core_request), options.to_core()))
+    out = plan_and_export(format, request.to_core(), options.to_core())
     return Response(
         out.text,
         media_type=out.media_type,
         headers={"Content-Disposition": f'inline; filename="{out.filename}"'},
     )
+
+
+def _checked_options(request: Request, body: Any, errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    fmt = request.path_params.get("format", "")
+    return checked_option_errors(fmt, body, dict(request.query_params), errors)
+
+
+SUGGESTION_CHECKS["/v1/plans/export/{format}"] = _checked_options
 
 
 def _scheduled(body: ScheduleRequestIn) -> tuple[Plan, Schedule]:

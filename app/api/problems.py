@@ -25,6 +25,7 @@ from app.core.problems import (
     unsupported_media_type,
     validation_problem,
 )
+from app.schemas.field_hints import with_field_hints
 from app.schemas.problem import ProblemOut
 
 
@@ -49,7 +50,22 @@ def _respond(body: Problem, headers: dict[str, str] | None = None) -> Response:
 async def _validation(request: Request, exc: RequestValidationError) -> Response:
     # FastAPI keeps the undecodable text as the error's body: the line and column come from it.
     document = exc.body if isinstance(exc.body, (str, bytes)) else None
-    return _respond(validation_problem(exc.errors(), document))
+    errors = with_field_hints(exc.errors(), _validated_models(request))
+    check = SUGGESTION_CHECKS.get(getattr(request.scope.get("route"), "path", ""))
+    if check is not None:
+        errors = check(request, exc.body, errors)
+    return _respond(validation_problem(errors, document))
+
+
+# Route path -> what tries the suggestions of errors outside a plan request (the routers add
+# theirs): (request, the parsed body, the errors) -> the errors with their suggestions tried.
+SUGGESTION_CHECKS: dict[str, Callable[[Request, Any, list[dict[str, Any]]], list[dict[str, Any]]]] = {}
+
+
+def _validated_models(request: Request) -> dict[str, Any]:
+    """The model each part of the request ("body") was validated against, for field hints."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    return {"body": body.field_info.annotation} if body is not None else {}
 
 
 async def _domain_error(request: Request, exc: DomainError) -> Response:
@@ -65,13 +81,29 @@ async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         429: "Too many requests",
     }
     detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        detail, headers = _method_not_allowed(request, headers or {})
     return problem(
         exc.status_code,
         f"http-{exc.status_code}",
         titles.get(exc.status_code, "HTTP error"),
         detail,
-        headers=dict(exc.headers) if exc.headers else None,
+        headers=headers,
     )
+
+
+def _method_not_allowed(request: Request, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """Starlette's "Method Not Allowed" leaves the caller guessing, and its Allow header names
+    only the first route of the path (GET of /v1/checks/{check_id}, not DELETE): the OpenAPI
+    document lists every method of the path the request matched."""
+    template = getattr(request.scope.get("route"), "path", None)
+    operations = request.app.openapi().get("paths", {}).get(template, {}) if template else {}
+    methods = sorted(m.upper() for m in operations)
+    if not methods:
+        return "Method Not Allowed", headers
+    detail = f"{request.method} is not served at {template}; use {' or '.join(methods)}"
+    return detail, {**headers, "Allow": ", ".join(methods)}
 
 
 async def _too_deep(request: Request, exc: RecursionError) -> Response:

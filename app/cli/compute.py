@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from app.cli.output import client_errors, fail, table, validation_problem_of
 from app.client import BatchplanClient, Json
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportInput, unknown_format
+from app.core.exports import EXPORTERS, plan_and_export, unknown_format
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem
 from app.schemas.plan_requests import PlanRequestIn
@@ -34,7 +34,7 @@ def compute(body: Json, url: str | None, api_key: str | None = None) -> Json:
         request = PlanRequestIn.model_validate(body)
         return PlanOut.model_validate(plan_locally(request.to_core())).model_dump(mode="json")
     except ValidationError as err:
-        fail(validation_problem_of(("body", err)))
+        fail(validation_problem_of(("body", err), models={"body": PlanRequestIn}))
     except PlanError as err:
         fail(domain_problem(err))
 
@@ -57,13 +57,14 @@ def export_text(fmt: str, body: Json, options: Json, url: str | None, api_key: s
     except ValidationError as err:
         invalid.append(("body", err))
     if invalid:
-        fail(validation_problem_of(*invalid))
-    exporter = EXPORTERS.get(fmt)
-    if exporter is None:
+        from app.schemas.checked_options import checked_option_errors
+
+        check = lambda errors: checked_option_errors(fmt, body, options, errors)  # noqa: E731
+        fail(validation_problem_of(*invalid, models={"body": PlanRequestIn}, check=check))
+    if fmt not in EXPORTERS:
         fail(domain_problem(unknown_format(fmt)))
     try:
-        core_request = request.to_core()
-        return exporter(ExportInput(core_request, plan_locally(core_request), export_options.to_core())).text
+        return plan_and_export(fmt, request.to_core(), export_options.to_core()).text
     except PlanError as err:
         fail(domain_problem(err))
 

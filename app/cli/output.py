@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
+from app.schemas.field_hints import with_field_hints
 
 # ----------------------------------------------------------------------------- problems
 
@@ -42,9 +43,17 @@ def fail_client(err: BatchplanError) -> NoReturn:
     fail({"detail": str(err)})
 
 
-def validation_problem_of(*errors: tuple[str, ValidationError]) -> Json:
-    """As the server reports schema errors; `where` is FastAPI's location ("body", "query")."""
-    return validation_problem({**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors())
+def validation_problem_of(
+    *errors: tuple[str, ValidationError],
+    models: dict[str, Any] | None = None,
+    check: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+) -> Json:
+    """As the server reports schema errors; `where` is FastAPI's location ("body", "query"),
+    `models` the model validated there (for "did you mean" on a misspelt field), `check` what
+    tries the suggestions of errors outside a plan request (app.api.problems.SUGGESTION_CHECKS)."""
+    located = [{**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors()]
+    hinted = with_field_hints(located, models or {})
+    return validation_problem(check(hinted) if check is not None else hinted)
 
 
 @contextlib.contextmanager
@@ -67,7 +76,9 @@ def table(result: Json) -> str:
         f"micro {micro if micro is not None else 'per group'}, "
         f"accumulation {result['gradient_accumulation_steps']}",
         "",
-        f"{'ranks':>15}  {'group':<12} {'micro':>6} {'per step':>9} {'loss scale':>11}",
+        # Replica groups span data-parallel ranks: under model parallelism they are not the
+        # global ranks of the mesh's rank map below.
+        f"{'dp ranks':>15}  {'group':<12} {'micro':>6} {'per step':>9} {'loss scale':>11}",
     ]
     for g in result["replica_groups"]:
         ranks = f"{g['start']}-{g['stop'] - 1}"
@@ -183,9 +194,19 @@ def _model_lines(result: Json) -> list[str]:
         planned = search["planned"]
         lines.append(
             f"largest micro-batch that fits: {search['max_micro_batch_size']}"
-            f"{' (the search limit)' if search.get('hit_limit') else ''} in {search['budget_bytes']} of "
-            f"{search['capacity_bytes']} bytes; planned micro-batch {planned['micro_batch_sizes']} x "
+            f"{' (the search limit)' if search.get('hit_limit') else ''}, {_memory(search)}; "
+            f"planned micro-batch {planned['micro_batch_sizes']} x "
             f"{planned['gradient_accumulation_steps']} accumulation steps for global batch "
             f"{planned['global_batch_size']}"
         )
     return lines
+
+
+def _memory(search: Json) -> str:
+    """What the found micro-batch's step used, and the budget it had to fit: the memory less
+    the safety margin, which is not what was used."""
+    used = search.get("peak_bytes_at_max")
+    peak = f"peak {used:,} of {search['capacity_bytes']:,} bytes" if used is not None else "peak not measured"
+    margin = search.get("safety_margin")
+    shown = f" after the {margin * 100:g}% safety margin" if isinstance(margin, (int, float)) else ""
+    return f"{peak} (budget {search['budget_bytes']:,} bytes{shown})"

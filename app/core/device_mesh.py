@@ -73,7 +73,7 @@ def validate(parallelism: Parallelism, data_parallel_size: int) -> None:
             f"data_parallel_shard {shard} does not divide the data-parallel size "
             f"{data_parallel_size}: use {choices}",
             pointer="/parallelism/data_parallel_shard",
-            suggestions={"data_parallel_shard": nearest(fits, shard)} if fits else {},
+            suggestions={"parallelism.data_parallel_shard": nearest(fits, shard)} if fits else {},
         )
     if not expert_ok(expert, shard, parallelism):
         borrowed = parallelism.context * parallelism.tensor
@@ -85,7 +85,7 @@ def validate(parallelism: Parallelism, data_parallel_size: int) -> None:
             f"{parallelism.tensor} = {limit} (torchtitan's ParallelDims, expert tensor parallel 1): "
             f"expert parallelism borrows those ranks and never adds any",
             pointer="/parallelism/expert",
-            suggestions={"expert": nearest(fits, expert)},
+            suggestions={"parallelism.expert": nearest(fits, expert)},
         )
 
 

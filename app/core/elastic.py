@@ -20,7 +20,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from app.core.errors import InfeasiblePlan, InvalidValue
+from app.core.errors import DomainError, InfeasiblePlan, InvalidValue
+from app.core.field_suggestions import keep_working, nearest_working
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
 
@@ -34,6 +35,7 @@ HCN = (
 MAX_MICRO_BATCH = 1 << 20  # factorised by trial division: keep that cheap
 MAX_MICRO_CHOICES = 64
 MAX_COUNTS_LISTED = 10_000  # the response lists every valid count: bound it
+RANGE_TRIES = 64  # GPU bounds tried for a suggestion (a search takes well under a millisecond)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,28 @@ def _validate(request: ElasticRequest) -> tuple[int, ...]:
 
 
 def elastic_plan(request: ElasticRequest) -> ElasticPlan:
+    """DeepSpeed's search; a request it refuses raises with only the suggestions that, each
+    substituted alone, let the search succeed (app.core.field_suggestions)."""
+    try:
+        return _elastic_plan(request)
+    except DomainError as err:
+        if isinstance(err, InfeasiblePlan) or err.pointer == "/max_gpus":
+            # A GPU range that no batch suits: the nearest bounds that one does suit.
+            for key in ("min_gpus", "max_gpus"):
+                found = nearest_working(request, key, MAX_WORLD_SIZE, _plans, RANGE_TRIES)
+                err.suggestions = {**err.suggestions, key: found} if found else err.suggestions
+        raise keep_working(request, err, _plans) from None
+
+
+def _plans(request: ElasticRequest) -> bool:
+    try:
+        _elastic_plan(request)
+    except DomainError:
+        return False
+    return True
+
+
+def _elastic_plan(request: ElasticRequest) -> ElasticPlan:
     micros = _validate(request)
     low, high = request.min_gpus, request.max_gpus
     candidates = _candidates(micros, request.max_global_batch_size)
@@ -187,7 +211,8 @@ def elastic_plan(request: ElasticRequest) -> ElasticPlan:
             f"no GPU count from {low} to {high} divides any candidate batch {list(candidates)} into the "
             f"micro-batch sizes {list(micros)}; widen the GPU range or allow a micro-batch of 1",
             pointer="/max_gpus",
-            suggestions={"micro_batch_sizes": [1]},
+            # The smallest size made 1, which every GPU count divides into (when the cap allows).
+            suggestions={f"micro_batch_sizes.{request.micro_batch_sizes.index(micros[0])}": [1]},
         )
     if len(best_counts) > MAX_COUNTS_LISTED:
         raise InvalidValue(

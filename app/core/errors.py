@@ -18,6 +18,17 @@ class ErrorKind(StrEnum):
     UNAVAILABLE = "unavailable"  # this server cannot do it now, or at all
 
 
+def field_key(pointer: str) -> str:
+    """A suggestion's key: the field's path in the request, its parts joined by dots
+    (`/topology/node_groups/0/num_nodes` -> `topology.node_groups.0.num_nodes`). A plan
+    request's fields keep their keys where a body nests it (a check's or a schedule's `plan`),
+    and a query parameter is named alone (`/query/port` -> `port`)."""
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.strip("/").split("/") if p]
+    if len(parts) > 1 and parts[0] in ("plan", "query"):
+        parts = parts[1:]
+    return ".".join(parts)
+
+
 @dataclass(frozen=True, slots=True)
 class FieldIssue:
     pointer: str  # RFC 6901 JSON pointer into the request, e.g. "/global_batch_size"

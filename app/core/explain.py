@@ -49,11 +49,19 @@ def explain(
             f"accumulates {accumulation} per optimizer step: {common_micro} x {accumulation} x "
             f"{dp} = {global_batch}, the global batch."
         )
+        # DataParallel's loader batch is one micro-step over all GPUs: the whole batch only
+        # without accumulation.
+        data_parallel = (
+            f"the whole batch per step, {per_step}"
+            if accumulation == 1
+            else f"one micro-step's batch, {common_micro} x {dp} = {per_step}, and {accumulation} "
+            f"accumulated micro-steps make the global batch of {global_batch}"
+        )
         out.append(
             f"Under DistributedDataParallel every process builds its own loader: "
             f"DataLoader(dataset, batch_size={common_micro}, sampler=DistributedSampler(dataset, "
             f"num_replicas={dp}, rank=data_parallel_rank)). Under DataParallel one process "
-            f"feeds all GPUs, so there batch_size is the whole batch per step, {per_step}."
+            f"feeds all GPUs, so there batch_size is {data_parallel}."
         )
     else:
         listed = ", ".join(

@@ -12,6 +12,10 @@ import difflib
 import re
 
 SYNTHETIC = "synthetic"  # the built-in model, always registered
+# Registered unless the operator lists others: Swagger's `registered_model` example names it,
+# and a default server runs it. It ships with batchplan and builds in milliseconds, in a rank
+# process (the web process never imports it).
+EXAMPLE_MODELS = "mlp=app.worker.example_models:mlp"
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET = re.compile(rf"^{_DOTTED}:{_DOTTED}$")

@@ -6,14 +6,13 @@ import dataclasses
 import math
 
 from app.core import device_mesh
-from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
-from app.core.errors import InvalidValue, TopologyError
+from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
+from app.core.errors import InvalidValue, PlanError, field_key
 from app.core.explain import explain, mesh_sentences
-from app.core.integers import nearest
+from app.core.field_suggestions import with_request_fields
 from app.core.noise_scale import efficiency, readable
 from app.core.plan_types import (
     MAX_SAFE_INTEGER,
-    MAX_WORLD_SIZE,
     BatchEfficiency,
     LossNormalization,
     LossReduction,
@@ -22,11 +21,10 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointers
-from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
-
-_WORLD_SEARCH = 256
+from app.core.topology import Layout, resolve_layout, validate_topology
 
 
 def _check_counts(request: PlanRequest) -> None:
@@ -88,46 +86,8 @@ def _check_counts(request: PlanRequest) -> None:
             raise InvalidValue(
                 f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
                 pointer=pointer,
-                suggestions={name: [nearest_ok]},
+                suggestions={field_key(pointer): [nearest_ok]},
             )
-
-
-def _working_world_sizes(request: PlanRequest) -> list[int]:
-    """Nearby GPU counts that the parallel sizes divide and the batch fits."""
-    mp = request.parallelism.model_parallel_size
-    world = request.topology.world_size
-    caps = [g.max_micro_batch_size for g in request.topology.node_groups] + [request.max_micro_batch_size]
-    cap = min((c for c in caps if c is not None), default=None)
-    found: list[int] = []
-    for direction in (-1, 1):
-        candidate = world // mp * mp + (mp if direction > 0 else 0)
-        hits = 0
-        for _ in range(_WORLD_SEARCH):
-            if candidate < mp or candidate > MAX_WORLD_SIZE or hits == 2:
-                break
-            problem = BatchProblem(
-                uniform_layout(candidate // mp, mp, cap),
-                request.global_batch_size,
-                request.micro_batch_size,
-                request.gradient_accumulation_steps,
-                request.divisibility,
-                False,
-            )
-            if feasible_as_given(problem):
-                found.append(candidate)
-                hits += 1
-            candidate += direction * mp
-    return nearest(found, world)
-
-
-def _layout(request: PlanRequest) -> Layout:
-    try:
-        return resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
-    except TopologyError as err:
-        sizes = _working_world_sizes(request)
-        if sizes:
-            err.suggestions = {"world_size": sizes}
-        raise
 
 
 def _replica_groups(
@@ -200,15 +160,33 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
 
 
 def plan(request: PlanRequest) -> Plan:
-    """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens)."""
+    """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens). A
+    request it cannot plan raises a PlanError whose suggestions name request fields and work
+    (app.core.field_suggestions)."""
+    try:
+        return _plan_or_raise(request)
+    except PlanError as err:
+        raise with_request_fields(request, err, _plans) from None
+
+
+def _plan_or_raise(request: PlanRequest) -> Plan:
     with token_pointers(request):
-        return _plan(in_samples(request, plan))
+        return _plan(in_samples(request, _plan_or_raise))
+
+
+def _plans(request: PlanRequest) -> bool:
+    """Whether `request` plans: how a suggestion is tried (without suggestions of its own)."""
+    try:
+        _plan_or_raise(request)
+    except PlanError:
+        return False
+    return True
 
 
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
-    layout = _layout(request)
+    layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
         layout, request.global_batch_size, request.micro_batch_size, request.divisibility
@@ -248,6 +226,7 @@ def _plan(request: PlanRequest) -> Plan:
             )
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
+    warnings += scale_warnings(g, sampler)
     groups = _replica_groups(request, layout, solution, sampler)
     explanation = explain(
         world=layout.world_size,

@@ -7,10 +7,11 @@ domain errors and nothing else, and `batchplan plan` prints the body the server 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.core.errors import DomainError, ErrorKind
+from app.core.errors import DomainError, ErrorKind, field_key
 
 PROBLEM_TYPE = "urn:batchplan:problem:"
 MEDIA_TYPE = "application/problem+json"
@@ -121,6 +122,30 @@ CHECKED = "checked_suggestions"
 plan request's validator (app.schemas) sets it, and only the values that plan are kept."""
 
 
+EMPTY_BODY = "the body is empty: send the request as a JSON object"
+# pydantic's error types for a value that is not a number (the plan request's counts raise
+# int_type for strings and booleans themselves, app.schemas.types).
+_NUMBER_ERRORS = frozenset({"int_type", "int_parsing", "float_type", "float_parsing"})
+_NUMERAL = re.compile(r"^\s*-?[0-9][0-9_]*(\.[0-9]+)?([eE][-+]?[0-9]+)?\s*$")
+
+
+def _message(err: Mapping[str, Any], pointer: str) -> str:
+    """pydantic's message, said so that a newcomer sees what to send instead: a JSON number
+    where a string was sent (`"2"` reads as a number in Python, not in the schema), and a body
+    at all where none came (FastAPI calls that a missing field at the root)."""
+    msg = str(err.get("msg", "invalid value"))
+    given = err.get("input")
+    if not pointer and err.get("type") == "missing":
+        return EMPTY_BODY
+    if err.get("type") in _NUMBER_ERRORS and isinstance(given, str):
+        if _NUMERAL.match(given) and len(given) <= 40:
+            return f'{msg}: a JSON number, not a string (send {given.strip()}, not "{given.strip()}")'
+        return f"{msg}: a JSON number, not a string"
+    if err.get("type") in _NUMBER_ERRORS and isinstance(given, bool):
+        return f"{msg}: a JSON number, not {'true' if given else 'false'}"
+    return msg
+
+
 def validation_problem(
     schema_errors: Iterable[Mapping[str, Any]], document: str | bytes | None = None
 ) -> Problem:
@@ -136,19 +161,20 @@ def validation_problem(
             position = loc[-1] if loc and isinstance(loc[-1], int) else None
             return malformed_json(str(ctx.get("error", "invalid JSON")), document, position)
         pointer = _pointer(tuple(err.get("loc", ())))
-        errors.append({"pointer": pointer, "detail": err.get("msg", "invalid value")})
+        errors.append({"pointer": pointer, "detail": _message(err, pointer)})
         if not pointer:
             continue
         values = list(ctx[CHECKED]) if CHECKED in ctx else [b for b in [nearest_bound(err)] if b is not None]
         if values:
-            suggestions.setdefault(pointer.rsplit("/", 1)[1], values)
+            suggestions.setdefault(field_key(pointer), values)
     first = errors[0] if errors else {"pointer": "", "detail": "invalid request"}
     where = first["pointer"] or "the body"
+    detail = first["detail"] if first["detail"] == EMPTY_BODY else f"{where}: {first['detail']}"
     return problem_body(
         422,
         "validation-error",
         "The request does not match the schema",
-        f"{where}: {first['detail']}",
+        detail,
         errors=errors,
         suggestions=suggestions,
     )

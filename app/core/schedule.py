@@ -113,19 +113,19 @@ def _ramp_stages(plan: Plan, rampup: Rampup, steps: int) -> list[Stage]:
                 f"rampup.{name} {value} is not a multiple of micro-batch x data-parallel size = {unit}: "
                 f"every stage's batch must split into whole micro-batches",
                 pointer=f"/rampup/{name}",
-                suggestions={name: [v for v in (low, high) if 0 < v <= target]},
+                suggestions={f"rampup.{name}": [v for v in (low, high) if 0 < v <= target]},
             )
     if start >= target:
         raise InvalidValue(
             f"rampup.start_batch_size {start} must be below the global batch {target}",
             pointer="/rampup/start_batch_size",
-            suggestions={"start_batch_size": [unit] if unit < target else []},
+            suggestions={"rampup.start_batch_size": [unit] if unit < target else []},
         )
     if (target - start) % increment:
         raise InfeasiblePlan(
             f"the ramp from {start} to {target} is not a whole number of increments of {increment}",
             pointer="/rampup/batch_size_increment",
-            suggestions={"batch_size_increment": [target - start]},
+            suggestions={"rampup.batch_size_increment": [target - start]},
         )
     increments = (target - start) // increment
     if increments > MAX_STAGES:

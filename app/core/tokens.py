@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from app.core.errors import InfeasiblePlan, InvalidValue, PlanError
+from app.core.errors import InfeasiblePlan, InvalidValue, PlanError, field_key
 from app.core.integers import nearest
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import (
@@ -46,7 +46,7 @@ def _check_range(name: str, pointer: str, value: int | None) -> None:
         raise InvalidValue(
             f"{name} must be a whole number from 1 to {MAX_SAFE_INTEGER}",
             pointer=pointer,
-            suggestions={name: [nearest_ok]},
+            suggestions={field_key(pointer): [nearest_ok]},
         )
 
 

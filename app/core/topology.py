@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from app.core.errors import InvalidValue, TopologyError
+from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
 
 
@@ -108,7 +108,7 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
         raise InvalidValue(
             f"the cluster has {world} GPUs; a plan covers at most {MAX_WORLD_SIZE}",
             pointer="/topology/node_groups" if topology.listed_groups else "/topology/num_nodes",
-            suggestions={} if topology.listed_groups or not fits else {"num_nodes": [fits]},
+            suggestions={} if topology.listed_groups or not fits else {"topology.num_nodes": [fits]},
         )
     if world % mp:
         raise TopologyError(
@@ -170,10 +170,11 @@ def validate_topology(topology: Topology) -> None:
         for field_name in ("num_nodes", "gpus_per_node"):
             value = getattr(group, field_name)
             if not isinstance(value, int) or value < 1:
+                pointer = _group_pointer(topology, i, field_name)
                 raise InvalidValue(
                     f"{field_name} must be a whole number >= 1",
-                    pointer=_group_pointer(topology, i, field_name),
-                    suggestions={field_name: [1]},
+                    pointer=pointer,
+                    suggestions={field_key(pointer): [1]},
                 )
         if not 0 < group.relative_throughput < float("inf"):
             raise InvalidValue(

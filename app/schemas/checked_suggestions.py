@@ -19,10 +19,9 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.core import plan_types
 from app.core.errors import DomainError
 from app.core.planner import plan
 from app.core.problems import CHECKED, nearest_bound
@@ -31,13 +30,16 @@ MOST = 3  # suggestions per field, nearest first
 
 
 class ToCore(Protocol):
-    def to_core(self) -> plan_types.PlanRequest: ...
+    def to_core(self) -> Any: ...
 
 
 Validate = Callable[[Any], ToCore]
+Run = Callable[[Any], object]  # what the validated request is for: the planner, or another search
 
 
-def with_checked_suggestions(data: Any, err: ValidationError, validate: Validate) -> ValidationError:
+def with_checked_suggestions(
+    data: Any, err: ValidationError, validate: Validate, run: Run = plan
+) -> ValidationError:
     """`err` with the values that plan in each error's context (none where nothing does).
 
     Only a request with one field in error gets any: substituting one value cannot repair a
@@ -45,7 +47,7 @@ def with_checked_suggestions(data: Any, err: ValidationError, validate: Validate
     errors = err.errors(include_url=False)
     values: list[int] = []
     if isinstance(data, dict) and len({tuple(e["loc"]) for e in errors}) == 1:
-        values = _working_values(data, errors[0], validate)
+        values = _working_values(data, errors[0], validate, run)
     details = [
         InitErrorDetails(
             # The same type and message as pydantic's; the context gains the checked values.
@@ -58,12 +60,25 @@ def with_checked_suggestions(data: Any, err: ValidationError, validate: Validate
     return ValidationError.from_exception_data(err.title, details)
 
 
-def _working_values(data: dict[str, Any], error: Any, validate: Validate) -> list[int]:
+def checked_suggestions_validator(run: Run) -> Any:
+    """A model's wrap validator that, on a schema error, gives only the values with which
+    `run` (the search the request is for) succeeds; a valid body pays one function call."""
+
+    def checked(cls: type[ToCore], data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as err:
+            raise with_checked_suggestions(data, err, handler, run) from None
+
+    return model_validator(mode="wrap")(classmethod(checked))  # type: ignore[arg-type]
+
+
+def _working_values(data: dict[str, Any], error: Any, validate: Validate, run: Run) -> list[int]:
     candidates = _candidates(error)
     located = _locate(data, error["loc"])
     if located is None:
         return []
-    field = located[1]
+    key = _key(data, error["loc"])  # the planner names the field so (app.core.errors.field_key)
     working: list[int] = []
     tried: set[int] = set()
     while candidates and len(tried) < 4 * MOST:
@@ -71,7 +86,7 @@ def _working_values(data: dict[str, Any], error: Any, validate: Validate) -> lis
         if value in tried:
             continue
         tried.add(value)
-        suggested = _plans_with(data, error["loc"], value, validate, field)
+        suggested = _plans_with(data, error["loc"], value, validate, key, run)
         if suggested is None:
             working.append(value)
         elif not working:
@@ -93,20 +108,34 @@ def _candidates(error: Any) -> list[int]:
     return out
 
 
-def _locate(data: Any, loc: Any) -> tuple[dict[str, Any], str] | None:
-    """The object holding the error's value and its key. pydantic's loc also names the branch
-    of a union ("int", "function-after[...]"): those parts are not in the data, passed over."""
+def _locate(data: Any, loc: Any) -> tuple[Any, Any] | None:
+    """The object (a dict, or a list such as the elastic body's micro-batch sizes) holding the
+    error's value and its key or index. pydantic's loc also names the branch of a union
+    ("int", "function-after[...]"): those parts are not in the data, passed over."""
     node, found = data, None
     for part in loc:
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
+        within = isinstance(node, dict) and isinstance(part, str) and part in node
+        within = within or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node))
+        if within:
             found, node = (node, part), node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            found, node = None, node[part]
     return found
 
 
+def _key(data: Any, loc: Any) -> str:
+    """The dotted path of the loc's parts that are in the data."""
+    node, parts = data, []
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str) and part in node:
+            parts.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            parts.append(str(part))
+            node = node[part]
+    return ".".join(parts)
+
+
 def _plans_with(
-    data: dict[str, Any], loc: Any, value: int, validate: Validate, field: str
+    data: dict[str, Any], loc: Any, value: int, validate: Validate, key: str, run: Run
 ) -> list[int] | None:
     """None when the request plans with `value` in place; else the planner's own suggestions
     for the field (empty when it has none or the request does not validate)."""
@@ -114,11 +143,11 @@ def _plans_with(
     located = _locate(changed, loc)
     if located is None:
         return []
-    located[0][field] = value
+    located[0][located[1]] = value
     try:
-        plan(validate(changed).to_core())
+        run(validate(changed).to_core())
     except ValidationError:
         return []
     except DomainError as err:
-        return list(err.suggestions.get(field, []))
+        return list(err.suggestions.get(key, []))
     return None

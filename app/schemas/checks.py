@@ -337,8 +337,8 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "registered_model": {
         "summary": "An operator-registered model: equivalence, noise scale, largest micro-batch",
-        "description": "Needs a model registered as `mlp`: "
-        "BATCHPLAN_CHECK_MODELS=mlp=app.worker.example_models:mlp",
+        "description": "The example `mlp`, which a server registers unless BATCHPLAN_CHECK_MODELS "
+        "lists other models: BATCHPLAN_CHECK_MODELS=mlp=app.worker.example_models:mlp",
         "value": {
             "plan": {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 256},
             "model": "mlp",

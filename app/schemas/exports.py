@@ -10,6 +10,7 @@ from app.core import elastic as core_elastic
 from app.core import plan_request as core_request
 from app.core import schedule as core_schedule
 from app.core.exports import ExportOptions
+from app.schemas.checked_suggestions import checked_suggestions_validator
 from app.schemas.examples import plan_example
 from app.schemas.plan_requests import LearningRateIn, PlanRequestIn
 from app.schemas.types import WHOLE, Count, GpuCount, RequestModel, ResponseModel, with_examples
@@ -242,6 +243,9 @@ class ElasticRequestIn(RequestModel):
     max_global_batch_size: Count = Field(description="The target: the global batch is at most this.")
     prefer_larger: bool = Field(True, strict=True, description="Break ties toward the larger batch.")
     learning_rate: LearningRateIn | None = None
+
+    # On a schema error, suggest only values with which the search succeeds.
+    _checked = checked_suggestions_validator(core_elastic.elastic_plan)
 
     def to_core(self) -> core_elastic.ElasticRequest:
         lr = self.learning_rate

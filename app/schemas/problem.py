@@ -39,11 +39,16 @@ class ProblemOut(BaseModel):
     suggestions: dict[str, list[int]] = Field(
         {},
         description="Nearest valid values by field, nearest first. Each works when substituted "
-        "into the request on its own, with everything else unchanged.",
+        "into the request on its own, with everything else unchanged. The key is the field's path "
+        "in the request, its parts joined by dots: `global_batch_size`, `parallelism.tensor`, "
+        "`topology.num_nodes`, `topology.node_groups.0.num_nodes`; a plan request nested in a "
+        "body (a check's or a schedule's `plan`) keeps these keys, and a query parameter is "
+        "named alone (`port`).",
     )
     combined_suggestions: list[dict[str, int]] = Field(
         [],
         description="Changes that work only together: each object sets all of its fields at once "
-        '(e.g. `{"global_batch_size": 1024, "micro_batch_size": 32}`), everything else unchanged.',
+        '(e.g. `{"global_batch_size": 1024, "micro_batch_size": 32}`), everything else unchanged; '
+        "keys as in `suggestions`.",
         examples=[[{"global_batch_size": 1000, "micro_batch_size": 25}]],
     )

@@ -132,7 +132,13 @@ def test_world_above_ten_million_gpus_is_rejected(client: TestClient) -> None:
     body = {"topology": {"num_nodes": 5000, "gpus_per_node": 5000}, "global_batch_size": 2**40}
     problem = assert_field_error(client.post("/v1/plans", json=body), "/topology/num_nodes")
     assert "10000000" in problem["detail"]
-    assert problem["suggestions"]["num_nodes"] == [10_000_000 // 5000]
+    # 2000 nodes of 5000 GPUs fit the limit, but 2^40 samples do not split over them: no suggestion.
+    assert "suggestions" not in problem
+    splits = {**body, "global_batch_size": 4 * 10_000_000}
+    problem = assert_field_error(client.post("/v1/plans", json=splits), "/topology/num_nodes")
+    assert problem["suggestions"] == {"topology.num_nodes": [10_000_000 // 5000]}
+    fixed = {**splits, "topology": {"num_nodes": 10_000_000 // 5000, "gpus_per_node": 5000}}
+    assert client.post("/v1/plans", json=fixed).status_code == 200
 
 
 def test_world_at_ten_million_gpus_is_planned(client: TestClient) -> None:
@@ -148,16 +154,23 @@ def test_many_node_groups_past_the_gpu_limit_are_rejected(client: TestClient) ->
     assert_field_error(client.post("/v1/plans", json=body), "/topology/node_groups")
 
 
-def test_parallel_sizes_that_do_not_divide_the_world_suggest_world_sizes(client: TestClient) -> None:
+def test_parallel_sizes_that_do_not_divide_the_world_suggest_sizes_and_gpu_counts(client: TestClient) -> None:
     response = client.post("/v1/plans", json=base(parallelism={"tensor": 3}))
     body = assert_problem(response, 422)
-    assert body["errors"][0]["pointer"].startswith("/parallelism")
+    assert body["errors"][0]["pointer"] == "/parallelism/tensor"
     assert "3" in body["detail"] and "16" in body["detail"]
-    sizes = body["suggestions"]["world_size"]
-    assert sizes and all(size % 3 == 0 for size in sizes)
-    for size in sizes:
-        fixed = base(topology={"num_nodes": size, "gpus_per_node": 1}, parallelism={"tensor": 3})
-        assert client.post("/v1/plans", json=fixed).status_code == 200, size
+    # Tensor sizes that divide the 16 GPUs, and node counts and GPUs per node that 3 divides.
+    suggested = body["suggestions"]
+    assert set(suggested) == {"parallelism.tensor", "topology.num_nodes", "topology.gpus_per_node"}
+    assert all(16 % t == 0 for t in suggested["parallelism.tensor"])
+    assert all(n * 8 % 3 == 0 for n in suggested["topology.num_nodes"])
+    assert all(2 * g % 3 == 0 for g in suggested["topology.gpus_per_node"])
+    for key, values in suggested.items():
+        section, field = key.split(".")
+        for value in values:
+            fixed = base(parallelism={"tensor": 3})
+            fixed[section] = {**fixed[section], field: value}
+            assert client.post("/v1/plans", json=fixed).status_code == 200, (key, value)
 
 
 @pytest.mark.parametrize(

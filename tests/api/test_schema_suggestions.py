@@ -76,7 +76,8 @@ def test_every_suggestion_on_a_schema_error_plans_when_substituted_alone(
     if nested:
         assert pointer.startswith("/plan/")
         pointer = pointer.removeprefix("/plan")
-    values = problem.get("suggestions", {}).get(pointer.rsplit("/", 1)[1], [])
+    # The key is the field's path in the plan request: /topology/num_nodes -> topology.num_nodes.
+    values = problem.get("suggestions", {}).get(pointer.strip("/").replace("/", "."), [])
     assert values, f"no working value suggested for {pointer}"
     for value in values:
         fixed = client.post("/v1/plans", json=_substituted(body, pointer, value))

@@ -174,7 +174,9 @@ def test_errors_print_the_suggestions(run: Invoke) -> None:
         "  try global_batch_size: 1024, 512, 1536",
     ]
     model_parallel = run(*ERRORS["model_parallel"])
-    assert "  try world_size: 4, 8, 16" in model_parallel.stderr.splitlines()
+    # 6 GPUs on one node with tensor 4: GPU counts and tensor sizes, each a field of the request.
+    assert "  try topology.gpus_per_node: 4, 8, 16" in model_parallel.stderr.splitlines()
+    assert "  try parallelism.tensor: 3, 6" in model_parallel.stderr.splitlines()
     unsupported = run(*ERRORS["export_unsupported"])
     assert "try " in unsupported.stderr
 

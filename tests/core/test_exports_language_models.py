@@ -182,4 +182,11 @@ def test_a_ramp_that_does_not_split_into_micro_batches_is_refused() -> None:
         export("megatron", x)
     assert caught.value.pointer == "/rampup_batch_size"
     unit = x.plan.global_batch_size // x.plan.gradient_accumulation_steps
-    assert caught.value.suggestions == {"start_batch_size": [60 // unit * unit, (60 // unit + 1) * unit]}
+    assert f"is not a multiple of micro-batch x data-parallel size = {unit}" in caught.value.detail
+    # The ramp is one query string (START,INCREMENT,SAMPLES): no suggestion names a whole-number
+    # field of this request, so none is given; the multiple the detail names does export.
+    assert caught.value.suggestions == {}
+    export(
+        "megatron",
+        _with_options(SAMPLES_WITH_SEQUENCES, ExportOptions(rampup=((60 // unit + 1) * unit, 64, 20_000))),
+    )

@@ -94,7 +94,7 @@ def test_rampup_batches_must_split_into_micro_batches() -> None:
     with pytest.raises(PlanError) as caught:
         schedule(p, ScheduleSpec(train_steps=10, rampup=Rampup(12, 8, 100)))
     assert caught.value.pointer == "/rampup/start_batch_size"
-    assert caught.value.suggestions == {"start_batch_size": [8, 16]}
+    assert caught.value.suggestions == {"rampup.start_batch_size": [8, 16]}
     with pytest.raises(PlanError, match="whole number of increments"):
         schedule(p, ScheduleSpec(train_steps=10, rampup=Rampup(8, 48, 100)))
 

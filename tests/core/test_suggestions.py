@@ -41,9 +41,24 @@ def nearest_working(request: PlanRequest, field: str, start: int, step: int) -> 
     return None
 
 
-def with_dp(request: PlanRequest, dp: int) -> PlanRequest:
-    mp = request.parallelism.model_parallel_size
-    return replace(request, topology=Topology.homogeneous(dp * mp, 1))
+def substituted(request: PlanRequest, key: str, value: int) -> PlanRequest:
+    """The request with the field a suggestion's key names (its path in the JSON request)
+    set to `value`, as a client would send it."""
+    section, _, rest = key.partition(".")
+    if section == "parallelism":
+        return replace(request, parallelism=replace(request.parallelism, **{rest: value}))
+    if section == "topology" and rest.startswith("node_groups."):
+        index, field = rest.removeprefix("node_groups.").split(".")
+        groups = list(request.topology.node_groups)
+        groups[int(index)] = replace(groups[int(index)], **{field: value})
+        return replace(request, topology=replace(request.topology, node_groups=tuple(groups)))
+    if section == "topology":
+        assert not request.topology.listed_groups, key
+        [group] = request.topology.node_groups
+        shape = {"num_nodes": group.num_nodes, "gpus_per_node": group.gpus_per_node, rest: value}
+        return replace(request, topology=Topology.homogeneous(**shape))
+    assert not rest, key
+    return replace(request, **{section: value})
 
 
 def assert_suggestions_hold(request: PlanRequest, err: PlanError) -> None:
@@ -64,9 +79,12 @@ def assert_suggestions_hold(request: PlanRequest, err: PlanError) -> None:
             assert below in values, f"{field}: {below} works, is nearest below {asked}, not in {values}"
         if above is not None:
             assert above in values, f"{field}: {above} works, is nearest above {asked}, not in {values}"
-    for dp in err.suggestions.get("data_parallel_size", []):
-        if not request.topology.listed_groups:
-            assert try_plan(with_dp(request, dp)) is not None, f"data_parallel_size {dp} does not work"
+    # Every other suggestion names a field of the request too (GPU counts, parallel sizes), and works.
+    for key, values in err.suggestions.items():
+        for value in values:
+            assert try_plan(substituted(request, key, value)) is not None, (
+                f"suggested {key}={value} does not work"
+            )
 
 
 @examples(150)
@@ -154,14 +172,20 @@ def test_data_parallel_size_is_world_over_model_parallel(
     assert isinstance(err, TopologyError)
     assert err.pointer.startswith("/parallelism")
     assert str(mp) in err.detail and str(world) in err.detail
-    suggested = err.suggestions.get("world_size", [])
-    assert suggested, "a world size that the parallel sizes do not divide needs nearby GPU counts"
-    distances = [abs(w - world) for w in suggested]
-    assert distances == sorted(distances)
-    for candidate in suggested:
-        assert candidate % mp == 0 and candidate != world
-        fixed = replace(request, topology=Topology.homogeneous(candidate, 1))
-        assert try_plan(fixed) is not None, f"world_size {candidate} does not work"
+    assert err.suggestions, "a world size that the parallel sizes do not divide needs other sizes"
+    for key, values in err.suggestions.items():
+        assert key.startswith(("topology.", "parallelism.")), key
+        current = (
+            getattr(request.parallelism, key.split(".")[1], None) if key.startswith("parallelism") else None
+        )
+        if current is None:
+            current = getattr(request.topology.node_groups[0], key.split(".")[1])
+        distances = [abs(v - current) for v in values]
+        assert distances == sorted(distances) and current not in values, (key, values)
+        for value in values:
+            fixed = substituted(request, key, value)
+            assert fixed.topology.world_size % fixed.parallelism.model_parallel_size == 0
+            assert try_plan(fixed) is not None, f"{key} {value} does not work"
 
 
 def test_megatron_tp4_pp2_on_32_gpus_gives_four_replicas() -> None:

@@ -1,4 +1,5 @@
-"""The README's Configuration table lists every setting with its environment variable and default."""
+"""The Configuration table (docs/configuration.md, linked from the README's Configuration
+section) lists every setting with its environment variable and default."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ from pathlib import Path
 
 from app.settings import Settings
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "docs" / "configuration.md"
+
+
+def test_the_readme_links_the_table() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Configuration\n") :]
+    assert "(docs/configuration.md)" in section[: section.index("\n## ", 1)]
 
 
 def _rows() -> dict[str, str]:
-    text = README.read_text()
-    section = text[text.index("## Configuration\n") :]
+    text = TABLE.read_text()
+    section = text[text.index("# Configuration\n") :]
     section = section[: section.index("\n## ", 1)]
     rows: dict[str, str] = {}
     for line in section.splitlines():

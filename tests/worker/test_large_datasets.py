@@ -131,9 +131,9 @@ def test_the_documented_permutation_limit_is_the_one_a_worker_applies() -> None:
     from app.settings import Settings
     from app.worker.limits import Limits
 
-    # The operator's setting reaches the worker, and its default is the one the README documents.
+    # The operator's setting reaches the worker, and its default is the one the docs document.
     assert Limits.from_settings(Settings()).max_shuffled_samples == Settings().max_shuffled_samples
     limits = Limits.from_settings(Settings(max_shuffled_samples=123))
     assert limits.max_shuffled_samples == 123
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert f"| `BATCHPLAN_MAX_SHUFFLED_SAMPLES` | `{Settings().max_shuffled_samples}` |" in readme
+    table = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    assert f"| `BATCHPLAN_MAX_SHUFFLED_SAMPLES` | `{Settings().max_shuffled_samples}` |" in table

@@ -9,7 +9,7 @@ for every process; torchrun, slurm and python carry the per-rank table.
 """
 
 from app.core.exports.common import Export, Exporter, ExportInput, ExportOptions, ExportUnsupported
-from app.core.exports.registry import EXPORTERS, export, unknown_format
+from app.core.exports.registry import EXPORTERS, export, plan_and_export, unknown_format
 from app.core.exports.yaml_writer import to_yaml
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "ExportUnsupported",
     "Exporter",
     "export",
+    "plan_and_export",
     "to_yaml",
     "unknown_format",
 ]

@@ -274,6 +274,12 @@ def require_data_parallel(x: ExportInput, fmt: str) -> None:
     replica: it would run model-parallel-size times the planned batch."""
     p = x.plan
     if p.model_parallel_size > 1:
+        # Each parallel size above 1 set to 1: alone where it is the only one, else together.
+        sizes = {
+            f"parallelism.{n}": 1
+            for n in ("tensor", "pipeline", "context")
+            if getattr(x.request.parallelism, n) > 1
+        }
         raise ExportUnsupported(
             f"{fmt} is data-parallel only: it makes every one of the {p.world_size} processes a "
             f"data-parallel replica, and this plan has model-parallel size {p.model_parallel_size} "
@@ -282,7 +288,8 @@ def require_data_parallel(x: ExportInput, fmt: str) -> None:
             f"{p.global_batch_size}; use the deepspeed or torchrun export with your model-parallel "
             f"framework",
             pointer="/parallelism",
-            suggestions={"tensor": [1], "pipeline": [1], "context": [1]},
+            suggestions={k: [v] for k, v in sizes.items()} if len(sizes) == 1 else {},
+            combined_suggestions=[sizes] if len(sizes) > 1 else [],
         )
 
 

@@ -182,7 +182,7 @@ def export_mesh_python(x: ExportInput) -> Export:
                 f"depends on how your model splits ({'its stages' if name == 'pp' else 'its attention'}): "
                 f"use the torchrun export, whose environment states the mesh, with your framework",
                 pointer=f"/parallelism/{field}",
-                suggestions={field: [1]},
+                suggestions={f"parallelism.{field}": [1]},
             )
     if p.micro_batch_size is None:
         raise ExportUnsupported(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from app.core.errors import NotFound
+from app.core.errors import DomainError, NotFound
 from app.core.exports.accelerate import export_accelerate
-from app.core.exports.common import Export, Exporter, ExportInput
+from app.core.exports.common import Export, Exporter, ExportInput, ExportOptions
 from app.core.exports.deepspeed import export_deepspeed
 from app.core.exports.hf_trainer import export_hf_trainer
 from app.core.exports.kubernetes import export_kubernetes
@@ -17,9 +17,36 @@ from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
 from app.core.exports.torchtitan import export_torchtitan
+from app.core.field_suggestions import keep_working, with_request_fields
+from app.core.plan_types import PlanRequest
+from app.core.planner import plan
+
+
+def _exports(exporter: Exporter, request: PlanRequest, options: ExportOptions) -> bool:
+    try:
+        exporter(ExportInput(request, plan(request), options))
+    except DomainError:
+        return False
+    return True
+
+
+def _suggesting_what_exports(exporter: Exporter) -> Exporter:
+    """`exporter`, whose refusals suggest only changes with which the request exports in that
+    format: a value that evens out a plan for Accelerate is no use if Accelerate then refuses
+    its tensor parallelism."""
+
+    def run(x: ExportInput) -> Export:
+        try:
+            return exporter(x)
+        except DomainError as err:
+            works = lambda request: _exports(exporter, request, x.options)  # noqa: E731
+            raise with_request_fields(x.request, err, works, trusted=frozenset()) from None
+
+    return run
+
 
 # The order is the order formats are listed in (404 details, OpenAPI examples, the CLI).
-EXPORTERS: dict[str, Exporter] = {
+_FORMATS: dict[str, Exporter] = {
     "torchrun": export_torchrun,
     "slurm": export_slurm,
     "kubernetes": export_kubernetes,
@@ -31,6 +58,19 @@ EXPORTERS: dict[str, Exporter] = {
     "torchtitan": export_torchtitan,
     "megatron": export_megatron,
 }
+EXPORTERS: dict[str, Exporter] = {name: _suggesting_what_exports(f) for name, f in _FORMATS.items()}
+
+
+def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> Export:
+    """The request planned and written in `fmt` (a KeyError for an unknown one). A request the
+    planner refuses is suggested only changes with which it then exports in `fmt` too: the
+    batch that plans is no use if the format then refuses the cluster."""
+    exporter = EXPORTERS[fmt]
+    try:
+        planned = plan(request)
+    except DomainError as err:
+        raise keep_working(request, err, lambda changed: _exports(exporter, changed, options)) from None
+    return exporter(ExportInput(request, planned, options))
 
 
 def export(fmt: str, x: ExportInput) -> Export:

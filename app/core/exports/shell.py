@@ -28,17 +28,26 @@ def shell_words(args: list[str]) -> str:
     return " ".join(a if a.startswith('"$') else shlex.quote(a) for a in args)
 
 
-def setup_lines(x: ExportInput) -> list[str]:
-    """The line that activates the job's environment: the export's `setup`, or where it goes.
-    Under `sbatch --export=NONE` (or a fresh ssh session) nothing of the submitting shell is
-    inherited, so torchrun and python must come from here."""
+# Why the job's environment is activated in the script, by where the script runs.
+SBATCH_SHELL = (
+    "# The job's environment: nothing of the submitting shell is inherited under",
+    "# sbatch --export=NONE. Activate yours here (or export with the setup option), e.g.",
+)
+LOCAL_SHELL = ("# The job's environment: activate yours here (or export with the setup option), e.g.",)
+NODE_SHELLS = (
+    "# The job's environment: each node runs this script in a shell of its own (ssh, a",
+    "# scheduler), which inherits nothing of yours. Activate it here (or export with the",
+    "# setup option), e.g.",
+)
+
+
+def setup_lines(x: ExportInput, why: tuple[str, ...] = SBATCH_SHELL) -> list[str]:
+    """The line that activates the job's environment: the export's `setup`, or where it goes,
+    with `why` it is needed where the script runs (under `sbatch --export=NONE`, or a fresh
+    ssh session on each node, nothing of the submitting shell is inherited)."""
     if x.options.setup:
         return ["# The job's environment (the export's setup option):", x.options.setup]
-    return [
-        "# The job's environment: nothing of the submitting shell is inherited under",
-        "# sbatch --export=NONE. Activate yours here (or export with the setup option), e.g.",
-        "#   source /path/to/venv/bin/activate",
-    ]
+    return [*why, "#   source /path/to/venv/bin/activate"]
 
 
 def c10d_rendezvous(rdzv_id: str) -> list[str]:

@@ -19,7 +19,15 @@ from app.core.exports.common import (
 )
 from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.preflight import check_args, preflight_lines
-from app.core.exports.shell import batch_env, c10d_rendezvous, setup_lines, shell_line, torchrun_args
+from app.core.exports.shell import (
+    LOCAL_SHELL,
+    NODE_SHELLS,
+    batch_env,
+    c10d_rendezvous,
+    setup_lines,
+    shell_line,
+    torchrun_args,
+)
 
 # The torchrun line of a launch, given what it starts (the training script or the preflight).
 Launch = Callable[[list[str]], str]
@@ -28,7 +36,14 @@ Launch = Callable[[list[str]], str]
 def export_torchrun(x: ExportInput) -> Export:
     groups = node_groups(x)
     nodes = num_nodes(x)
-    head = ["#!/usr/bin/env bash", comment(summary(x)), "set -euo pipefail", *setup_lines(x), *batch_env(x)]
+    shells = LOCAL_SHELL if nodes == 1 else NODE_SHELLS
+    head = [
+        "#!/usr/bin/env bash",
+        comment(summary(x)),
+        "set -euo pipefail",
+        *setup_lines(x, shells),
+        *batch_env(x),
+    ]
     head += mesh_export_lines(x.plan)
     launch: Launch
     if nodes == 1:

@@ -1,8 +1,9 @@
 """YAML written by hand, to keep the core standard-library only.
 
-Every string is double-quoted, JSON-style, which YAML reads the same; floats always carry a
-decimal point, because YAML 1.1 reads `1e-08` as a string. The tests parse the output with
-PyYAML.
+Every one-line string is double-quoted, JSON-style, which YAML reads the same; text of several
+lines (a container's script) is a literal block scalar (`|`), which a person can read and edit,
+where the block says it exactly, else double-quoted too. Floats always carry a decimal point,
+because YAML 1.1 reads `1e-08` as a string. The tests parse the output with PyYAML.
 """
 
 from __future__ import annotations
@@ -53,6 +54,36 @@ def _yaml_scalar(value: Any) -> str:
     raise TypeError(f"no YAML for {type(value).__name__}")
 
 
+def _block(text: str) -> tuple[str, list[str]] | None:
+    """`text` as a literal block scalar (`|-`): its header and lines; None where only a
+    quoted scalar says it exactly.
+
+    A block keeps each character as it is, so it is used only for printable ASCII without
+    tabs, with no line ending in a space (a space-only line would read as an empty one) and a
+    first line that does not start with one (it would set the block's indentation). Text that
+    ends in a line break stays quoted: `|` keeps that break only when a line break follows the
+    block, and the document's last line has none until its writer adds it."""
+    lines = text.split("\n")
+    if len(lines) < 2 or text.endswith("\n"):
+        return None
+    if any(not (0x20 <= ord(c) < 0x7F or c == "\n") for c in text):
+        return None
+    first = next((line for line in lines if line), "")
+    if not first or first.startswith(" ") or any(line.endswith(" ") for line in lines):
+        return None
+    return "|-", lines
+
+
+def _scalar_lines(head: str, value: Any, pad: str) -> list[str]:
+    """`head` (`key:` or `-`) and the value: inline, or a block scalar on the lines below."""
+    block = _block(value) if isinstance(value, str) else None
+    if block is None:
+        return [f"{head} {_flow(value)}"]
+    header, lines = block
+    # Two spaces deeper than the key or the dash: more than the node that holds the block.
+    return [f"{head} {header}", *(f"{pad}  {line}" if line else "" for line in lines)]
+
+
 # Words YAML 1.1 reads as booleans or null: as plain keys they would not stay strings.
 _YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
 
@@ -74,7 +105,7 @@ def to_yaml(value: Any, indent: int = 0) -> str:
                 lines.append(f"{pad}{name}:")
                 lines.append(to_yaml(item, indent + 2))
             else:
-                lines.append(f"{pad}{name}: {_flow(item)}")
+                lines += _scalar_lines(f"{pad}{name}:", item, pad)
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, dict) and item:
@@ -85,7 +116,7 @@ def to_yaml(value: Any, indent: int = 0) -> str:
                 lines.append(f"{pad}-")
                 lines.append(to_yaml(item, indent + 2))
             else:
-                lines.append(f"{pad}- {_flow(item)}")
+                lines += _scalar_lines(f"{pad}-", item, pad)
     else:
         lines.append(pad + _yaml_scalar(value))
     return "\n".join(lines)
