@@ -78,7 +78,7 @@ FLAG_REQUESTS = {
         *("--global-batch-tokens", "4194304", "--micro-batch-tokens", "8192"),
         *("--loss-normalization", "token", "--num-samples", "2000000", "--epochs", "1"),
         *("--base-lr", "3e-4", "--base-batch-tokens", "1048576", "--optimizer", "adamw"),
-        *("--rule", "sqrt", "--warmup-steps", "100"),
+        *("--rule", "sqrt", "--warmup-steps", "99", "--warmup-start-lr", "6e-6"),
     ],
 }
 
