@@ -70,6 +70,18 @@ def adam_adjustment(spec: LearningRateSpec, kappa: float) -> tuple[AdamAdjustmen
     return adjusted, warnings
 
 
+def _running_betas(
+    spec: LearningRateSpec, adam: AdamAdjustment | None
+) -> tuple[tuple[float, float] | None, float | None]:
+    """The betas and eps an Adam-like optimizer runs with: the square-root rule's while they
+    hold (kappa x (1 - beta) < 1), else the requested ones; none for SGD and LARS."""
+    if spec.optimizer not in ADAM_LIKE:
+        return None, None
+    if adam is not None and adam.valid:
+        return (adam.beta1, adam.beta2), adam.eps
+    return spec.betas, spec.eps
+
+
 def plan_learning_rate(
     spec: LearningRateSpec,
     global_batch_size: int,
@@ -92,6 +104,7 @@ def plan_learning_rate(
             f"linear scaling with {spec.optimizer.value} tends to diverge at large "
             f"batches; the square-root rule (rule: sqrt or auto) is the usual choice"
         )
+    betas, eps = _running_betas(spec, adam)
     plan = LearningRatePlan(
         optimizer=spec.optimizer.value,
         rule=rule.value,
@@ -103,6 +116,8 @@ def plan_learning_rate(
         warmup_steps=warmup_steps(spec, optimizer_steps_per_epoch),
         warmup_start_lr=spec.base_lr,
         adam=adam,
+        betas=betas,
+        eps=eps,
     )
     if not math.isfinite(plan.lr) or plan.lr <= 0:
         raise InvalidValue(

@@ -227,6 +227,9 @@ class LearningRatePlan:
     nesterov: bool = False
     weight_decay: float = 0.0
     max_grad_norm: float | None = None  # None: no clipping
+    # Adam-like: the betas and eps that run (the square-root rule's when it applies and holds).
+    betas: tuple[float, float] | None = None
+    eps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

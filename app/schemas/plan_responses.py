@@ -126,6 +126,8 @@ class LearningRateOut(ResponseModel):
             "nesterov": False,
             "weight_decay": 0.0,
             "max_grad_norm": None,
+            "betas": None,
+            "eps": None,
         }
     )
 
@@ -160,6 +162,11 @@ class LearningRateOut(ResponseModel):
     nesterov: bool = False
     weight_decay: float = Field(0.0, description="As torch applies it, to every parameter.")
     max_grad_norm: float | None = Field(None, description="Gradient clipping's norm; null: no clipping.")
+    betas: tuple[float, float] | None = Field(
+        None,
+        description="Adam-like: the betas that run (adam's when the square-root rule holds); null for SGD.",
+    )
+    eps: float | None = Field(None, description="Adam-like: the eps that runs; null for SGD.")
 
 
 class TokensOut(ResponseModel):

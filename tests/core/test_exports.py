@@ -428,4 +428,6 @@ def test_hf_trainer_states_that_it_drops_the_leftover_micro_batches() -> None:
         "learning_rate": {"base_lr": 0.1, "base_batch_size": 8},
     }
     text = export("hf-trainer", export_input(body)).text
-    assert "steps per epoch: 3, as planned; the 3 micro-batches left over at the end of each epoch are " in text
+    assert (
+        "steps per epoch: 3, as planned; the 3 micro-batches left over at the end of each epoch are " in text
+    )

@@ -20,7 +20,7 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
-from app.core.exports.training import OptimizerSettings, optimizer_settings
+from app.core.exports.training import OptimizerSettings, optimizer_settings, run_length
 from app.core.plan_types import LearningRatePlan
 from app.core.schedule import Rampup, ScheduleSpec, schedule
 
@@ -119,7 +119,7 @@ def megatron_args(x: ExportInput) -> tuple[list[tuple[str, ...]], list[str]]:
     if ramp is not None:
         _rampup_samples(x, 1)  # refuses a ramp whose stages do not split into micro-batches
         args.append(("--rampup-batch-size", *(str(v) for v in ramp)))
-    total = p.sampler.total_optimizer_steps if p.sampler else None
+    total = run_length(x)
     if total:
         # Megatron trains a ramp by samples only (--train-iters is refused with a ramp).
         args.append(

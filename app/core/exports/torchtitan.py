@@ -12,7 +12,7 @@ import json
 import math
 
 from app.core.exports.common import Export, ExportInput, ExportUnsupported, comment, require_even, summary
-from app.core.exports.training import optimizer_settings, warmup_field
+from app.core.exports.training import optimizer_settings, run_length, warmup_field
 from app.core.plan_types import LearningRatePlan
 
 # torchtitan 0.2.2 builds these two optimizers only (components/optimizer.py).
@@ -85,8 +85,8 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
         training["seq_len"] = seq
     else:
         notes.append("no sequence_length in the plan: torchtitan's seq_len default applies")
-    if p.sampler is not None and p.sampler.total_optimizer_steps:
-        training["steps"] = p.sampler.total_optimizer_steps
+    if run_length(x):
+        training["steps"] = run_length(x)
     parallel = x.request.parallelism
     mesh = p.device_mesh
     tables: dict[str, dict[str, object]] = {

@@ -40,19 +40,12 @@ class OptimizerSettings:
 
 
 def optimizer_settings(x: ExportInput) -> OptimizerSettings | None:
-    lr, spec = x.plan.learning_rate, x.request.learning_rate
-    if lr is None or spec is None:
+    lr = x.plan.learning_rate
+    if lr is None:
         return None
-    momentum: float | None = None
-    betas: tuple[float, float] | None = spec.betas
-    eps: float | None = spec.eps
-    if lr.optimizer in ("sgd", "lars"):
-        momentum = DEFAULT_MOMENTUM if lr.momentum is None else lr.momentum
-        betas = eps = None
-    elif lr.adam is not None and lr.adam.valid:
-        betas, eps = (lr.adam.beta1, lr.adam.beta2), lr.adam.eps
+    momentum = None if lr.betas is not None else DEFAULT_MOMENTUM if lr.momentum is None else lr.momentum
     return OptimizerSettings(
-        lr.optimizer, momentum, betas, eps, lr.nesterov, lr.weight_decay, lr.max_grad_norm
+        lr.optimizer, momentum, lr.betas, lr.eps, lr.nesterov, lr.weight_decay, lr.max_grad_norm
     )
 
 
@@ -78,6 +71,15 @@ def schedule_sentence(x: ExportInput) -> str:
     lr = x.plan.learning_rate
     assert lr is not None
     return f"lr schedule: {lr.schedule}"
+
+
+def run_length(x: ExportInput) -> int | None:
+    """The run's optimizer steps: the recipe's (train_steps, train_samples or the epochs'), or
+    the epochs' alone for a plan without learning_rate."""
+    lr, s = x.plan.learning_rate, x.plan.sampler
+    if lr is not None and lr.train_steps is not None:
+        return lr.train_steps
+    return s.total_optimizer_steps if s else None
 
 
 def warmup_field(x: ExportInput) -> str:
