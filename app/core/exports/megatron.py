@@ -33,8 +33,10 @@ def _rampup_samples(x: ExportInput, steps: int) -> int:
     warmup in samples once the batch ramps)."""
     assert x.options.rampup is not None
     try:
+        # The batches alone: the lr of a run cut short at `steps` is no concern here.
+        batches = dataclasses.replace(x.plan, learning_rate=None)
         ran = schedule(
-            x.plan, ScheduleSpec(train_steps=max(steps, 1), rampup=Rampup(*x.options.rampup), max_points=2)
+            batches, ScheduleSpec(train_steps=max(steps, 1), rampup=Rampup(*x.options.rampup), max_points=2)
         )
     except PlanError as err:
         raise dataclasses.replace(err, pointer="/rampup_batch_size") from None
