@@ -36,11 +36,12 @@ def lr_at(
         return start + (peak - start) * step / warmup
     if decay == "step":
         return peak * gamma ** sum(1 for m in milestones if step >= m)
-    if decay == "constant" or last_step is None or last_step <= warmup:
+    if decay == "constant" or last_step is None or last_step <= warmup or step == warmup:
         return peak
+    # Written from the floor, so that the last step gives min_lr exactly.
     progress = min((step - warmup) / (last_step - warmup), 1.0)
     if decay == "linear":
-        return peak - (peak - floor) * progress
+        return floor + (peak - floor) * (1 - progress)
     return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 

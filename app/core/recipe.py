@@ -33,10 +33,15 @@ def epochs_to_steps(epochs: float, optimizer_steps_per_epoch: int) -> int:
 
 
 def run_length(
-    spec: LearningRateSpec, global_batch: int, steps_per_epoch: int | None, epochs: int | None
+    spec: LearningRateSpec,
+    global_batch: int,
+    steps_per_epoch: int | None,
+    epochs: int | None,
+    warmup: int = 0,
 ) -> tuple[int | None, list[str]]:
     """The run's optimizer steps: train_steps, or train_samples // the global batch (as
-    Megatron's --train-samples), or dataset.epochs x steps per epoch; None when unknown."""
+    Megatron's --train-samples), or dataset.epochs x steps per epoch; None when unknown. A run
+    too short for one step past the warmup is refused here, with the shortest that is not."""
     if spec.train_steps is not None and spec.train_samples is not None:
         raise InvalidValue("give train_steps or train_samples, not both", pointer=_LR + "train_samples")
     available = steps_per_epoch * epochs if steps_per_epoch is not None and epochs is not None else None
@@ -45,12 +50,12 @@ def run_length(
         steps, field = spec.train_steps, "train_steps"
     elif spec.train_samples is not None:
         steps, field = spec.train_samples // global_batch, "train_samples"
-        if steps == 0:
+        if steps <= warmup:
             raise InvalidValue(
-                f"train_samples {spec.train_samples} is less than one global batch of {global_batch}: "
-                f"the run would take no optimizer step",
+                f"train_samples {spec.train_samples} make {steps} optimizer steps of {global_batch} "
+                f"samples; the run needs one past its warmup of {warmup} steps",
                 pointer=_LR + field,
-                suggestions={field: [global_batch]},
+                suggestions={field: [(warmup + 1) * global_batch]},
             )
         if spec.train_samples % global_batch:
             warnings.append(
@@ -168,7 +173,7 @@ def complete(
     epochs: int | None,
 ) -> tuple[LearningRatePlan, list[str]]:
     """`plan` (its lr and warmup set) with the rest of the recipe, and the recipe's warnings."""
-    steps, warnings = run_length(spec, global_batch, steps_per_epoch, epochs)
+    steps, warnings = run_length(spec, global_batch, steps_per_epoch, epochs, plan.warmup_steps)
     momentum = _optimizer_settings(spec)
     decay = spec.decay or Decay.CONSTANT
     start = spec.base_lr if spec.warmup_start_lr is None else spec.warmup_start_lr
