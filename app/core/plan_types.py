@@ -45,9 +45,9 @@ class LRRule(StrEnum):
 class Decay(StrEnum):
     """What the lr does after warmup (app.core.lr_schedule.lr_at)."""
 
-    CONSTANT = "constant"
     COSINE = "cosine"
     LINEAR = "linear"
+    CONSTANT = "constant"
     STEP = "step"  # x gamma at each milestone (Goyal et al. 2017)
 
 

@@ -223,7 +223,12 @@ class LearningRateIn(RequestModel):
         examples=[[30, 60, 80]],
     )
     gamma: float = Field(
-        0.1, gt=0, lt=1, allow_inf_nan=False, description="Step decay's factor at each milestone."
+        0.1,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Step decay's factor at each milestone.",
+        examples=[0.1],
     )
     train_steps: Count | None = Field(
         None,
@@ -245,7 +250,9 @@ class LearningRateIn(RequestModel):
         description="SGD's (and LARS's) momentum; default 0.9. Adam-like optimizers use betas.",
         examples=[0.9],
     )
-    nesterov: bool = Field(False, strict=True, description="Nesterov momentum (SGD with momentum > 0).")
+    nesterov: bool = Field(
+        False, strict=True, description="Nesterov momentum (SGD with momentum > 0).", examples=[True]
+    )
     weight_decay: float = Field(
         0.0,
         ge=0,
