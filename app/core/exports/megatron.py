@@ -81,9 +81,16 @@ def _schedule_args(x: ExportInput, lr: LearningRatePlan, ramp: bool) -> list[tup
             "inverse-square-root or WSD): choose cosine or linear decay",
             pointer="/learning_rate/decay",
         )
-    args: list[tuple[str, ...]] = [("--lr", repr(lr.lr)), ("--lr-decay-style", lr.decay)]
-    if lr.decay != "constant":
-        last = (lr.train_steps or 1) - 1
+    if lr.warmup_steps and lr.warmup_start_lr > lr.lr:
+        raise ExportUnsupported(
+            f"Megatron's warmup rises from --lr-warmup-init to --lr; the plan's falls from "
+            f"{lr.warmup_start_lr!r} to {lr.lr!r}: set warmup_start_lr to at most {lr.lr!r}",
+            pointer="/learning_rate/warmup_start_lr",
+        )
+    last = (lr.train_steps or 1) - 1
+    decay = lr.decay if last > lr.warmup_steps else "constant"  # else the run ends before any decay
+    args: list[tuple[str, ...]] = [("--lr", repr(lr.lr)), ("--lr-decay-style", decay)]
+    if decay != "constant":
         args += [("--min-lr", repr(lr.min_lr))]
         args.append(
             ("--lr-decay-samples", str(_rampup_samples(x, last))) if ramp else ("--lr-decay-iters", str(last))
