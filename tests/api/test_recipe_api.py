@@ -149,3 +149,22 @@ def test_the_sampler_says_what_becomes_of_an_epochs_leftover_micro_batches(clien
     sampler = client.post("/v1/plans", json=leftover).json()["sampler"]
     assert (sampler["optimizer_steps_per_epoch"], sampler["leftover_micro_steps"]) == (3, 3)
     assert sampler["leftover"] == "dropped"
+
+
+def test_the_charts_title_says_what_the_warmup_does() -> None:
+    from app.charts import lr_title
+    from app.core.planner import plan
+    from app.core.schedule import ScheduleSpec, schedule
+    from app.schemas.plan_requests import PlanRequestIn
+
+    def title(**lr: Any) -> str:
+        request = {**BASE, "learning_rate": {"base_lr": 0.0003, "base_batch_size": 512, "rule": "none", **lr}}
+        return lr_title(schedule(plan(PlanRequestIn.model_validate(request).to_core()), ScheduleSpec()))
+
+    assert title(warmup_steps=2000, decay="cosine") == (
+        "cosine decay to 0 (the warmup starts at the peak lr: it changes nothing)"
+    )
+    assert title(warmup_steps=2000, warmup_start_lr=0, decay="cosine") == (
+        "linear warmup from 0, then cosine decay to 0"
+    )
+    assert title(decay="step", milestones=[1000]) == "no warmup, step decay at the milestones"
