@@ -50,6 +50,16 @@ def training_arguments(x: ExportInput) -> dict[str, Any]:
     return values
 
 
+# Under loss_normalization sample; under token the Trainer's num_items_in_batch is the plan's.
+_SAMPLE_LOSS = """
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # The plan weighs every sample of a step alike: each micro-batch's mean loss divided by
+        # the accumulation. A model whose forward takes **kwargs would otherwise be handed
+        # num_items_in_batch and normalise by the step's label count instead.
+        self.model_accepts_loss_kwargs = False
+"""
+
 _TRAINER = '''
 class PlanBatches(BatchSampler):
     """One epoch's micro-batches of the plan's sampler, up to its last whole optimizer step:
@@ -76,14 +86,7 @@ class EpochLoader(DataLoader):
 
 class PlanTrainer(Trainer):
     """The Trainer with the plan's optimizer, lr schedule and sampler (see the header)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # The plan weighs every sample of a step alike: each micro-batch's mean loss divided by
-        # the accumulation. A model whose forward takes **kwargs would otherwise be handed
-        # num_items_in_batch and normalise by the step's label count instead.
-        self.model_accepts_loss_kwargs = False
-
+__INIT__
     def create_optimizer(self, model=None):
         if self.optimizer is None:
             # __NOTE__
@@ -119,7 +122,9 @@ def export_hf_trainer(x: ExportInput) -> Export:
     if o.max_grad_norm is None:
         notes["max_grad_norm"] = "no clipping (0 turns the Trainer's default of 1.0 off)"
     code = _TRAINER
+    token_loss = p.tokens is not None and p.tokens.loss_normalization == "token"
     for token, value in {
+        "__INIT__": "" if token_loss else _SAMPLE_LOSS,
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "(model or self.model).parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer or self.optimizer"),
