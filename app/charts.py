@@ -20,6 +20,19 @@ from app.core.schedule import Schedule
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 
 
+def lr_title(schedule: Schedule) -> str:
+    """What the lr panel shows, in words: a warmup that starts at the peak is no warmup."""
+    after = {
+        "constant": "constant",
+        "step": "step decay at the milestones",
+    }.get(schedule.decay, f"{schedule.decay} decay to {schedule.min_lr:g}")
+    if not schedule.warmup_steps:
+        return f"no warmup, {after}"
+    if schedule.warmup_start_lr == schedule.peak_lr:
+        return f"{after} (the warmup starts at the peak lr: it changes nothing)"
+    return f"linear warmup from {schedule.warmup_start_lr:g}, then {after}"
+
+
 def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
     """The global batch (and accumulation) and the learning rate against the optimizer step."""
     steps = [p.step for p in schedule.points]
@@ -53,7 +66,7 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
         lr_ax.set_ylabel("learning rate")
         lr_ax.set_ylim(bottom=0)
         lr_ax.grid(alpha=0.3)
-        lr_ax.set_title(f"Learning rate: linear warmup, then {schedule.decay} decay")
+        lr_ax.set_title(f"Learning rate: {lr_title(schedule)}")
     axes[-1][0].set_xlabel("optimizer step")
     fig.suptitle(title)
     fig.tight_layout()

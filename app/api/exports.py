@@ -15,7 +15,7 @@ from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportInput, plan_and_export, unknown_format
+from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, plan_and_export, unknown_format
 from app.core.plan_types import Plan
 from app.core.planner import plan
 from app.core.problems import Problem
@@ -57,12 +57,18 @@ def _export_refusals() -> dict[str, Problem]:
 
 
 def _export_examples() -> dict[int | str, dict[str, Any]]:
-    """Response examples are real exports of the homogeneous request example."""
-    request = PlanRequestIn.model_validate(EXAMPLES["dataset_and_lr"]["value"]).to_core()
-    the_plan = plan(request)
+    """Response examples are real exports of the ImageNet request example, or of the language
+    model example for a format that cannot train that recipe (torchtitan: Adam only)."""
+    inputs = []
+    for name in ("dataset_and_lr", "language_model"):
+        request = PlanRequestIn.model_validate(EXAMPLES[name]["value"]).to_core()
+        inputs.append(ExportInput(request, plan(request), ExportOptionsIn().to_core()))
     content: dict[str, dict[str, Any]] = {}
     for fmt, exporter in EXPORTERS.items():
-        out = exporter(ExportInput(request, the_plan, ExportOptionsIn().to_core()))
+        try:
+            out = exporter(inputs[0])
+        except ExportUnsupported:
+            out = exporter(inputs[1])
         content.setdefault(out.media_type, {"examples": {}})["examples"][fmt] = {
             "summary": f"{fmt} ({out.filename})",
             "value": out.text,

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from app.client import Json
-from app.core.plan_types import Divisibility, LossNormalization, LossReduction, LRRule, Optimizer
+from app.core.plan_types import Decay, Divisibility, LossNormalization, LossReduction, LRRule, Optimizer
 
 NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "
@@ -95,6 +95,15 @@ Rule = Annotated[LRRule, typer.Option(help="LR scaling; auto: linear for sgd/lar
 Opt = Annotated[Optimizer, typer.Option(help="The optimizer (picks the auto rule).")]
 WarmupEpochs = Annotated[float | None, typer.Option(help="LR warmup in epochs (needs --num-samples).")]
 WarmupSteps = Annotated[int | None, typer.Option(help="LR warmup in optimizer steps.")]
+WarmupStartLr = Annotated[float | None, typer.Option(help="Where the warmup starts (default: --base-lr).")]
+DecayFlag = Annotated[
+    Decay | None, typer.Option("--decay", help="After warmup: constant (default), cosine, linear, step.")
+]
+MinLr = Annotated[float | None, typer.Option(help="Where cosine and linear decay end (default 0).")]
+TrainSteps = Annotated[int | None, typer.Option(help="The run's optimizer steps (default: --epochs').")]
+Momentum = Annotated[float | None, typer.Option(help="SGD's momentum (default 0.9).")]
+WeightDecay = Annotated[float | None, typer.Option(help="Weight decay, on every parameter (default 0).")]
+MaxGradNorm = Annotated[float | None, typer.Option(help="Clip the gradient's norm (default: no clipping).")]
 RequestFile = Annotated[
     Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)
 ]
@@ -148,6 +157,13 @@ class PlanFlags(BatchFlags):
     warmup_epochs: WarmupEpochs = None
     warmup_steps: WarmupSteps = None
     base_batch_tokens: BaseBatchTokens = None
+    warmup_start_lr: WarmupStartLr = None
+    decay: DecayFlag = None
+    min_lr: MinLr = None
+    train_steps: TrainSteps = None
+    momentum: Momentum = None
+    weight_decay: WeightDecay = None
+    max_grad_norm: MaxGradNorm = None
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,9 @@ def plan_body(flags: BatchFlags) -> Json:
             "base_batch_size": flags.base_batch_size,
             "rule": flags.rule.value,
             "optimizer": flags.optimizer.value,
-            **_given(flags, "warmup_epochs", "warmup_steps", "base_batch_tokens"),
+            **_given(flags, "warmup_epochs", "warmup_steps", "base_batch_tokens", "warmup_start_lr"),
+            **_given(flags, "min_lr", "train_steps", "momentum", "weight_decay", "max_grad_norm"),
+            **({"decay": flags.decay.value} if flags.decay is not None else {}),
         }
     return body
 

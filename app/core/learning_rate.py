@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from decimal import ROUND_CEILING, Decimal, localcontext
 
+from app.core import recipe
 from app.core.errors import InvalidValue
 from app.core.plan_types import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
 
@@ -46,11 +46,7 @@ def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) 
                 "add dataset.num_samples or give warmup_steps",
                 pointer="/learning_rate/warmup_epochs",
             )
-        # The decimal the user wrote, not its binary float: 1.1 epochs x 50 steps is 55,
-        # where float arithmetic gives 55.00000000000001 and would round up to 56.
-        with localcontext(prec=64):
-            steps = Decimal(repr(spec.warmup_epochs)) * optimizer_steps_per_epoch
-            return int(steps.to_integral_value(rounding=ROUND_CEILING))
+        return recipe.epochs_to_steps(spec.warmup_epochs, optimizer_steps_per_epoch)
     return spec.warmup_steps or 0
 
 
@@ -74,9 +70,28 @@ def adam_adjustment(spec: LearningRateSpec, kappa: float) -> tuple[AdamAdjustmen
     return adjusted, warnings
 
 
+def _running_betas(
+    spec: LearningRateSpec, adam: AdamAdjustment | None
+) -> tuple[tuple[float, float] | None, float | None]:
+    """The betas and eps an Adam-like optimizer runs with: the square-root rule's while they
+    hold (kappa x (1 - beta) < 1), else the requested ones; none for SGD and LARS."""
+    if spec.optimizer not in ADAM_LIKE:
+        return None, None
+    if adam is not None and adam.valid:
+        return (adam.beta1, adam.beta2), adam.eps
+    return spec.betas, spec.eps
+
+
 def plan_learning_rate(
-    spec: LearningRateSpec, global_batch_size: int, optimizer_steps_per_epoch: int | None
+    spec: LearningRateSpec,
+    global_batch_size: int,
+    optimizer_steps_per_epoch: int | None,
+    epochs: int | None = None,
+    samples_per_step: int | None = None,
 ) -> tuple[LearningRatePlan, list[str]]:
+    """The scaled lr and the whole recipe (app.core.recipe). `global_batch_size` is what kappa
+    is taken against (tokens under base_batch_tokens); `samples_per_step` the global batch in
+    samples, which train_samples counts in (default: `global_batch_size`)."""
     rule = resolve_rule(spec)
     kappa = global_batch_size / spec.base_batch_size
     factor = SCALING_RULES[rule](kappa)
@@ -89,6 +104,7 @@ def plan_learning_rate(
             f"linear scaling with {spec.optimizer.value} tends to diverge at large "
             f"batches; the square-root rule (rule: sqrt or auto) is the usual choice"
         )
+    betas, eps = _running_betas(spec, adam)
     plan = LearningRatePlan(
         optimizer=spec.optimizer.value,
         rule=rule.value,
@@ -100,10 +116,15 @@ def plan_learning_rate(
         warmup_steps=warmup_steps(spec, optimizer_steps_per_epoch),
         warmup_start_lr=spec.base_lr,
         adam=adam,
+        betas=betas,
+        eps=eps,
     )
     if not math.isfinite(plan.lr) or plan.lr <= 0:
         raise InvalidValue(
             f"the scaled learning rate {plan.lr!r} is not a finite positive number",
             pointer="/learning_rate/base_lr",
         )
-    return plan, warnings
+    plan, recipe_warnings = recipe.complete(
+        plan, spec, samples_per_step or global_batch_size, optimizer_steps_per_epoch, epochs
+    )
+    return plan, warnings + recipe_warnings

@@ -74,6 +74,18 @@ def learning_rate(data: Mapping[str, Any] | None) -> core.LearningRateSpec | Non
         betas=(float(beta1), float(beta2)),
         eps=float(data.get("eps", _LR_DEFAULTS.eps)),
         base_batch_tokens=data.get("base_batch_tokens"),
+        warmup_start_lr=_float_or_none(data.get("warmup_start_lr")),
+        decay=core.Decay(data["decay"]) if data.get("decay") is not None else None,
+        min_lr=_float_or_none(data.get("min_lr")),
+        milestones=_tuple_or_none(data.get("milestones"), int),
+        milestone_epochs=_tuple_or_none(data.get("milestone_epochs"), float),
+        gamma=float(data.get("gamma", _LR_DEFAULTS.gamma)),
+        train_steps=data.get("train_steps"),
+        train_samples=data.get("train_samples"),
+        momentum=_float_or_none(data.get("momentum")),
+        nesterov=bool(data.get("nesterov", _LR_DEFAULTS.nesterov)),
+        weight_decay=float(data.get("weight_decay", _LR_DEFAULTS.weight_decay)),
+        max_grad_norm=_float_or_none(data.get("max_grad_norm")),
     )
 
 
@@ -83,3 +95,7 @@ _LR_DEFAULTS = core.LearningRateSpec(base_lr=1.0)
 
 def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _tuple_or_none(values: Any, kind: type[int] | type[float]) -> tuple[Any, ...] | None:
+    return None if values is None else tuple(kind(v) for v in values)

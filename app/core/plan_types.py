@@ -42,6 +42,15 @@ class LRRule(StrEnum):
     AUTO = "auto"
 
 
+class Decay(StrEnum):
+    """What the lr does after warmup (app.core.lr_schedule.lr_at)."""
+
+    COSINE = "cosine"
+    LINEAR = "linear"
+    CONSTANT = "constant"
+    STEP = "step"  # x gamma at each milestone (Goyal et al. 2017)
+
+
 @dataclass(frozen=True, slots=True)
 class NodeGroup:
     name: str
@@ -104,6 +113,19 @@ class LearningRateSpec:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     base_batch_tokens: int | None = None  # scale against tokens per step instead (app.core.tokens)
+    # The rest of the recipe (app.core.recipe). None where the default depends on other fields.
+    warmup_start_lr: float | None = None  # None: base_lr (Goyal et al.)
+    decay: Decay | None = None  # None: constant
+    min_lr: float | None = None  # None: 0 (cosine and linear decay end there)
+    milestones: tuple[int, ...] | None = None  # step decay, in optimizer steps
+    milestone_epochs: tuple[float, ...] | None = None  # or in epochs (needs dataset)
+    gamma: float = 0.1
+    train_steps: int | None = None  # the run's length; default dataset.epochs' optimizer steps
+    train_samples: int | None = None
+    momentum: float | None = None  # SGD and LARS; None: 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0  # torch's: L2 in SGD and Adam, decoupled in AdamW; every parameter
+    max_grad_norm: float | None = None  # None: no clipping
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +185,11 @@ class SamplerPlan:
     samples_per_micro_step: int
     epochs: int | None = None
     total_optimizer_steps: int | None = None
+    # Micro-steps per epoch past the last whole optimizer step, and what the run does with
+    # them: "dropped" (skipped; the next epoch starts a new step), in every export and the
+    # reference run alike.
+    leftover_micro_steps: int = 0
+    leftover: str = "dropped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +214,22 @@ class LearningRatePlan:
     warmup_start_lr: float
     adam: AdamAdjustment | None = None
     base_batch_tokens: int | None = None  # when set, factor is against tokens per step
+    # The recipe (app.core.recipe), evaluated step by step by app.core.lr_schedule.lr_at.
+    decay: str = "constant"
+    min_lr: float = 0.0
+    milestones: tuple[int, ...] = ()
+    gamma: float | None = None  # step decay only
+    train_steps: int | None = None  # the run's optimizer steps, when known
+    lr_at_warmup_end: float | None = None  # the lr of step warmup_steps (the peak)
+    lr_at_last_step: float | None = None  # None when the run's length is unknown
+    schedule: str = ""  # the schedule in one sentence, as every export writes it
+    momentum: float | None = None  # SGD and LARS
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = None  # None: no clipping
+    # Adam-like: the betas and eps that run (the square-root rule's when it applies and holds).
+    betas: tuple[float, float] | None = None
+    eps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

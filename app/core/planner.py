@@ -51,6 +51,8 @@ def _check_counts(request: PlanRequest) -> None:
         counts += [
             ("/learning_rate/base_batch_size", lr.base_batch_size, 1),
             ("/learning_rate/warmup_steps", lr.warmup_steps, 0),
+            ("/learning_rate/train_steps", lr.train_steps, 1),
+            ("/learning_rate/train_samples", lr.train_samples, 1),
         ]
         for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
             if not (math.isfinite(value) and value > 0):
@@ -218,12 +220,7 @@ def _plan(request: PlanRequest) -> Plan:
         lr_plan, lr_warnings = plan_learning_rate_for(
             request, G, sampler.optimizer_steps_per_epoch if sampler else None
         )
-        warnings += lr_warnings
-        run = sampler.total_optimizer_steps if sampler else None
-        if run is not None and lr_plan.warmup_steps > run:
-            warnings.append(
-                f"warmup ({lr_plan.warmup_steps} steps) is longer than the whole run ({run} optimizer steps)"
-            )
+        warnings += lr_warnings  # a warmup longer than the run is refused (app.core.recipe)
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
     warnings += scale_warnings(g, sampler)

@@ -85,6 +85,7 @@ def _plan(
         samples_per_micro_step=per_micro_step,
         epochs=dataset.epochs,
         total_optimizer_steps=None if dataset.epochs is None else steps * dataset.epochs,
+        leftover_micro_steps=micro_steps % accumulation,
     )
 
 
@@ -128,6 +129,6 @@ def sampler_warnings(
             f"an epoch ends mid-accumulation: its last {leftover} of "
             f"{sampler.micro_steps_per_epoch} micro-steps do not complete an optimizer step "
             f"(optimizer_steps_per_epoch = {sampler.optimizer_steps_per_epoch} counts whole "
-            f"steps; step the optimizer on them or drop them)"
+            f"steps): the plan drops them, and every export skips them"
         )
     return out

@@ -7,9 +7,11 @@ once `samples` samples are consumed. The micro-batch and data-parallel size stay
 every stage's batch must be a whole multiple of `micro x data_parallel_size`; what changes is
 the number of accumulated micro-batches (Megatron's "number of micro-batches").
 
-The learning rate warms up linearly from `warmup_start_lr` to the plan's `lr` over
-`warmup_steps` optimizer steps, then decays (cosine, linear, or not at all) to `min_lr` at the
-last step. It is a function of the step, not of the current batch: the ramp does not rescale it.
+The learning rate is the plan's recipe (`learning_rate`: warmup from `warmup_start_lr`, then its
+decay), step by step through the one lr function (app.core.recipe.lr_of). The request's
+`train_steps`, `decay` and `min_lr`, where given, replace the recipe's run length, decay and
+floor in this answer (checked as the plan's own would be). The lr is a function of the step, not
+of the current batch: the ramp does not rescale it.
 
 The run is held as a handful of constant-batch stages, so a run of 10**12 steps costs no more
 than one of 10, and the series handed back is downsampled to at most `max_points` points.
@@ -18,21 +20,18 @@ than one of 10, and the series handed back is downsampled to at most `max_points
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
+from app.core import recipe
 from app.core.errors import InfeasiblePlan, InvalidValue
-from app.core.plan_types import MAX_SAFE_INTEGER, Plan
+from app.core.plan_types import MAX_SAFE_INTEGER, Decay, LearningRatePlan, Plan
+
+__all__ = ["Decay", "Rampup", "Schedule", "ScheduleSpec", "schedule"]
 
 MAX_POINTS = 5000
 MAX_STAGES = 100_000
-
-
-class Decay(StrEnum):
-    COSINE = "cosine"
-    LINEAR = "linear"
-    CONSTANT = "constant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +43,10 @@ class Rampup:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleSpec:
-    train_steps: int | None = None  # default: the plan's total_optimizer_steps (needs dataset.epochs)
+    train_steps: int | None = None  # default: the recipe's run length (learning_rate.train_steps)
     rampup: Rampup | None = None
-    decay: Decay = Decay.COSINE
-    min_lr: float = 0.0
+    decay: Decay | None = None  # default: the recipe's
+    min_lr: float | None = None  # default: the recipe's
     max_points: int = 500
 
 
@@ -81,21 +80,45 @@ class Schedule:
     points: tuple[SchedulePoint, ...]
     downsampled: bool
     warnings: tuple[str, ...]
+    warmup_start_lr: float | None = None
+    milestones: tuple[int, ...] = ()
+    schedule: str | None = None  # the recipe in one sentence (LearningRatePlan.schedule)
 
 
-def lr_at(
-    step: int, *, start: float, peak: float, floor: float, warmup: int, total: int, decay: Decay
-) -> float:
-    """The learning rate used for optimizer step `step` (0-based)."""
-    if step < warmup:
-        return start + (peak - start) * step / warmup
-    span = total - 1 - warmup
-    if decay is Decay.CONSTANT or span <= 0:
-        return peak
-    progress = min((step - warmup) / span, 1.0)
-    if decay is Decay.LINEAR:
-        return peak - (peak - floor) * progress
-    return floor + (peak - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+def recipe_for(lr: LearningRatePlan, spec: ScheduleSpec, steps: int) -> LearningRatePlan:
+    """The plan's recipe with this request's run length, decay and floor, checked as the plan's
+    own are (pointers at the request's top-level fields)."""
+    decay = spec.decay.value if spec.decay is not None else lr.decay
+    floor = lr.min_lr if spec.min_lr is None else spec.min_lr
+    if not (math.isfinite(floor) and 0 <= floor <= lr.lr):
+        raise InvalidValue(f"min_lr must be from 0 to the peak learning rate {lr.lr!r}", pointer="/min_lr")
+    if lr.warmup_steps >= steps:
+        raise InvalidValue(
+            f"the warmup of {lr.warmup_steps} optimizer steps must end before the run's last step: "
+            f"the run has {steps} optimizer steps",
+            pointer="/train_steps",
+            suggestions={"train_steps": [lr.warmup_steps + 1]},
+        )
+    if decay == Decay.STEP and not lr.milestones:
+        raise InvalidValue(
+            "step decay needs the plan's learning_rate.milestones (or milestone_epochs)", pointer="/decay"
+        )
+    late = [m for m in lr.milestones if m >= steps] if decay == Decay.STEP else []
+    if late:
+        raise InvalidValue(
+            f"milestone at optimizer step {late[0]} is past the run's last step {steps - 1}",
+            pointer="/train_steps",
+            suggestions={"train_steps": [late[-1] + 1]},
+        )
+    return recipe.with_summary(
+        dataclasses.replace(
+            lr,
+            decay=decay,
+            min_lr=floor,
+            train_steps=steps,
+            gamma=(lr.gamma if lr.gamma is not None else 0.1) if decay == Decay.STEP else None,
+        )
+    )
 
 
 def _ramp_stages(plan: Plan, rampup: Rampup, steps: int) -> list[Stage]:
@@ -201,11 +224,14 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     if not 2 <= spec.max_points <= MAX_POINTS:
         raise InvalidValue(f"max_points must be from 2 to {MAX_POINTS}", pointer="/max_points")
     steps = spec.train_steps
+    if steps is None and plan.learning_rate is not None:
+        steps = plan.learning_rate.train_steps
     if steps is None:
         steps = plan.sampler.total_optimizer_steps if plan.sampler else None
         if steps is None:
             raise InvalidValue(
-                "give train_steps, or plan.dataset with epochs so the run length can be counted",
+                "give train_steps (or plan.learning_rate.train_steps), or plan.dataset with epochs so "
+                "the run length can be counted",
                 pointer="/train_steps",
             )
     if not 1 <= steps <= MAX_SAFE_INTEGER:
@@ -221,14 +247,10 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     else:
         stages = [Stage(0, steps, plan.global_batch_size, plan.gradient_accumulation_steps)]
     lr_plan = plan.learning_rate
+    if lr_plan is not None:
+        lr_plan = recipe_for(lr_plan, spec, steps)
     warnings = []
-    if lr_plan is not None and not (math.isfinite(spec.min_lr) and 0 <= spec.min_lr <= lr_plan.lr):
-        raise InvalidValue(
-            f"min_lr must be from 0 to the peak learning rate {lr_plan.lr!r}", pointer="/min_lr"
-        )
     warmup = lr_plan.warmup_steps if lr_plan else 0
-    if lr_plan is not None and warmup >= steps:
-        warnings.append(f"warmup ({warmup} steps) covers the whole run ({steps} steps): the lr never decays")
     ramp_steps = sum(s.steps for s in stages if s.global_batch_size != plan.global_batch_size)
     if spec.rampup is not None and ramp_steps >= steps:
         warnings.append(f"the run ends during ramp-up: the batch never reaches {plan.global_batch_size}")
@@ -242,17 +264,7 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     for step in picked:
         i = bisect.bisect_right(starts, step) - 1
         stage = stages[i]
-        lr = None
-        if lr_plan is not None:
-            lr = lr_at(
-                step,
-                start=lr_plan.warmup_start_lr,
-                peak=lr_plan.lr,
-                floor=spec.min_lr,
-                warmup=warmup,
-                total=steps,
-                decay=spec.decay,
-            )
+        lr = recipe.lr_of(lr_plan, step) if lr_plan is not None else None
         points.append(
             SchedulePoint(
                 step=step,
@@ -268,10 +280,13 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
         rampup_steps=ramp_steps,
         warmup_steps=warmup,
         peak_lr=lr_plan.lr if lr_plan else None,
-        min_lr=spec.min_lr if lr_plan else None,
-        decay=spec.decay.value,
+        min_lr=lr_plan.min_lr if lr_plan else None,
+        decay=lr_plan.decay if lr_plan else (spec.decay or Decay.CONSTANT).value,
         stages=tuple(stages),
         points=tuple(points),
         downsampled=downsampled,
         warnings=tuple(warnings),
+        warmup_start_lr=lr_plan.warmup_start_lr if lr_plan else None,
+        milestones=lr_plan.milestones if lr_plan else (),
+        schedule=lr_plan.schedule if lr_plan else None,
     )

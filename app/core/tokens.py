@@ -162,10 +162,13 @@ def plan_learning_rate_for(
     spec = request.learning_rate
     assert spec is not None
     seq = request.sequence_length
+    epochs = request.dataset.epochs if request.dataset else None
     if spec.base_batch_tokens is None or seq is None:
-        return plan_learning_rate(spec, global_batch, optimizer_steps_per_epoch)
+        return plan_learning_rate(spec, global_batch, optimizer_steps_per_epoch, epochs)
     in_tokens = dataclasses.replace(spec, base_batch_size=spec.base_batch_tokens)
-    lr, warnings = plan_learning_rate(in_tokens, global_batch * seq, optimizer_steps_per_epoch)
+    lr, warnings = plan_learning_rate(
+        in_tokens, global_batch * seq, optimizer_steps_per_epoch, epochs, samples_per_step=global_batch
+    )
     return dataclasses.replace(
         lr, base_batch_size=spec.base_batch_size, base_batch_tokens=spec.base_batch_tokens
     ), warnings

@@ -120,7 +120,10 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
                 "base_batch_tokens": 1048576,
                 "optimizer": "adamw",
                 "rule": "sqrt",
-                "warmup_steps": 100,
+                # From lr / (warmup_steps + 1), the warmup torchtitan's scheduler runs: its export
+                # is then exact (lr 0.0006 = 0.0003 x sqrt(4194304 / 1048576)).
+                "warmup_steps": 99,
+                "warmup_start_lr": 0.000006,
             },
         },
     },

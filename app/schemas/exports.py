@@ -129,11 +129,25 @@ class ScheduleRequestIn(RequestModel):
 
     plan: PlanRequestIn
     train_steps: Count | None = Field(
-        None, description="Optimizer steps in the run; default: the plan's total_optimizer_steps."
+        None,
+        description="Optimizer steps in the run; default: the plan's (learning_rate.train_steps or "
+        "train_samples, else dataset.epochs' total_optimizer_steps). Replaces the recipe's run length.",
     )
     rampup: RampupIn | None = None
-    decay: core_schedule.Decay = core_schedule.Decay.COSINE
-    min_lr: float = Field(0.0, ge=0, allow_inf_nan=False, description="The lr at the last step.")
+    decay: core_schedule.Decay | None = Field(
+        None,
+        description="Replaces the plan's learning_rate.decay in this answer; default: the plan's "
+        "(constant unless it says). Better given in the plan, where the exports read it.",
+        examples=["cosine"],
+    )
+    min_lr: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="Replaces the plan's learning_rate.min_lr (the lr at the last step under cosine "
+        "and linear decay) in this answer; default: the plan's.",
+        examples=[0.0],
+    )
     max_points: Annotated[int, Field(ge=2, le=core_schedule.MAX_POINTS), WHOLE] = Field(
         500, description="Most points in the series."
     )
@@ -189,6 +203,10 @@ SCHEDULE_EXAMPLE: dict[str, Any] = {
     ],
     "downsampled": True,
     "warnings": [],
+    "warmup_start_lr": 0.1,
+    "milestones": [],
+    "schedule": "linear warmup from 0.1 to 0.2 over 100 optimizer steps, then cosine decay from 0.2 to "
+    "0.0 at the last step (999)",
 }
 
 
@@ -206,6 +224,11 @@ class ScheduleOut(ResponseModel):
     points: list[SchedulePointOut]
     downsampled: bool = Field(description="True when the series holds a subset of the steps.")
     warnings: list[str]
+    warmup_start_lr: float | None = Field(None, description="The lr of step 0; null without learning_rate.")
+    milestones: list[int] = Field(default_factory=list, description="Step decay's milestones.")
+    schedule: str | None = Field(
+        None, description="The recipe in one sentence (the plan's learning_rate.schedule, with this run)."
+    )
 
 
 # ----------------------------------------------------------------------------- elastic

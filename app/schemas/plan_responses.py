@@ -57,6 +57,8 @@ class SamplerOut(ResponseModel):
             "samples_per_micro_step": 512,
             "epochs": 90,
             "total_optimizer_steps": 225270,
+            "leftover_micro_steps": 0,
+            "leftover": "dropped",
         }
     )
 
@@ -74,6 +76,16 @@ class SamplerOut(ResponseModel):
     samples_per_micro_step: int
     epochs: int | None
     total_optimizer_steps: int | None
+    leftover_micro_steps: int = Field(
+        0,
+        description="Micro-steps per epoch past the last whole optimizer step (micro_steps_per_epoch "
+        "% gradient_accumulation_steps).",
+    )
+    leftover: Literal["dropped"] = Field(
+        "dropped",
+        description="What the run does with them: dropped (skipped; the next epoch starts a new "
+        "optimizer step), in every export and the reference run.",
+    )
 
 
 class AdamOut(ResponseModel):
@@ -101,6 +113,21 @@ class LearningRateOut(ResponseModel):
             "warmup_steps": 12515,
             "warmup_start_lr": 0.1,
             "adam": None,
+            "base_batch_tokens": None,
+            "decay": "constant",
+            "min_lr": 0.0,
+            "milestones": [],
+            "gamma": None,
+            "train_steps": 225270,
+            "lr_at_warmup_end": 0.2,
+            "lr_at_last_step": 0.2,
+            "schedule": "linear warmup from 0.1 to 0.2 over 12515 optimizer steps, then constant 0.2",
+            "momentum": 0.9,
+            "nesterov": False,
+            "weight_decay": 0.0,
+            "max_grad_norm": None,
+            "betas": None,
+            "eps": None,
         }
     )
 
@@ -117,6 +144,29 @@ class LearningRateOut(ResponseModel):
     base_batch_tokens: int | None = Field(
         None, description="As requested: the factor is then against tokens per step, not samples."
     )
+    decay: str = Field("constant", description="After warmup: constant, cosine, linear or step.")
+    min_lr: float = Field(0.0, description="Where cosine and linear decay end (the last step).")
+    milestones: list[int] = Field(
+        default_factory=list, description="Step decay's milestones in optimizer steps (epochs converted)."
+    )
+    gamma: float | None = Field(None, description="Step decay's factor; null for other decays.")
+    train_steps: int | None = Field(
+        None, description="The run's optimizer steps; null when neither the request nor dataset.epochs says."
+    )
+    lr_at_warmup_end: float | None = Field(None, description="The lr of step warmup_steps.")
+    lr_at_last_step: float | None = Field(
+        None, description="The lr of the run's last step (train_steps - 1); null when the length is unknown."
+    )
+    schedule: str = Field("", description="The schedule in one sentence, as every export writes it.")
+    momentum: float | None = Field(None, description="SGD's and LARS's momentum; null for Adam-like.")
+    nesterov: bool = False
+    weight_decay: float = Field(0.0, description="As torch applies it, to every parameter.")
+    max_grad_norm: float | None = Field(None, description="Gradient clipping's norm; null: no clipping.")
+    betas: tuple[float, float] | None = Field(
+        None,
+        description="Adam-like: the betas that run (adam's when the square-root rule holds); null for SGD.",
+    )
+    eps: float | None = Field(None, description="Adam-like: the eps that runs; null for SGD.")
 
 
 class TokensOut(ResponseModel):

@@ -78,7 +78,7 @@ FLAG_REQUESTS = {
         *("--global-batch-tokens", "4194304", "--micro-batch-tokens", "8192"),
         *("--loss-normalization", "token", "--num-samples", "2000000", "--epochs", "1"),
         *("--base-lr", "3e-4", "--base-batch-tokens", "1048576", "--optimizer", "adamw"),
-        *("--rule", "sqrt", "--warmup-steps", "100"),
+        *("--rule", "sqrt", "--warmup-steps", "99", "--warmup-start-lr", "6e-6"),
     ],
 }
 
@@ -223,6 +223,8 @@ def test_every_export_format_is_the_same_both_ways(run: Invoke, server: Server, 
         "--master-port",
         "29600",
     ]
+    if fmt == "torchtitan":  # it builds Adam only, and warms up from lr / (warmup + 1) only
+        args = [*args[:8], "--optimizer", "adamw", *args[10:]]
     local, remote = both(run, server, "plan", "--format", fmt, *args)
     assert local.exit_code == remote.exit_code == 0, (local.stderr, remote.stderr)
     assert local.stdout == remote.stdout
@@ -281,3 +283,25 @@ def test_the_installed_entry_point(server: Server, mixed_file: Path) -> None:
     )
     assert failing.returncode == 2
     assert "try global_batch_size: 1024, 512, 1536" in failing.stderr
+
+
+def test_the_recipe_flags_are_the_learning_rate_fields(run: Invoke) -> None:
+    recipe = {
+        "--warmup-steps": "2",
+        "--warmup-start-lr": "0",
+        "--decay": "cosine",
+        "--min-lr": "0.01",
+        "--train-steps": "20",
+        "--momentum": "0.8",
+        "--weight-decay": "0.1",
+        "--max-grad-norm": "1.0",
+    }
+    flags = [word for pair in recipe.items() for word in pair]
+    out = run(
+        "plan", "--gpus-per-node", "2", "-b", "8", "--base-lr", "0.1", "--rule", "none", *flags, "--json"
+    )
+    assert out.exit_code == 0, out.stderr
+    lr = json.loads(out.stdout)["learning_rate"]
+    assert (lr["warmup_steps"], lr["warmup_start_lr"], lr["decay"], lr["min_lr"]) == (2, 0.0, "cosine", 0.01)
+    assert (lr["train_steps"], lr["momentum"], lr["weight_decay"], lr["max_grad_norm"]) == (20, 0.8, 0.1, 1.0)
+    assert lr["lr_at_last_step"] == 0.01

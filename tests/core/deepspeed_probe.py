@@ -40,11 +40,12 @@ def numbers(config: dict[str, Any], dp: int) -> dict[str, Any]:
         "scheduler": c.scheduler_name,
     }
     if c.scheduler_name == "WarmupLR":
-        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        # As the engine runs it: each step at the optimizer's lr, the scheduler stepped after.
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=c.optimizer_params["lr"])
         scheduler = WarmupLR(optimizer, **c.scheduler_params)
         lrs = []
         for _ in range(c.scheduler_params["warmup_num_steps"] + 3):
-            lrs.append(scheduler.get_last_lr()[0])
+            lrs.append(optimizer.param_groups[0]["lr"])
             optimizer.step()
             scheduler.step()
         out["lrs"] = lrs

@@ -78,16 +78,20 @@ def test_deepspeed_scheduler_warms_up_from_the_plans_start_lr_to_its_lr() -> Non
     config = json.loads(export("deepspeed", x).text)
     lr = x.plan.learning_rate
     assert lr is not None and x.plan.sampler is not None
-    # The momentum every export writes (DeepSpeed's SGD would otherwise run with none).
-    assert config["optimizer"] == {"type": "SGD", "params": {"lr": lr.lr, "momentum": 0.9}}
+    # The plan's momentum (DeepSpeed's SGD would otherwise run with none), and step 0's lr:
+    # DeepSpeed steps its scheduler only after an optimizer step.
+    params = {"lr": lr.warmup_start_lr, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0}
+    assert config["optimizer"] == {"type": "SGD", "params": params}
+    assert config["gradient_clipping"] == 0.0  # stated also when off
     sched = config["scheduler"]
-    # Warmup, then constant, as in every format (WarmupDecayLR decayed to 0 over the run).
+    # Warmup, then constant: the plan's decay (WarmupDecayLR would decay to 0 over the run).
     assert sched["type"] == "WarmupLR"
     assert sched["params"] == {
         "warmup_min_lr": lr.warmup_start_lr,
         "warmup_max_lr": lr.lr,
         "warmup_num_steps": lr.warmup_steps,
         "warmup_type": "linear",  # DeepSpeed's default is "log"
+        "last_batch_iteration": 0,  # step 0 is done when DeepSpeed first steps it
     }
 
 
@@ -330,8 +334,8 @@ def test_hf_training_arguments_give_the_global_batch() -> None:
     assert lr is not None
     # The Trainer's batch is per device x accumulation x world size.
     assert kwargs["per_device_train_batch_size"] * kwargs["gradient_accumulation_steps"] * 16 == 512
-    assert kwargs["learning_rate"] == lr.lr and kwargs["warmup_steps"] == lr.warmup_steps
-    assert kwargs["dataloader_drop_last"] is False
+    assert kwargs["learning_rate"] == lr.lr  # the peak; PlanTrainer's schedule warms up to it
+    assert kwargs["max_grad_norm"] == 0.0  # the Trainer clips at 1.0 unless told
 
 
 def test_lightning_trainer_and_loader() -> None:
@@ -344,7 +348,10 @@ def test_lightning_trainer_and_loader() -> None:
         "num_nodes": 2,
         "strategy": "ddp",
         "accumulate_grad_batches": x.plan.gradient_accumulation_steps,
-        "use_distributed_sampler": True,
+        "use_distributed_sampler": False,  # the export's hook gives the plan's sampler
+        "gradient_clip_val": None,  # stated: no clipping
+        "gradient_clip_algorithm": "norm",
+        "max_epochs": 1,  # no dataset, no run length: one pass
     }
     assert call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size
 
@@ -412,7 +419,7 @@ def test_pytorchjob_names_are_dns_1035_labels_with_room_for_worker_pod_names() -
         assert response.status_code == 422 and "DNS-1035" in response.json()["detail"]
 
 
-def test_hf_trainer_states_the_steps_it_takes_on_leftover_micro_batches() -> None:
+def test_hf_trainer_states_that_it_drops_the_leftover_micro_batches() -> None:
     body = {
         "topology": {"num_nodes": 1, "gpus_per_node": 1},
         "global_batch_size": 8,
@@ -421,4 +428,6 @@ def test_hf_trainer_states_the_steps_it_takes_on_leftover_micro_batches() -> Non
         "learning_rate": {"base_lr": 0.1, "base_batch_size": 8},
     }
     text = export("hf-trainer", export_input(body)).text
-    assert "the plan counts 3; the Trainer takes 4, stepping on the 3 micro-batches left over" in text
+    assert (
+        "steps per epoch: 3, as planned; the 3 micro-batches left over at the end of each epoch are " in text
+    )

@@ -16,6 +16,7 @@ import yaml
 from export_helpers import call_kwargs, export_input
 
 from app.core.exports import ExportInput, ExportUnsupported, export
+from app.core.recipe import lr_of
 from app.ports import free_port
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 
@@ -93,20 +94,16 @@ def test_deepspeed_config_gives_deepspeed_the_plans_numbers() -> None:
             assert got["optimizer"] is None and got["scheduler"] is None
             continue
         params = got["optimizer_params"]
-        assert params["lr"] == lr.lr
+        assert params["lr"] == lr_of(lr, 0)  # step 0's: DeepSpeed steps its scheduler after a step
         if lr.optimizer == "sgd":
             assert params["momentum"] == 0.9
         else:
             assert lr.adam is not None and lr.adam.valid
             assert params["betas"] == [lr.adam.beta1, lr.adam.beta2] and params["eps"] == lr.adam.eps
         if lr.warmup_steps:
-            lrs = got["lrs"]
-            # From the plan's start lr up to its lr, then constant: no decay in any format.
-            # (DeepSpeed's WarmupLR lags the plan by one step: its first two steps share the
-            # start lr, and it reaches the plan's lr one step after the warmup.)
-            assert lrs[0] == pytest.approx(lr.warmup_start_lr)
-            assert lrs[-2:] == pytest.approx([lr.lr] * 2)
-            assert lrs == sorted(lrs)
+            # The plan's lr at every step: from its start lr up to its lr, then constant.
+            planned = [lr_of(lr, k) for k in range(len(got["lrs"]))]
+            assert got["lrs"] == pytest.approx(planned, rel=1e-12)
     for name, got in zip(MODEL_PARALLEL, results[len(inputs) :], strict=True):
         assert "refused" in got, name
         assert "deepspeed.initialize(mpu=...)" in configs[name]["batchplan_note"]
@@ -165,7 +162,6 @@ def test_hf_trainer_arguments_give_the_trainer_the_plans_numbers(name: str, tmp_
     x = export_input(EVEN[name])
     args = _training_arguments(x, tmp_path)
     import torch
-    from transformers import Trainer, get_scheduler
 
     p = x.plan
     # The Trainer's global batch: per device x accumulation x the processes torchrun starts.
@@ -176,30 +172,29 @@ def test_hf_trainer_arguments_give_the_trainer_the_plans_numbers(name: str, tmp_
     lr = p.learning_rate
     if lr is None:
         return
-    optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
-    assert kwargs["lr"] == lr.lr
+    assert args.max_grad_norm == 0.0  # no clipping: the Trainer's own default is 1.0
+    # The export's PlanTrainer builds the optimizer and the schedule the Trainer steps.
+    namespace: dict[str, Any] = {}
+    exec(export("hf-trainer", x).text, namespace)
+    trainer = namespace["PlanTrainer"](model=torch.nn.Linear(2, 1, dtype=torch.float64), args=args)
+    optimizer = trainer.create_optimizer()
+    assert optimizer.param_groups[0]["lr"] == lr.lr and len(optimizer.param_groups) == 1
     if lr.optimizer == "sgd":
-        assert optimizer_cls is torch.optim.SGD and kwargs["momentum"] == 0.9
+        assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
     else:
         assert lr.adam is not None
-        assert optimizer_cls is torch.optim.AdamW and args.weight_decay == 0.0  # AdamW without decay is Adam
-        assert kwargs["betas"] == (lr.adam.beta1, lr.adam.beta2) and kwargs["eps"] == lr.adam.eps
+        assert type(optimizer) is torch.optim.Adam  # the plan's adam: no AdamW stand-in
+        assert optimizer.defaults["betas"] == (lr.adam.beta1, lr.adam.beta2)
+        assert optimizer.defaults["eps"] == lr.adam.eps
     total = 10 * lr.warmup_steps + 10
-    optimizer = optimizer_cls([torch.nn.Parameter(torch.zeros(1))], **kwargs)
-    scheduler = get_scheduler(
-        args.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=args.get_warmup_steps(total),
-        num_training_steps=total,
-    )
+    scheduler = trainer.create_scheduler(total, optimizer)
     lrs = []
     for _ in range(total):
-        lrs.append(scheduler.get_last_lr()[0])
+        lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
-    assert args.get_warmup_steps(total) == lr.warmup_steps
-    # Warmup (from 0: the Trainer cannot start elsewhere, and the export says so), then constant.
-    assert lrs[lr.warmup_steps :] == pytest.approx([lr.lr] * (total - lr.warmup_steps))
+    # The plan's warmup (from its start lr, not the Trainer's 0), then its decay.
+    assert lrs == pytest.approx([lr_of(lr, k) for k in range(total)], rel=1e-12)
 
 
 def test_hf_trainer_refuses_model_parallel_plans() -> None:

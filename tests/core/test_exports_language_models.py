@@ -30,7 +30,13 @@ SAMPLES_WITH_SEQUENCES = {
     "sequence_length": 2048,
     "global_batch_size": 256,
     "micro_batch_size": 4,
-    "learning_rate": {"base_lr": 0.0003, "optimizer": "adam", "warmup_steps": 20},
+    # From lr / (warmup + 1): torchtitan's warmup (its export refuses any other start).
+    "learning_rate": {
+        "base_lr": 0.0003,
+        "optimizer": "adam",
+        "warmup_steps": 20,
+        "warmup_start_lr": 0.0003 / 21,
+    },
 }
 # HSDP: 8 data-parallel ranks as 2 replicas of 4-way shards (issue 17's data_parallel_shard).
 HSDP = {
@@ -85,8 +91,9 @@ def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> 
     assert p.tokens is not None and local * t["seq_len"] == p.tokens.tokens_per_micro_batch
     lr = p.learning_rate
     assert lr is not None
+    # torchtitan's warmup reaches the lr at its step warmup_steps - 1: one more than the plan's.
     assert t["optimizer"]["lr"] == lr.lr and t["lr_scheduler"] == {
-        "warmup_steps": lr.warmup_steps,
+        "warmup_steps": lr.warmup_steps + 1,
         "decay_ratio": 0.0,
     }
     assert t["optimizer"]["name"] in ("Adam", "AdamW") and t["optimizer"]["weight_decay"] == 0.0

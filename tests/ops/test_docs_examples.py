@@ -75,6 +75,8 @@ def planner() -> Iterator[TestClient]:
 def test_each_example_answers_as_documented(planner: TestClient, example: Example) -> None:
     response = planner.post(example.path, json=example.body)
     assert response.status_code == _status(example, 200), (example.source, response.text)
+    if not example.answer and not response.headers["content-type"].startswith("application/"):
+        return  # a chart or a script saved with -o: its status is all the page states
     real = _json(response.text)  # exports that are JSON (deepspeed) are read as JSON too
     assert not mismatches(example.answer, real), (example.source, mismatches(example.answer, real))
 

@@ -1,7 +1,9 @@
 """The `curl` examples of the README and of every page under docs/, with their documented
 answers, read out of the Markdown (not a test module; tests/ops/test_docs_examples.py runs them).
 
-An example is a `curl` command in a ```sh block (`-d '{...}'` makes it a POST). Its documented
+An example is a `curl` command in a ```sh block (`-d '{...}'` makes it a POST; so do `-d @name.json`
+and `-d "{... $(cat name.json) ...}"`, where `name.json` is the ```json block that a line just
+above it names in backticks). Its documented
 answer is the `# {...}` comment that follows it in the block, or, when there is none, the
 ```json block right after the sh block. A `curl .../v1/checks/<id>` line only continues the
 check above it: its answer is that check's. Answers are abridged (`...`): what they state is
@@ -58,9 +60,24 @@ def _blocks(text: str) -> Iterator[tuple[int, str, list[str]]]:
         i += 1
 
 
+def _named_files(text: str, blocks: list[tuple[int, str, list[str]]]) -> dict[str, Any]:
+    """The ```json blocks a page names as files: the last non-empty line above the block says
+    `name.json` in backticks (as the README's "as `recipe.json`:")."""
+    lines = text.split("\n")
+    files = {}
+    for start, language, body in blocks:
+        above = [line for line in lines[: start - 1] if line.strip()]
+        named = re.findall(r"`([\w.-]+\.json)`", above[-1]) if above and language == "json" else []
+        if named:
+            files[named[-1]] = json.loads("\n".join(body))
+    return files
+
+
 def examples(page: Path) -> list[Example]:
     found: list[Example] = []
-    blocks = list(_blocks(page.read_text()))
+    text = page.read_text()
+    blocks = list(_blocks(text))
+    files = _named_files(text, blocks)
     for n, (start, language, lines) in enumerate(blocks):
         if language != "sh":
             continue
@@ -71,7 +88,7 @@ def examples(page: Path) -> list[Example]:
             line = lines[i]
             if line.startswith("curl "):
                 command, i = _command(lines, i)
-                example = _example(command, f"{page.relative_to(ROOT)}:{start + i}")
+                example = _example(command, f"{page.relative_to(ROOT)}:{start + i}", files)
                 if example.path.endswith("/<id>"):
                     continue  # the check above, fetched once it finished
                 last = example
@@ -96,22 +113,35 @@ def examples(page: Path) -> list[Example]:
 
 
 def _command(lines: list[str], i: int) -> tuple[str, int]:
-    """One curl command, its quoted body spanning lines until its quote closes."""
+    """One curl command: its quoted body spans lines until its quote closes, and a line ending in
+    a backslash continues on the next."""
     parts = [lines[i]]
     i += 1
-    while "'" in parts[0] and "".join(parts).count("'") % 2 and i < len(lines):
+    while i < len(lines) and (
+        ("'" in parts[0] and "".join(parts).count("'") % 2) or parts[-1].split("#")[0].rstrip().endswith("\\")
+    ):
         parts.append(lines[i])
         i += 1
     return "\n".join(parts), i
 
 
-def _example(command: str, source: str) -> Example:
+def _example(command: str, source: str, files: dict[str, Any]) -> Example:
     url = re.search(re.escape(HOST) + r"(\S+?)(?:['\s]|$)", command)
     assert url, f"{source}: a curl without a URL on {HOST}"
-    body = re.search(r"-d '(.*)'", command, re.DOTALL)
-    if body is None:
+    quoted = re.search(r"-d '(.*)'", command, re.DOTALL)
+    from_file = re.search(r"-d @([\w.-]+)", command)
+    shell = re.search(r'-d "((?:[^"\\]|\\.)*)"', command, re.DOTALL)
+    if quoted is not None:
+        body = json.loads(quoted.group(1))
+    elif from_file is not None:
+        body = files[from_file.group(1)]
+    elif shell is not None:
+        text = shell.group(1).replace('\\"', '"')
+        text = re.sub(r"\$\(cat ([\w.-]+)\)", lambda m: json.dumps(files[m.group(1)]), text)
+        body = json.loads(text)
+    else:
         return Example(source, "GET", url.group(1))
-    return Example(source, "POST", url.group(1), json.loads(body.group(1)))
+    return Example(source, "POST", url.group(1), body)
 
 
 # ----------------------------------------------------------------------------- answers

@@ -1,5 +1,12 @@
-"""`accelerate`: a Hugging Face Accelerate config (YAML), with the launch line and the
-training-script calls that carry the batch size and accumulation as comments."""
+"""`accelerate`: a Hugging Face Accelerate config (YAML), with the launch line and, as comments,
+the training function that runs the plan's recipe under Accelerate.
+
+The function keeps two things away from `accelerator.prepare`: the scheduler (an
+`AcceleratedScheduler` steps it once per process per optimizer step unless `split_batches`,
+so the warmup would end num_processes times too early) and the loader (Accelerate shards the
+batches of one loader across processes and pads the epoch's end its own way, not as the
+plan's DistributedSampler does). It drops an epoch's leftover micro-batches, as the plan does.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +22,84 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
-from app.core.exports.training import leftover_sentence, optimizer_sentence, schedule_sentence
+from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
+from app.core.exports.training import leftover_sentence
 from app.core.exports.yaml_writer import to_yaml
+
+# The start and end of the training code in the header: tests (and people) cut it out there.
+CODE_START = "---- training script ----"
+CODE_END = "---- end of training script ----"
+
+_TRAIN = '''
+def train(model, dataset, loss_fn):
+    """Train `model` on `dataset` (items (inputs, targets)) with the plan's recipe."""
+    accelerator = Accelerator(gradient_accumulation_steps=__ACCUM__)
+    # The plan's sampler, not Accelerate's: left unprepared, each process reads its own shard.
+    sampler = DistributedSampler(
+        dataset, num_replicas=accelerator.num_processes, rank=accelerator.process_index,
+        shuffle=__SHUFFLE__, seed=__SEED__, drop_last=__DROP_LAST__,
+    )
+    loader = DataLoader(dataset, batch_size=__MICRO__, sampler=sampler)  # per process
+    # The micro-batches up to the epoch's last whole optimizer step; the plan drops the rest.
+    micro_steps = len(loader) // __ACCUM__ * __ACCUM__
+    # __NOTE__
+    optimizer = __OPTIMIZER__
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # Not prepared: stepped below once per optimizer step, planned_lr(step) being step `step`'s lr.
+    scheduler = __SCHEDULER__
+    step = 0
+    for epoch in range(__EPOCHS__) if __EPOCHS__ else itertools.count():
+        sampler.set_epoch(epoch)  # reshuffles with seed + epoch
+        for inputs, targets in itertools.islice(loader, micro_steps):
+            with accelerator.accumulate(model):
+                inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)
+                accelerator.backward(loss_fn(model(inputs), targets))  # divides by the accumulation
+__CLIP__                optimizer.step()  # only after the last micro-batch of a step
+                optimizer.zero_grad()
+            if accelerator.sync_gradients:
+                scheduler.step()
+                step += 1
+                if step == __TRAIN_STEPS__:
+                    return model
+    return model
+'''
+
+_CLIP = """                if accelerator.sync_gradients:  # the all-reduced gradient, one global norm
+                    accelerator.clip_grad_norm_(model.parameters(), __NORM__)
+"""
+
+
+def training_code(x: ExportInput) -> list[str]:
+    """The training function, as the lines the header shows (uncommented)."""
+    p = x.plan
+    lr, o = recipe(x)
+    epochs = p.sampler.epochs if p.sampler and p.sampler.epochs else None
+    code = _TRAIN
+    for token, value in {
+        "__CLIP__": _CLIP.replace("__NORM__", repr(o.max_grad_norm)) if o.max_grad_norm is not None else "",
+        "__ACCUM__": str(p.gradient_accumulation_steps),
+        "__MICRO__": str(p.micro_batch_size),
+        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
+        "__OPTIMIZER__": optimizer_call(x, "model.parameters()"),
+        "__SCHEDULER__": scheduler_call(x, "optimizer"),
+        "__EPOCHS__": repr(epochs if epochs or lr.train_steps else 1),
+        "__TRAIN_STEPS__": repr(lr.train_steps),
+    }.items():
+        code = code.replace(token, value)
+    imports = [
+        "import itertools",
+        "import math",
+        "",
+        "import torch",
+        "from accelerate import Accelerator",
+        "from torch.utils.data import DataLoader, DistributedSampler",
+        "",
+        "",
+    ]
+    return [CODE_START, *imports, *lr_block(x).splitlines(), "", *code.splitlines(), CODE_END]
 
 
 def export_accelerate(x: ExportInput) -> Export:
@@ -45,25 +128,20 @@ def export_accelerate(x: ExportInput) -> Export:
             "accelerate launch --config_file accelerate_config.yaml --machine_rank $NODE_RANK "
             f'--main_process_ip "$MASTER_ADDR" {x.options.script}'
         )
-    code = [
+    lines = [
         f"Launch: {launch}",
         *(
             [f"  on each node, with NODE_RANK its index (0 to {nodes - 1}) and MASTER_ADDR node 0's address"]
             if nodes > 1
             else []
         ),
-        "In the training script:",
-        f"  accelerator = Accelerator(gradient_accumulation_steps={p.gradient_accumulation_steps})",
-        f"  loader = DataLoader(dataset, batch_size={p.micro_batch_size}, shuffle=True)  # per process",
-        "  model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)",
-        "  with accelerator.accumulate(model): ... accelerator.backward(loss)  # divides by the accumulation",
+        f"In the training script (Accelerator(gradient_accumulation_steps={p.gradient_accumulation_steps}), "
+        f"DataLoader(dataset, batch_size={p.micro_batch_size}, ...) per process): call train(model, "
+        "dataset, loss_fn). The scheduler and the loader stay out of accelerator.prepare: a prepared "
+        "scheduler steps once per process per optimizer step, a prepared loader splits batches, not "
+        "samples.",
+        *training_code(x),
     ]
-    if p.learning_rate is not None:
-        code.append(f"  {optimizer_sentence(x)}; {schedule_sentence(x)}")
-    text = (
-        comment(summary(x) + leftover_sentence(x, "accelerator.accumulate") + code)
-        + "\n"
-        + to_yaml(config)
-        + "\n"
-    )
+    header = summary(x) + leftover_sentence(x, "train() stops each epoch before them")
+    text = comment(header + lines) + "\n" + to_yaml(config) + "\n"
     return Export("accelerate", "application/yaml", "accelerate_config.yaml", text)

@@ -117,12 +117,6 @@ def python_call(call: str, values: dict[str, Any], notes: dict[str, str]) -> str
     return "\n".join(lines)
 
 
-def lr_values(x: ExportInput) -> tuple[float | None, int, float | None]:
-    """(lr, warmup steps, warmup start lr), or (None, 0, None) for a plan without an lr."""
-    lr = x.plan.learning_rate
-    return (lr.lr, lr.warmup_steps, lr.warmup_start_lr) if lr else (None, 0, None)
-
-
 # ----------------------------------------------------------------------------- node groups
 
 

@@ -1,23 +1,49 @@
-"""`deepspeed`: a ds_config.json with the batch sizes, optimizer and warmup scheduler."""
+"""`deepspeed`: a ds_config.json with the batch sizes, the optimizer, the lr scheduler and the
+gradient clipping of the plan's recipe (deepspeed_schedule.py maps the schedule).
+
+DeepSpeed builds the optimizer from `optimizer` (its "Adam" is AdamW unless `adam_w_mode` is
+false; any other name is `torch.optim.<name>`), clips at `gradient_clipping` (0: off), and
+steps the scheduler after every optimizer step.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from app.core.exports.common import (
-    Export,
-    ExportInput,
-    require_even,
-)
-from app.core.exports.training import optimizer_settings
+from app.core.exports.common import Export, ExportInput, ExportUnsupported, require_even
+from app.core.exports.deepspeed_schedule import deepspeed_scheduler
+from app.core.exports.training import optimizer_settings, warmup_field
 
 _DEEPSPEED_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "lamb": "Lamb"}
 
-# JSON has no comments, and HF and Accelerate read this file with json.load: the one sentence a
-# model-parallel plan needs travels as a key. DeepSpeed reads top-level keys by name and
-# passes over this one without a warning (tests/exports check that).
+# JSON has no comments, and HF and Accelerate read this file with json.load: the sentences a
+# plan needs travel as a key. DeepSpeed reads top-level keys by name and passes over this one
+# without a warning (tests/exports check that).
 NOTE_KEY = "batchplan_note"
+
+
+def _optimizer(x: ExportInput) -> dict[str, Any] | None:
+    lr, o = x.plan.learning_rate, optimizer_settings(x)
+    if lr is None or o is None:
+        return None
+    if o.name not in _DEEPSPEED_OPTIMIZERS:
+        raise ExportUnsupported(
+            f"DeepSpeed has no {o.name} optimizer (it builds Adam, AdamW, Lamb and torch.optim's): "
+            f"choose sgd, adam, adamw or lamb, or pass your optimizer to deepspeed.initialize",
+            pointer="/learning_rate/optimizer",
+        )
+    params: dict[str, Any] = {"lr": lr.lr}
+    if o.momentum is not None:
+        params |= {"momentum": o.momentum, "nesterov": o.nesterov}
+    if o.betas is not None:
+        params |= {"betas": list(o.betas), "eps": o.eps}
+    params["weight_decay"] = o.weight_decay
+    if o.name == "adam":
+        # Without it DeepSpeed's "Adam" decouples the weight decay (AdamW); torch's Adam adds it
+        # to the gradient.
+        params["adam_w_mode"] = False
+    return {"type": _DEEPSPEED_OPTIMIZERS[o.name], "params": params}
 
 
 def deepspeed_config(x: ExportInput) -> dict[str, Any]:
@@ -38,27 +64,18 @@ def deepspeed_config(x: ExportInput) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": p.micro_batch_size,
         "gradient_accumulation_steps": p.gradient_accumulation_steps,
     }
-    lr, o = p.learning_rate, optimizer_settings(x)
-    if lr is not None and o is not None and o.name in _DEEPSPEED_OPTIMIZERS:
-        params: dict[str, Any] = {"lr": lr.lr}
-        if o.momentum is not None:
-            params["momentum"] = o.momentum
-        if o.betas is not None:
-            params |= {"betas": list(o.betas), "eps": o.eps, "weight_decay": 0.0}
-        config["optimizer"] = {"type": _DEEPSPEED_OPTIMIZERS[o.name], "params": params}
-    if lr is not None and lr.warmup_steps > 0:
-        # WarmupLR: linear warmup, then constant, the schedule every export writes
-        # (WarmupDecayLR would decay to 0 over the run, which no other format does).
-        config["scheduler"] = {
-            "type": "WarmupLR",
-            "params": {
-                "warmup_min_lr": lr.warmup_start_lr,
-                "warmup_max_lr": lr.lr,
-                "warmup_num_steps": lr.warmup_steps,
-                # DeepSpeed's default warmup is logarithmic; the plan's is linear.
-                "warmup_type": "linear",
-            },
-        }
+    optimizer = _optimizer(x)
+    if optimizer is not None and p.learning_rate is not None:
+        scheduler, first_lr = deepspeed_scheduler(p.learning_rate, warmup_field(x))
+        # DeepSpeed steps its scheduler after each optimizer step and never before the first:
+        # the optimizer's own lr is step 0's.
+        optimizer["params"]["lr"] = first_lr
+        config["optimizer"] = optimizer
+        if scheduler is not None:
+            config["scheduler"] = scheduler
+        # Stated also when off (0): clipping is the recipe's, not DeepSpeed's default.
+        clip = p.learning_rate.max_grad_norm
+        config["gradient_clipping"] = clip if clip is not None else 0.0
     return config
 
 

@@ -7,7 +7,7 @@ or shards its sequence: those plans are refused with what to use instead."""
 from __future__ import annotations
 
 from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
-from app.core.exports.training import SGD_MOMENTUM
+from app.core.exports.recipe_code import lr_block, max_grad_norm, optimizer_call, scheduler_call
 
 _SKELETON = '''#!/usr/bin/env python3
 """Training loop on a device mesh for a batchplan plan.
@@ -24,6 +24,7 @@ the loop first on CPU with a toy model and data set (gloo):
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 import torch
@@ -47,7 +48,11 @@ LOSS_SCALE = __SCALE__
 LOSS_REDUCTION = __REDUCTION__
 SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
 EPOCHS = __EPOCHS__
-LR, SGD_MOMENTUM = __LR__, __MOMENTUM__
+MAX_GRAD_NORM = __MAX_GRAD_NORM__  # clip the reduced gradient to this global norm; None: no clipping
+
+
+__LR_FUNCTION__
+
 
 TOY = os.environ.get("BATCHPLAN_TOY") == "1"  # a toy model and data set, to try the loop on CPU
 
@@ -137,7 +142,8 @@ def main() -> None:
         drop_last=DROP_LAST,
     )
     loader = DataLoader(dataset, batch_size=MICRO_BATCH_SIZE, sampler=sampler, drop_last=False)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=SGD_MOMENTUM)
+    optimizer = __OPTIMIZER_CALL__
+    scheduler = __SCHEDULER__  # stepped once per optimizer step
     print(f"rank {rank}: data-parallel rank {dp_rank} of {DATA_PARALLEL_SIZE}, mesh {mesh}", flush=True)
 
     steps = 0
@@ -148,7 +154,10 @@ def main() -> None:
             output = model(inputs.to(device))
             loss = nn.functional.mse_loss(output, targets.to(device), reduction=LOSS_REDUCTION)
             (loss * LOSS_SCALE).backward()
+        if MAX_GRAD_NORM is not None:  # one norm over the whole (reduced, sharded) gradient
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
+        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         steps += 1
         if rank == 0:
@@ -190,7 +199,7 @@ def export_mesh_python(x: ExportInput) -> Export:
             pointer="/divisibility",
             suggestions={},
         )
-    lr, sampler = p.learning_rate, p.sampler
+    sampler = p.sampler
     fields = {
         "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
         "__NPROC__": str(shape if (shape := uniform_gpus_per_node(x)) is not None else "gpu"),
@@ -206,8 +215,10 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__SCALE__": repr(p.replica_groups[0].loss_scale),
         "__REDUCTION__": repr(p.loss_reduction),
         "__EPOCHS__": repr(sampler.epochs if sampler and sampler.epochs else 1),
-        "__LR__": repr(lr.lr if lr else 0.1),
-        "__MOMENTUM__": repr(SGD_MOMENTUM),
+        "__MAX_GRAD_NORM__": repr(max_grad_norm(x)),
+        "__LR_FUNCTION__": lr_block(x),
+        "__OPTIMIZER_CALL__": optimizer_call(x, "model.parameters()"),
+        "__SCHEDULER__": scheduler_call(x, "optimizer"),
     }
     for name, default in (("shuffle", True), ("seed", 0), ("drop_last", False)):
         fields[f"__{name.upper()}__"] = repr(getattr(sampler, name) if sampler else default)

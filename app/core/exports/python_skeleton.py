@@ -12,7 +12,15 @@ from app.core.exports.common import (
 )
 from app.core.exports.proportional_sampler_source import PROPORTIONAL_SAMPLER
 from app.core.exports.python_mesh_skeleton import export_mesh_python, needs_mesh
-from app.core.exports.training import SGD_MOMENTUM, optimizer_settings
+from app.core.exports.recipe_code import (
+    lr_block,
+    max_grad_norm,
+    optimizer_call,
+    optimizer_note,
+    recipe,
+    scheduler_call,
+)
+from app.core.exports.training import optimizer_sentence
 
 _SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan.
@@ -30,6 +38,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
+import math
 import os
 
 import torch
@@ -50,11 +60,14 @@ LOSS_REDUCTION = __REDUCTION__
 LOSS_NORMALIZATION = __NORMALIZATION__
 IGNORE_INDEX = -100  # labels the token loss skips (padding), as torch's cross_entropy does
 SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
-EPOCHS = __EPOCHS__
-OPTIMIZER = __OPTIMIZER__
-LR, WARMUP_START_LR, WARMUP_STEPS = __LR__, __WARMUP_START__, __WARMUP__
-ADAM_BETAS, ADAM_EPS = __BETAS__, __EPS__
-SGD_MOMENTUM = __MOMENTUM__
+EPOCHS = __EPOCHS__  # None: as many as TRAIN_STEPS takes
+TRAIN_STEPS = __TRAIN_STEPS__  # the run's optimizer steps; None: every step of EPOCHS
+LR = __LR__  # the peak; planned_lr(step) is every step's
+MAX_GRAD_NORM = __MAX_GRAD_NORM__  # clip the all-reduced gradient to this global norm; None: no clipping
+
+
+__LR_FUNCTION__
+
 
 TOY = os.environ.get("BATCHPLAN_TOY") == "1"
 
@@ -146,23 +159,15 @@ def check_launch_env(micro_batch_size: int) -> None:
 
 
 def build_optimizer(params) -> torch.optim.Optimizer:
-    if OPTIMIZER in ("adam", "adamw", "lamb"):  # torch has no LAMB: AdamW stands in, plug in yours
-        cls = torch.optim.Adam if OPTIMIZER == "adam" else torch.optim.AdamW
-        return cls(params, lr=LR, betas=ADAM_BETAS, eps=ADAM_EPS)
-    return torch.optim.SGD(params, lr=LR, momentum=SGD_MOMENTUM)  # torch has no LARS: plug in yours
-
-
-def warmup_factor(step: int) -> float:
-    """Linear warmup from WARMUP_START_LR to LR over WARMUP_STEPS optimizer steps."""
-    if step >= WARMUP_STEPS:
-        return 1.0
-    return (WARMUP_START_LR + (LR - WARMUP_START_LR) * step / WARMUP_STEPS) / LR
+    """__OPTIMIZER_SENTENCE__"""
+    return __OPTIMIZER_CALL__
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps")
+    parser.add_argument("--max-steps", type=int, default=TRAIN_STEPS or 0,
+                        help="stop after this many optimizer steps")
     parser.add_argument("--log-every", type=int, default=100)
     args = parser.parse_args()
 
@@ -188,10 +193,11 @@ def main() -> None:
     # The sampler owns drop_last; the DataLoader keeps every index it is given.
     loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
     optimizer = build_optimizer(model.parameters())
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_factor)
+    # Stepped once per optimizer step: planned_lr(step) is the lr of step `step`.
+    scheduler = __SCHEDULER__
 
     step, seen = 0, []  # seen: the size of every micro-batch this rank trained on
-    for epoch in range(args.epochs):
+    for epoch in range(args.epochs) if args.epochs else itertools.count():
         sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
         optimizer.zero_grad(set_to_none=True)
         # Micro-batches past the last whole optimizer step are skipped: under no_sync their
@@ -211,6 +217,11 @@ def main() -> None:
                 (loss * scale).backward()
             if not sync:
                 continue
+            if MAX_GRAD_NORM is not None:
+                # After the all-reduce (this backward synced): one global norm over the mean
+                # gradient, as a single process would clip it. Clipping each replica's local
+                # gradient, or each micro-batch's, trains a different run.
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -247,10 +258,15 @@ def export_python(x: ExportInput) -> Export:
     if needs_mesh(x):
         return export_mesh_python(x)
     require_data_parallel(x, "the python skeleton (plain DDP)")
-    lr = p.learning_rate
     groups = [(g.start, g.stop, g.micro_batch_size, g.loss_scale) for g in p.replica_groups]
-    o = optimizer_settings(x)
     shape = uniform_gpus_per_node(x)
+    lr, _ = recipe(x)
+    epochs = p.sampler.epochs if p.sampler and p.sampler.epochs else None
+    full_run = epochs * p.sampler.optimizer_steps_per_epoch if epochs and p.sampler else None
+    train_steps = lr.train_steps if lr.train_steps != full_run else None
+    sentence = optimizer_sentence(x) if p.learning_rate else "A placeholder: the plan has no learning_rate."
+    if optimizer_note(x):
+        sentence += f"; {optimizer_note(x)}"
     fields = {
         "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
         "__NPROC__": str(shape if shape is not None else "gpu"),
@@ -266,14 +282,14 @@ def export_python(x: ExportInput) -> Export:
         "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
         "__SEED__": repr(p.sampler.seed if p.sampler else 0),
         "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
-        "__EPOCHS__": repr(p.sampler.epochs if p.sampler and p.sampler.epochs else 1),
-        "__OPTIMIZER__": repr(lr.optimizer if lr else "sgd"),
-        "__LR__": repr(lr.lr if lr else 0.1),
-        "__WARMUP_START__": repr(lr.warmup_start_lr if lr else 0.1),
-        "__WARMUP__": repr(lr.warmup_steps if lr else 0),
-        "__BETAS__": repr(o.betas if o and o.betas else (0.9, 0.999)),
-        "__EPS__": repr(o.eps if o and o.eps else 1e-8),
-        "__MOMENTUM__": repr(SGD_MOMENTUM),
+        "__EPOCHS__": repr(epochs if epochs or train_steps else 1),
+        "__TRAIN_STEPS__": repr(train_steps),
+        "__LR__": repr(lr.lr),
+        "__MAX_GRAD_NORM__": repr(max_grad_norm(x)),
+        "__LR_FUNCTION__": lr_block(x),
+        "__OPTIMIZER_SENTENCE__": sentence,
+        "__OPTIMIZER_CALL__": optimizer_call(x, "params"),
+        "__SCHEDULER__": scheduler_call(x, "optimizer"),
     }
     text = _SKELETON
     for token, value in fields.items():

@@ -9,17 +9,61 @@ device mesh gives both (DDP: replicate only; FSDP: shard only; HSDP: both).
 from __future__ import annotations
 
 import json
+import math
 
-from app.core.exports.common import Export, ExportInput, comment, require_even, summary
-from app.core.exports.training import optimizer_settings
+from app.core.exports.common import Export, ExportInput, ExportUnsupported, comment, require_even, summary
+from app.core.exports.training import optimizer_settings, run_length, warmup_field
+from app.core.plan_types import LearningRatePlan
 
 # torchtitan 0.2.2 builds these two optimizers only (components/optimizer.py).
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}
 
 
 def _value(value: object) -> str:
-    # TOML's strings, integers, floats and booleans are JSON's spellings of them.
-    return json.dumps(value)
+    # TOML's strings, integers, floats and booleans are JSON's spellings of them, but infinity.
+    return "inf" if value == math.inf else json.dumps(value)
+
+
+def lr_scheduler(lr: LearningRatePlan, warmup_field: str) -> dict[str, object]:
+    """The plan's schedule as torchtitan's [lr_scheduler] (components/lr_scheduler.py), or a
+    refusal. torchtitan's warmup factor at step k is (k + 1) / warmup_steps, and one stable step
+    follows its warmup before the decay (progress (k - warmup_steps) / decay steps). So a warmup
+    of W from the plan's start s to p is torchtitan's warmup_steps W + 1 when s = p / (W + 1),
+    and a decay matches the plan's only without warmup (total_steps the last step L)."""
+    start, peak, warmup = lr.warmup_start_lr, lr.lr, lr.warmup_steps
+    last = lr.train_steps - 1 if lr.train_steps else None
+    decay = lr.decay
+    if decay in ("linear", "cosine") and (last is None or last <= warmup):
+        decay = "constant"  # the run ends before any decay
+    if decay == "step":
+        raise ExportUnsupported(
+            "torchtitan's lr_scheduler has no step decay (it decays linear, sqrt or cosine): choose "
+            "cosine or linear decay",
+            pointer="/learning_rate/decay",
+        )
+    if decay == "constant":
+        if not warmup:
+            return {"warmup_steps": 0, "decay_ratio": 0.0}
+        torchtitans = peak / (warmup + 1)
+        if not math.isclose(start, torchtitans, rel_tol=1e-12):
+            raise ExportUnsupported(
+                f"torchtitan's warmup starts at lr / (warmup_steps + 1) = {torchtitans!r} and rises by as "
+                f"much each step, the plan's at warmup_start_lr {start!r}: set warmup_start_lr to "
+                f"{torchtitans!r}, or leave the warmup out",
+                pointer="/learning_rate/warmup_start_lr",
+            )
+        # decay_ratio 0: constant after warmup.
+        return {"warmup_steps": warmup + 1, "decay_ratio": 0.0}
+    if warmup:
+        raise ExportUnsupported(
+            f"torchtitan holds the peak lr one step between its warmup and its decay, so after a "
+            f"warmup its {decay} decay runs a step behind the plan's: decay without warmup, or warm "
+            f"up and keep the lr constant",
+            pointer="/learning_rate/decay",
+            suggestions={warmup_field: [0]},
+        )
+    assert last is not None
+    return {"warmup_steps": 0, "decay_type": decay, "min_lr_factor": lr.min_lr / peak, "total_steps": last}
 
 
 def _table(name: str, values: dict[str, object]) -> list[str]:
@@ -41,8 +85,8 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
         training["seq_len"] = seq
     else:
         notes.append("no sequence_length in the plan: torchtitan's seq_len default applies")
-    if p.sampler is not None and p.sampler.total_optimizer_steps:
-        training["steps"] = p.sampler.total_optimizer_steps
+    if run_length(x):
+        training["steps"] = run_length(x)
     parallel = x.request.parallelism
     mesh = p.device_mesh
     tables: dict[str, dict[str, object]] = {
@@ -62,20 +106,22 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
     )
     lr, o = p.learning_rate, optimizer_settings(x)
     if lr is not None and o is not None:
-        optimizer: dict[str, object] = {"lr": lr.lr}
-        if o.name in _OPTIMIZERS and o.betas is not None:
-            optimizer = {"name": _OPTIMIZERS[o.name], **optimizer, "beta1": o.betas[0], "beta2": o.betas[1]}
-            optimizer |= {"eps": o.eps, "weight_decay": 0.0}
-        else:
-            notes.append(f"torchtitan builds Adam or AdamW only: set optimizer.name for {o.name} yourself")
-        tables["optimizer"] = optimizer
-        # decay_ratio 0: constant after warmup, the schedule every export writes.
-        tables["lr_scheduler"] = {"warmup_steps": lr.warmup_steps, "decay_ratio": 0.0}
-        if lr.warmup_steps:
-            notes.append(
-                f"torchtitan's warmup starts at lr x 1/{lr.warmup_steps}, not at the plan's "
-                f"warmup_start_lr {lr.warmup_start_lr!r}"
+        if o.name not in _OPTIMIZERS or o.betas is None:
+            raise ExportUnsupported(
+                f"torchtitan builds Adam or AdamW only, not {o.name}: choose adam or adamw",
+                pointer="/learning_rate/optimizer",
             )
+        tables["optimizer"] = {
+            "name": _OPTIMIZERS[o.name],
+            "lr": lr.lr,
+            "beta1": o.betas[0],
+            "beta2": o.betas[1],
+            "eps": o.eps,
+            "weight_decay": o.weight_decay,  # torchtitan's default is 0.1
+        }
+        tables["lr_scheduler"] = lr_scheduler(lr, warmup_field(x))
+        # torchtitan always clips, at 1.0 by default: infinity leaves the gradient as it is.
+        training["max_norm"] = o.max_grad_norm if o.max_grad_norm is not None else math.inf
     return tables, notes
 
 
