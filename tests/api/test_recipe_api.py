@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.bodies import put
 
 # ImageNet on 16 GPUs: 2503 optimizer steps an epoch, 225270 in 90 epochs, lr 0.2.
 BASE = {
@@ -75,7 +76,7 @@ def test_recipe_limits_are_422_at_the_field_and_the_values_offered_work(
     assert problem["errors"][0]["pointer"] == pointer, problem
     field = pointer.split("/")[2]
     for name, values in problem.get("suggestions", {}).items():
-        fixed = {**request_body, "learning_rate": {**request_body["learning_rate"], name: values[0]}}
+        fixed = put(request_body, name, values[0])
         assert client.post("/v1/plans", json=fixed).status_code == 200, (name, values)
     # A limit set by another value names it: "from 0 to the peak learning rate 0.2" works.
     named = re.search(r"from 0 to the peak learning rate ([0-9.e-]+)", problem["detail"])

@@ -5,7 +5,6 @@ send them; each suggested value is written into the JSON body at its key and sen
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.bodies import put
 
 from app.main import create_app
 from app.settings import Settings
@@ -22,23 +22,6 @@ from app.settings import Settings
 def client() -> Iterator[TestClient]:
     with TestClient(create_app(Settings(worker_enabled=False, log_level="warning"))) as test_client:
         yield test_client
-
-
-def put(body: dict[str, Any], key: str, value: int) -> dict[str, Any]:
-    """`body` with `value` at the suggestion's key; the key's every part but the last must be
-    there already: a suggestion changes a field of this request's shape (or an item of one of
-    its lists, by index)."""
-    changed = copy.deepcopy(body)
-    *path, last = key.split(".")
-    node: Any = changed
-    for part in path:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value  # an IndexError: the key names no item the request has
-    else:
-        assert isinstance(node, dict), key
-        node[last] = value
-    return changed
 
 
 counts = st.integers(1, 12)

@@ -3,6 +3,7 @@ themselves come from app.schemas)."""
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -22,3 +23,20 @@ def fast_and_slow(fast_throughput: float, global_batch_size: int) -> dict[str, A
         {"name": "slow", "num_nodes": 1, "gpus_per_node": 1},
     ]
     return {"topology": {"node_groups": groups}, "global_batch_size": global_batch_size}
+
+
+def put(body: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """`body` with `value` at the suggestion's key; the key's every part but the last must be
+    there already: a suggestion changes a field of this request's shape (or an item of one of
+    its lists, by index)."""
+    changed = copy.deepcopy(body)
+    *path, last = key.split(".")
+    node: Any = changed
+    for part in path:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value  # an IndexError: the key names no item the request has
+    else:
+        assert isinstance(node, dict), key
+        node[last] = value
+    return changed
