@@ -28,7 +28,7 @@ from app.logging_setup import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    from app.worker.runner import CheckRunner
+    from app.worker.service.runner import CheckRunner
 
 log = logging.getLogger("batchplan")
 
@@ -110,8 +110,8 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
             )
             log.error("%s", app.state.worker_error)
         elif settings.worker_enabled:
-            from app.worker.limits import Limits
-            from app.worker.service import CheckService
+            from app.worker.service.limits import Limits
+            from app.worker.service.service import CheckService
 
             try:
                 service = CheckService(

@@ -13,7 +13,6 @@ from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Unavailable
 from app.core.jobs import Job
 from app.core.jobs import JobStatus as Status
-from app.core.model_registry import SYNTHETIC
 from app.core.problems import domain_problem, problem_body
 from app.schemas.checks import (
     CHECK_EXAMPLES,
@@ -24,8 +23,7 @@ from app.schemas.checks import (
     HostOut,
     JobStatus,
 )
-from app.worker.request import check_options
-from app.worker.service import CheckService, no_such_check, queue_full, shutting_down
+from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
 
@@ -96,19 +94,8 @@ async def create_check(
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
     stored = body.model_dump(mode="json")
-    options = check_options(stored, registered=body.model != SYNTHETIC)
-    rendezvous = body.rendezvous.model_dump() if body.rendezvous else None
-    spec, timeout = await asyncio.to_thread(
-        service.prepare,
-        body.plan.to_core(),
-        dtype=body.dtype,
-        seed=body.seed,
-        backend=body.backend,
-        timeout_s=body.timeout_s,
-        rendezvous=rendezvous,
-        options=options,
-    )
-    job = await service.submit(stored, spec, timeout, rendezvous)
+    spec, timeout = await asyncio.to_thread(service.prepare, stored)
+    job = await service.submit(stored, spec, timeout, stored["rendezvous"])
     response.headers["Location"] = f"/v1/checks/{job.id}"
     return CheckJobOut.from_job(job)
 

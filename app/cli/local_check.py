@@ -24,6 +24,7 @@ from app.core.errors import PlanError
 from app.core.planner import plan as plan_locally
 from app.core.problems import domain_problem
 from app.ports import free_port
+from app.worker.contract.rank_command import RANK_PROGRAM, torchrun_argv
 
 # "direct" starts the ranks here; "torchrun" starts one torchrun, which starts them.
 Launcher = Literal["direct", "torchrun"]
@@ -81,11 +82,9 @@ def run_local_check(
         extra = ["--timeout-s", f"{timeout_s:g}"]
         if model_factory:
             extra += ["--model-factory", model_factory]
-        argv = [sys.executable, "-m", "app.worker.gradcheck", "--request-file", str(request_file), *extra]
+        argv = [sys.executable, "-m", RANK_PROGRAM, "--request-file", str(request_file), *extra]
         launches = [{"RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(processes)]
         if launcher == "torchrun":
-            from app.worker.gradcheck import torchrun_argv
-
             argv = torchrun_argv(
                 json.dumps(body),
                 nproc_per_node=processes,
@@ -149,8 +148,8 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
-    from app.worker.mesh_spec import mesh_world
-    from app.worker.spec import SpecError, spec_from_plan
+    from app.worker.contract.mesh_spec import mesh_world
+    from app.worker.contract.spec import SpecError, spec_from_plan
 
     try:
         check = CheckRequestIn.model_validate(body)

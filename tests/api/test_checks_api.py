@@ -24,7 +24,7 @@ from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_wa
 from app.main import create_app
 from app.schemas.checks import CHECK_EXAMPLES
 from app.settings import Settings
-from app.worker.store import JobStore
+from app.worker.service.store import JobStore
 
 pytestmark = pytest.mark.slow
 

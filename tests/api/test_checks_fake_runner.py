@@ -15,8 +15,8 @@ from support.fake_runner import FakeRunner
 
 from app.main import create_app
 from app.settings import Settings
-from app.worker.rank_process import RankError
-from app.worker.spec import CheckSpec
+from app.worker.contract.spec import CheckSpec
+from app.worker.service.runner import RankError
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 

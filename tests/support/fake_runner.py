@@ -7,8 +7,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from app.worker.protocol import HostInfo
-from app.worker.runner import CheckOrder
+from app.worker.contract.protocol import HostInfo
+from app.worker.service.runner import CheckOrder
 
 
 @dataclass
@@ -35,7 +35,7 @@ def passing_result(order: CheckOrder) -> dict[str, Any]:
 
 
 class FakeRunner:
-    """Satisfies app.worker.runner.CheckRunner."""
+    """Satisfies app.worker.service.runner.CheckRunner."""
 
     def __init__(self, size: int = 2, models_info: dict[str, dict[str, Any]] | None = None) -> None:
         self.size = size

@@ -17,10 +17,10 @@ from fastapi.testclient import TestClient
 from support.apps import warm_app
 from support.polling import run_check
 
-from app.worker import example_models
-from app.worker.memory import probe
-from app.worker.synthetic_model import build_model
-from app.worker.workload import Registered
+from app.worker.measure.memory import probe
+from app.worker.training.synthetic_model import build_model
+from app.worker.training.workload import Registered
+from app.worker.zoo import example_models
 
 pytestmark = pytest.mark.slow
 

@@ -121,7 +121,7 @@ def test_a_shuffled_dataset_over_the_permutation_limit_names_the_largest_that_wo
 
 def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
     from app.schemas.checks import CheckResultOut
-    from app.worker.shards import REAL_SAMPLER_MAX_SAMPLES
+    from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES
 
     description = CheckResultOut.model_fields["sampler_checked"].description or ""
     assert f"{REAL_SAMPLER_MAX_SAMPLES:,} samples" in description
@@ -129,7 +129,7 @@ def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
 
 def test_the_documented_permutation_limit_is_the_one_a_worker_applies() -> None:
     from app.settings import Settings
-    from app.worker.limits import Limits
+    from app.worker.service.limits import Limits
 
     # The operator's setting reaches the worker, and its default is the one the README documents.
     assert Limits.from_settings(Settings()).max_shuffled_samples == Settings().max_shuffled_samples

@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 from support.apps import warm_app
 from support.polling import run_check
 
-from app.worker.controls import CONTROLS
-from app.worker.mesh_spec import CONTEXT_PARALLEL_REFUSAL
+from app.worker.checks.controls import CONTROLS
+from app.worker.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
 pytestmark = pytest.mark.slow
 

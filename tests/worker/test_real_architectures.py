@@ -29,12 +29,13 @@ from torch import nn
 from torch._C._distributed_c10d import HashStore
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker import equivalence_probes, example_architectures, example_models
-from app.worker.ddp_check import run_check as run_check_here
-from app.worker.memory import probe
-from app.worker.request import spec_from_request
-from app.worker.sync_batch_norm import as_batch_norm
-from app.worker.workload import Registered, raised_by_model
+from app.worker.checks import equivalence_probes
+from app.worker.checks.ddp_check import run_check as run_check_here
+from app.worker.contract.request import spec_from_request
+from app.worker.measure.memory import probe
+from app.worker.training.sync_batch_norm import as_batch_norm
+from app.worker.training.workload import Registered, raised_by_model
+from app.worker.zoo import example_architectures, example_models
 
 pytestmark = pytest.mark.slow
 

@@ -21,9 +21,9 @@ from support.apps import warm_app
 from support.polling import run_check
 
 from app.ports import free_port
-from app.worker.gradcheck import torchrun_argv
-from app.worker.token_check import TOKEN_CONTROLS, changes_gradient
-from app.worker.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
+from app.worker.checks.token_check import TOKEN_CONTROLS, changes_gradient
+from app.worker.contract.rank_command import torchrun_argv
+from app.worker.training.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
 
 pytestmark = pytest.mark.slow
 

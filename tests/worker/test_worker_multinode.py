@@ -17,7 +17,7 @@ from support.processes import alive
 from support.servers import Server, serve
 
 from app.ports import free_port
-from app.worker.gradcheck import torchrun_argv
+from app.worker.contract.rank_command import torchrun_argv
 
 pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.core.jobs import IllegalTransition, Job, JobStatus
-from app.worker.store import INTERRUPTED, JobStore
+from app.worker.service.store import INTERRUPTED, JobStore
 
 
 def test_jobs_survive_reopening_and_running_ones_fail_on_recovery(tmp_path: Path) -> None:

@@ -1,0 +1,130 @@
+"""Which checks run the plan's own device mesh, and what such a check needs of the host and
+the model. Pure (standard library and the core): the web process decides before any rank runs.
+
+A mesh check runs whenever the plan has tensor, pipeline or context sizes above 1, or a
+`data_parallel_shard` above 1 (FSDP, HSDP): one real process per mesh rank, because a tensor
+or pipeline peer cannot be emulated by a loop the way a DDP replica can.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from math import prod
+from typing import TYPE_CHECKING, Any
+
+from app.core.device_mesh import full_sizes
+from app.core.errors import InvalidValue
+from app.core.plan_types import Plan
+
+if TYPE_CHECKING:  # spec.py imports this module
+    from app.worker.contract.spec import CheckSpec
+
+# The synthetic model is Linear(8, 16), Tanh, Linear(16, 4) (synthetic_model.py): tensor
+# parallel shards its 16 hidden units, a pipeline stage holds at least one of its 3 layers.
+SYNTHETIC_HIDDEN = 16
+SYNTHETIC_LAYERS = 3
+
+# Why a check refuses context parallel, as torch 2.13 on CPU/gloo behaves
+# (tests/worker/context_parallel_repro.py, run by test_mesh_checks.py): the forward runs and
+# matches whole attention, the backward has no sharding rule.
+CONTEXT_PARALLEL_REFUSAL = (
+    "context parallel cannot train on this worker: torch 2.13 on CPU runs context_parallel's "
+    "forward (ring attention over scaled_dot_product_attention), but its backward raises "
+    "NotImplementedError (aten._scaled_dot_product_flash_attention_for_cpu_backward has no "
+    "sharding strategy registered), so a gradient check would have to pretend; check with "
+    "context 1, whose data-parallel arithmetic is the same (cp peers read the same samples, as "
+    "tensor peers do), or on a GPU worker with your own model"
+)
+
+
+def mesh_sizes(plan: Plan) -> dict[str, int] | None:
+    """Every mesh dimension's size, when the plan needs a mesh check; None for plain DDP."""
+    mesh = plan.device_mesh
+    if mesh is None:
+        return None
+    sizes = full_sizes(mesh)
+    if sizes["pp"] * sizes["cp"] * sizes["tp"] == 1 and sizes["dp_shard"] == 1:
+        return None
+    return sizes
+
+
+def mesh_world(sizes: dict[str, int]) -> int:
+    return prod(sizes.values())
+
+
+def wrapper_of(sizes: dict[str, int]) -> str:
+    if sizes["dp_shard"] == 1:
+        return "ddp"
+    return "fsdp" if sizes["dp_replicate"] == 1 else "hsdp"
+
+
+def refusal(
+    sizes: dict[str, int], *, processes: int, synthetic: bool, parallelize: bool
+) -> tuple[str, str] | None:
+    """(why, pointer) when this worker cannot run the mesh, else None."""
+    world = mesh_world(sizes)
+    if sizes["cp"] > 1:
+        return CONTEXT_PARALLEL_REFUSAL, "/plan/parallelism/context"
+    if world > processes:
+        return (
+            f"a mesh check runs one process per mesh rank (tensor and pipeline peers are always real "
+            f"processes): this plan's mesh has {world} ranks and this worker runs at most {processes} "
+            f"(BATCHPLAN_PROCESSES_PER_HOST); check a topology of at most {processes} GPUs with the "
+            f"same parallel sizes",
+            "/plan/topology",
+        )
+    model_parallel = sizes["tp"] > 1 or sizes["pp"] > 1
+    if model_parallel and not synthetic and not parallelize:
+        return (
+            "a tensor- or pipeline-parallel check of a registered model needs its parallelization: "
+            "define `parallelize(model, mesh)` in the factory's module, next to the factory, that "
+            "applies parallelize_module on mesh['tp'] (and returns the pipeline stage's module for "
+            "mesh['pp'] when the plan has one)",
+            "/model",
+        )
+    if synthetic and sizes["tp"] > 1 and SYNTHETIC_HIDDEN % sizes["tp"]:
+        fits = [t for t in (2, 4, 8, 16) if SYNTHETIC_HIDDEN % t == 0]
+        return (
+            f"the synthetic model's {SYNTHETIC_HIDDEN} hidden units shard over tensor sizes "
+            f"{', '.join(map(str, fits))}; tensor {sizes['tp']} does not divide them",
+            "/plan/parallelism/tensor",
+        )
+    if synthetic and sizes["pp"] > SYNTHETIC_LAYERS:
+        return (
+            f"the synthetic model has {SYNTHETIC_LAYERS} layers, so at most {SYNTHETIC_LAYERS} "
+            f"pipeline stages; pipeline {sizes['pp']} has more",
+            "/plan/parallelism/pipeline",
+        )
+    return None
+
+
+def mesh_options(spec: CheckSpec, options: dict[str, Any]) -> CheckSpec:
+    """A mesh check measures the gradient, not the noise scale or the largest micro-batch:
+    those run on DDP checks. A default noise measurement is dropped, an asked-for one refused."""
+    if spec.fit is not None:
+        raise InvalidValue(
+            "the micro-batch search runs on a DDP check: drop fit_micro_batch, or search with "
+            "tensor, pipeline and context 1 and data_parallel_shard 1, then check the mesh",
+            pointer="/fit_micro_batch",
+        )
+    if spec.noise_steps and options.get("noise_steps") is not None:
+        raise InvalidValue(
+            "the gradient noise scale is measured on a DDP check (it needs every replica's own "
+            "gradient): send noise_scale.steps 0 with a mesh, or measure it with data_parallel_shard 1 "
+            "and no model parallelism",
+            pointer="/noise_scale/steps",
+            suggestions={"steps": [0]},
+        )
+    return dataclasses.replace(spec, noise_steps=0)
+
+
+def workload_refusal(spec: CheckSpec) -> str | None:
+    """Why this workload cannot run on the plan's mesh: the mesh check trains sample models,
+    and running it for a token plan would prove something other than what was asked."""
+    if spec.mesh is not None and spec.workload == "tokens":
+        return (
+            "the tokens workload runs on data-parallel replicas only; a plan with a device mesh "
+            "(tensor, pipeline, context or data_parallel_shard above 1) is checked with the "
+            "synthetic workload: drop workload tokens, or check the data-parallel part alone"
+        )
+    return None
