@@ -20,8 +20,7 @@ from pydantic import ValidationError
 from app.cli.output import fail, validation_problem_of
 from app.cli.progress import local_phase
 from app.client import Json
-from app.core.errors import PlanError
-from app.core.planner import plan as plan_locally
+from app.core.errors import DomainError
 from app.core.problems import domain_problem
 from app.ports import free_port
 from app.worker.contract.rank_command import RANK_PROGRAM, torchrun_argv
@@ -149,7 +148,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
     from app.worker.contract.mesh_spec import mesh_world
-    from app.worker.contract.spec import SpecError, spec_from_plan
+    from app.worker.contract.request import build_spec, check_request
 
     try:
         check = CheckRequestIn.model_validate(body)
@@ -166,19 +165,12 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
             fail({"detail": unknown_model(check.model, list(registered)) + "; or give --model-factory"})
     if check.rendezvous is not None:
         fail({"detail": "a multi-node check (rendezvous) needs --url: the worker on every node joins it"})
+    stored = check.model_dump(mode="json")
     try:
-        core_request = check.plan.to_core()
-        spec = spec_from_plan(
-            plan_locally(core_request),
-            dtype=check.dtype,
-            seed=check.seed,
-            backend=check.backend,
-            dataset=core_request.dataset,
-        )
-    except SpecError as err:
+        # Built as the rank program builds it, so the same requests are refused here, at once.
+        spec = build_spec(check_request({**stored, "model": model_factory or check.model}))
+    except DomainError as err:
         fail(domain_problem(err))
-    except PlanError as err:
-        fail(domain_problem(err.under("/plan")))  # it names a field of the plan, which sits under /plan here
     # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.
     ranks = mesh_world(spec.mesh) if spec.mesh is not None else spec.data_parallel_size
-    return check.model_dump(mode="json"), ranks
+    return stored, ranks

@@ -67,10 +67,10 @@ def test_a_spec_carries_a_model_name_and_nothing_to_import() -> None:
     assert "model" in fields and not fields & {"module", "script", "code", "path", "callable", "target"}
     # Without a target a name builds the synthetic model, whatever it says.
     built = workload.load("os.system", None, 0)
-    assert type(built) is workload.Workload and built.name == "synthetic"
+    assert type(built) is workload.SyntheticWorkload and built.name == "synthetic"
     spec_json = CheckSpec(1, 1, 1, "mean", "even", (), 1, True, 0, False, 1).to_json()
     with pytest.raises(TypeError):  # a spec with an extra key does not load
-        CheckSpec.from_json(spec_json[:-1] + ', "target": "os:system"}')
+        CheckSpec.from_json({**spec_json, "target": "os:system"})
 
 
 def _canary(code: Path, marks: Path, module: str) -> None:

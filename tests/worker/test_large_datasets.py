@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app
+from support.apps import warm_app, warm_client
 from support.polling import run_check
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,7 @@ def imagenet(num_samples: int = IMAGENET, shuffle: bool = True) -> dict[str, Any
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
-    with warm_app(db, 2, timeout=60, check_timeout_s=120, log_level="warning") as test_client:
-        yield test_client
+    yield from warm_client(tmp_path_factory, 2, timeout=60, check_timeout_s=120, log_level="warning")
 
 
 def _rank_pids(client: TestClient) -> list[int]:

@@ -7,12 +7,12 @@ from fractions import Fraction
 import pytest
 
 from app.worker.checks.controls import CONTROLS, changes_gradient, split_controls
-from app.worker.contract.request import spec_from_request
+from app.worker.contract.request import build_spec, check_request
 from app.worker.contract.spec import CheckSpec, SpecError, replica_range
 
 
 def _spec(body: dict[str, object]) -> CheckSpec:
-    return spec_from_request({"plan": body})
+    return build_spec(check_request({"plan": body}))
 
 
 def test_reference_weights_equal_themselves() -> None:

@@ -127,11 +127,12 @@ def test_a_check_derives_distributed_samplers_batches_beyond_the_size_it_reads_t
     """Above REAL_SAMPLER_MAX_SAMPLES a check derives each replica's batches instead of running
     DistributedSampler: the derivation is DistributedSampler's first step there too."""
     from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES, Shards
-    from app.worker.contract.request import spec_from_request
+    from app.worker.contract.request import build_spec, check_request
 
     n = REAL_SAMPLER_MAX_SAMPLES + 3
     plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}
-    spec = spec_from_request({"plan": {**plan, "dataset": {"num_samples": n, "shuffle": shuffle, "seed": 9}}})
+    dataset = {"num_samples": n, "shuffle": shuffle, "seed": 9}
+    spec = build_spec(check_request({"plan": {**plan, "dataset": dataset}}))
     shards = Shards(spec)
     assert not shards.sampler_checked and spec.gradient_accumulation_steps == 2
     for replica in range(4):

@@ -4,10 +4,9 @@ program under torchrun (gradcheck) share."""
 
 from __future__ import annotations
 
-import torch
-
-from app.worker.checks.ddp_check import run_check
+from app.worker.checks.ddp_check import run_ddp_check
 from app.worker.checks.mesh_check import run_mesh_check
+from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.token_check import run_token_check
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.spec import CheckSpec
@@ -16,19 +15,11 @@ from app.worker.training.workload import Workload
 
 
 def run_spec(
-    spec: CheckSpec,
-    rank: int,
-    world: int,
-    device: torch.device,
-    backend: str,
-    nnodes: int,
-    workload: Workload,
-    model_target: str | None,
+    spec: CheckSpec, group: CheckGroup, workload: Workload, model_target: str | None
 ) -> CheckResult | None:
     """Run the check on an initialised default process group; rank 0 returns the result."""
     if spec.mesh is not None:
-        split = registered_parallelize(model_target)
-        return run_mesh_check(spec, rank, world, device, backend, nnodes, workload, split)
+        return run_mesh_check(spec, group, workload, registered_parallelize(model_target))
     if spec.workload == "tokens":
-        return run_token_check(spec, rank, world, device, backend, nnodes, workload)
-    return run_check(spec, rank, world, device, backend, nnodes=nnodes, workload=workload)
+        return run_token_check(spec, group, workload)
+    return run_ddp_check(spec, group, workload)

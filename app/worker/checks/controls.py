@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
+from typing import TypeVar
 
 from app.worker.contract.check_result import SkippedControl
 from app.worker.contract.spec import CheckSpec
@@ -24,8 +25,17 @@ WHOLE_BATCH = "whole_batch"  # the DataParallel habit: every replica loads the w
 
 @dataclass(frozen=True, slots=True)
 class Control:
+    """A deliberately wrong setup that a check runs beside the plan and must tell apart: the
+    one type every check kind's controls share (the mesh check's are exactly this)."""
+
     name: str
     description: str
+
+
+@dataclass(frozen=True, slots=True)
+class SampleControl(Control):
+    """A mistake in how DDP replicas read their samples or scale their losses."""
+
     data: str
     reduction: str  # "mean" or "sum"; "plan" is the plan's own
     scale: str  # "plan", "plan_times_steps", "one_over_steps" or "one"
@@ -44,8 +54,27 @@ class Control:
         return spec.loss_reduction if self.reduction == "plan" else self.reduction
 
 
-CONTROLS: tuple[Control, ...] = (
-    Control(
+C = TypeVar("C", bound=Control)
+
+
+def partition(
+    controls: Iterable[C], harmless_because: Callable[[C], str | None]
+) -> tuple[list[C], list[SkippedControl]]:
+    """The controls that run (`harmless_because` gives None: the mistake changes this plan's
+    gradient) and the others, each with the reason it would prove nothing here."""
+    applicable: list[C] = []
+    skipped: list[SkippedControl] = []
+    for control in controls:
+        reason = harmless_because(control)
+        if reason is None:
+            applicable.append(control)
+        else:
+            skipped.append(SkippedControl(control.name, reason))
+    return applicable, skipped
+
+
+CONTROLS: tuple[SampleControl, ...] = (
+    SampleControl(
         "unweighted_mean",
         "plain mean loss divided by the accumulation steps, ignoring "
         "that replicas hold different micro-batches",
@@ -53,22 +82,22 @@ CONTROLS: tuple[Control, ...] = (
         "mean",
         "one_over_steps",
     ),
-    Control(
+    SampleControl(
         "accumulation_not_divided",
         "the plan's loss scale without dividing by the gradient accumulation steps",
         SAMPLER,
         "plan",
         "plan_times_steps",
     ),
-    Control("sum_without_scaling", "sum-reduced losses with no loss scale", SAMPLER, "sum", "one"),
-    Control(
+    SampleControl("sum_without_scaling", "sum-reduced losses with no loss scale", SAMPLER, "sum", "one"),
+    SampleControl(
         "whole_global_batch",
         "every replica loads the whole global batch (as under DataParallel) with the plan's loss scale",
         WHOLE_BATCH,
         "plan",
         "plan",
     ),
-    Control(
+    SampleControl(
         "no_distributed_sampler",
         "no DistributedSampler: every replica reads the same samples",
         UNSHARDED,
@@ -78,7 +107,7 @@ CONTROLS: tuple[Control, ...] = (
 )
 
 
-def control_positions(control: Control, spec: CheckSpec, micro_batch_size: int) -> list[range]:
+def control_positions(control: SampleControl, spec: CheckSpec, micro_batch_size: int) -> list[range]:
     """Epoch positions of each micro-batch a control's replica reads, for non-sampler data."""
     g = spec.gradient_accumulation_steps
     per_step = spec.global_batch_size // g
@@ -108,7 +137,7 @@ def _weights(batches: Iterable[WeightedBatch], dp: int) -> tuple[dict[int, int],
     return weights, common
 
 
-def _harmless_because(control: Control, spec: CheckSpec) -> str | None:
+def _harmless_rule(control: SampleControl, spec: CheckSpec) -> str | None:
     """Why the mistake does no harm on plans like `spec`, where a rule says so; None: no rule
     covers it (the exact test found equal weights for this plan's samples anyway)."""
     dp, g, sizes = spec.data_parallel_size, spec.gradient_accumulation_steps, spec.micro_batch_sizes()
@@ -134,23 +163,21 @@ def _harmless_because(control: Control, spec: CheckSpec) -> str | None:
 
 def split_controls(
     spec: CheckSpec,
-    reads: Callable[[Control], Iterable[WeightedBatch]],
+    reads: Callable[[SampleControl], Iterable[WeightedBatch]],
     reference_batch: Sequence[int],
-) -> tuple[list[Control], list[SkippedControl]]:
+) -> tuple[list[SampleControl], list[SkippedControl]]:
     """The controls that change this plan's gradient (they run), and the others with the
     reason each does not apply. `reads(control)`: what every replica reads under it."""
-    applicable: list[Control] = []
-    skipped: list[SkippedControl] = []
-    for control in CONTROLS:
+
+    def harmless_because(control: SampleControl) -> str | None:
         if changes_gradient(reads(control), reference_batch, spec.data_parallel_size):
-            applicable.append(control)
-            continue
-        reason = _harmless_because(control, spec) or (
+            return None
+        return _harmless_rule(control, spec) or (
             "on this plan's first step it weighs every sample as the plan does (the samples it "
             "reads coincide with the plan's)"
         )
-        skipped.append(SkippedControl(control.name, reason))
-    return applicable, skipped
+
+    return partition(CONTROLS, harmless_because)
 
 
 def changes_gradient(

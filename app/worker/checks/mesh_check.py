@@ -23,23 +23,20 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.utils.data import DistributedSampler
 
 from app.core.device_mesh import ORDER
-from app.worker.checks import equivalence
-from app.worker.checks.controls import split_controls
+from app.worker.checks.controls import Control, split_controls
 from app.worker.checks.mesh_controls import (
     PIPELINE_LOSS_NOT_SCALED,
     REPLICAS_FROM_SHARD_GROUP,
     SAMPLER_BY_GLOBAL_RANK,
     TENSOR_PEERS_DIFFERENT_DATA,
-    MeshControl,
     split_mesh_controls,
 )
-from app.worker.checks.result_parts import TOLERANCE, check_setup, judged_controls
+from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
-from app.worker.contract.check_result import CheckResult, Comparison, Layout, SkippedControl
+from app.worker.contract.check_result import CheckResult, SkippedControl
 from app.worker.contract.mesh_spec import mesh_world, wrapper_of
 from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
-from app.worker.training.gradients import compare
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
@@ -84,7 +81,7 @@ class _Rank:
         flat = list(islice(cycle(iter(sampler)), g * m))
         return [flat[k * m : (k + 1) * m] for k in range(g)]
 
-    def reads(self, control: MeshControl | None, plan_reads: Reads) -> Reads:
+    def reads(self, control: Control | None, plan_reads: Reads) -> Reads:
         dp, seed = self.spec.data_parallel_size, self.spec.data_seed
         if control is SAMPLER_BY_GLOBAL_RANK:
             return self.sampler(mesh_world(self.sizes), self.rank, seed)
@@ -97,10 +94,9 @@ class _Rank:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """One step to run on the mesh: the plan's, or a control's mistake."""
+    """One step to run on the mesh: the plan's (no control), or a control's mistake."""
 
-    name: str
-    description: str
+    control: Control | None
     reads: Reads
     scale: float
     reduction: str
@@ -114,8 +110,7 @@ def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_R
     applicable, skipped = split_controls(spec, shards.every_replica, shards.epoch[: spec.global_batch_size])
     runs = [
         _Run(
-            c.name,
-            c.description,
+            c,
             shards.control_batches(c, me.dp_rank, plan_reads),
             float(c.loss_scale(spec, me.micro)),
             c.loss_reduction(spec),
@@ -127,8 +122,7 @@ def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_R
     )
     runs += [
         _Run(
-            c.name,
-            c.description,
+            c,
             me.reads(c, plan_reads),
             me.scale,
             spec.loss_reduction,
@@ -218,22 +212,18 @@ def _reference(
 
 def run_mesh_check(
     spec: CheckSpec,
-    rank: int,
-    world: int,
-    device: torch.device,
-    backend: str,
-    nnodes: int = 1,
+    group: CheckGroup,
     workload: Workload | None = None,
     parallelize: Parallelize | None = None,
 ) -> CheckResult | None:
     """Run the plan's mesh on an initialised default group of one process per mesh rank."""
-    sizes = spec.mesh
+    sizes, world, device = spec.mesh, group.world, group.device
     if sizes is None or mesh_world(sizes) != world:
         raise ValueError(f"a mesh check needs one process per mesh rank ({sizes}); it has {world}")
     timer = Timer()
     dtype = getattr(torch, spec.dtype)
     workload = workload or load(spec.model, None, spec.seed)
-    me = _Rank(spec, sizes, rank)
+    me = _Rank(spec, sizes, group.rank)
     mesh = build_mesh(sizes, device)
     timer.lap("mesh")
     base = workload.module(dtype, device)
@@ -243,51 +233,33 @@ def run_mesh_check(
         # A control's step must not inherit the plan's FSDP state: every run wraps its own copy.
         return shard_data_parallel(split(copy.deepcopy(base), mesh), mesh, sizes)
 
+    def step(module: nn.Module, run: _Run) -> dict[str, torch.Tensor]:
+        return _everyone(_step(module, mesh, me, workload, run, dtype=dtype, device=device), world)
+
     module = fresh()
     timer.lap("parallelize")
     shards = Shards(spec)
     plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
     timer.lap("data")
-    plan_run = _Run("plan", "", plan_reads, me.scale, spec.loss_reduction)
-    grad = _everyone(_step(module, mesh, me, workload, plan_run, dtype=dtype, device=device), world)
+    grad = step(module, _Run(None, plan_reads, me.scale, spec.loss_reduction))
     timer.lap("step")
     runs, skipped = _control_runs(me, shards, plan_reads)
-    control_grads = [
-        _everyone(_step(fresh(), mesh, me, workload, run, dtype=dtype, device=device), world) for run in runs
-    ]
+    control_grads = [step(fresh(), run) for run in runs]
     timer.lap("controls")
-    if rank != 0:
+    if group.rank != 0:
         return None
-    reference_batch = shards.epoch[: spec.global_batch_size]
-    reference, order = _reference(workload, reference_batch, dtype, device)
+    reference, order = _reference(workload, shards.epoch[: spec.global_batch_size], dtype, device)
     timer.lap("reference")
-    tolerance = TOLERANCE[spec.dtype]
-    gradient = Comparison(*compare(_flat(grad, order), reference), tolerance=tolerance)
-    pairs = zip(runs, control_grads, strict=True)
-    outcomes = judged_controls(
-        ((r.name, r.description, _flat(g, order)) for r, g in pairs), reference, tolerance
-    )
+    controls = [(r.control, _flat(g, order)) for r, g in zip(runs, control_grads, strict=True) if r.control]
+    measured = Measured(_flat(grad, order), reference, controls, skipped, [], True, spec.micro_batch_sizes())
     dims = [(n, sizes[n]) for n in ORDER if sizes[n] > 1]
-    return CheckResult(
-        model=workload.name,
-        ddp_equivalence=equivalence.verdict([], gradient.matches, gradient.rel_l2, tolerance),
-        setup=check_setup(backend, device, spec.dtype, nnodes, world),
-        layout=Layout(
-            data_parallel_size=spec.data_parallel_size,
-            replicas_per_process=1,
-            global_batch_size=spec.global_batch_size,
-            micro_batch_sizes=tuple(sorted(set(spec.micro_batch_sizes()))),
-            gradient_accumulation_steps=spec.gradient_accumulation_steps,
-            split=spec.split,
-        ),
-        gradient=gradient,
-        controls=outcomes,
-        controls_skipped=tuple(skipped),
-        sampler_checked=True,
-        noise_scale=None,
-        micro_batch_search=None,
-        timings=timer.timings(),
-        torch_version=torch.__version__,
+    return judged_result(
+        spec,
+        group,
+        workload.name,
+        measured,
+        timer,
+        replicas_per_rank=1,
         mesh={"names": [n for n, _ in dims], "sizes": [s for _, s in dims]},
         wrapper=wrapper_of(sizes),
     )

@@ -7,33 +7,25 @@ schedule scales its loss; `mesh_check` runs them on the same mesh as the plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from app.worker.checks.controls import Control, partition
 from app.worker.contract.check_result import SkippedControl
 
-
-@dataclass(frozen=True, slots=True)
-class MeshControl:
-    name: str
-    description: str
-
-
-SAMPLER_BY_GLOBAL_RANK = MeshControl(
+SAMPLER_BY_GLOBAL_RANK = Control(
     "sampler_by_global_rank",
     "DistributedSampler(num_replicas=world_size, rank=global rank): data sharded over every "
     "process instead of the data-parallel group",
 )
-TENSOR_PEERS_DIFFERENT_DATA = MeshControl(
+TENSOR_PEERS_DIFFERENT_DATA = Control(
     "tensor_peers_see_different_data",
     "each tensor-parallel peer shuffles with its own seed (seed + tensor rank), so peers of one "
     "replica feed different samples",
 )
-REPLICAS_FROM_SHARD_GROUP = MeshControl(
+REPLICAS_FROM_SHARD_GROUP = Control(
     "replicas_from_shard_group",
     "HSDP with num_replicas = the shard group's size and rank = the shard rank: replicas in "
     "different replicate groups read the same samples",
 )
-PIPELINE_LOSS_NOT_SCALED = MeshControl(
+PIPELINE_LOSS_NOT_SCALED = Control(
     "pipeline_loss_not_scaled",
     "the pipeline schedule sums its micro-batch losses without dividing by their number (scale_grads=False)",
 )
@@ -47,7 +39,7 @@ MESH_CONTROLS = (
 
 
 def _harmless_because(
-    control: MeshControl, sizes: dict[str, int], accumulation: int, shuffle: bool
+    control: Control, sizes: dict[str, int], accumulation: int, shuffle: bool
 ) -> str | None:
     model_parallel = sizes["pp"] * sizes["cp"] * sizes["tp"]
     if control is SAMPLER_BY_GLOBAL_RANK and model_parallel == 1:
@@ -69,13 +61,5 @@ def _harmless_because(
 
 def split_mesh_controls(
     sizes: dict[str, int], accumulation: int, shuffle: bool
-) -> tuple[list[MeshControl], list[SkippedControl]]:
-    applicable: list[MeshControl] = []
-    skipped: list[SkippedControl] = []
-    for control in MESH_CONTROLS:
-        reason = _harmless_because(control, sizes, accumulation, shuffle)
-        if reason is None:
-            applicable.append(control)
-        else:
-            skipped.append(SkippedControl(control.name, reason))
-    return applicable, skipped
+) -> tuple[list[Control], list[SkippedControl]]:
+    return partition(MESH_CONTROLS, lambda c: _harmless_because(c, sizes, accumulation, shuffle))

@@ -14,7 +14,7 @@ from itertools import accumulate
 
 from torch.utils.data import DataLoader, DistributedSampler
 
-from app.worker.checks.controls import SAMPLER, Control, WeightedBatch, control_positions
+from app.worker.checks.controls import SAMPLER, SampleControl, WeightedBatch, control_positions
 from app.worker.contract.spec import CheckSpec
 from app.worker.training import samplers
 from app.worker.training.samplers import EpochOrder, IndexDataset, ProportionalSampler
@@ -109,7 +109,7 @@ class Shards:
         return out
 
     def control_batches(
-        self, control: Control, replica: int, sampler: list[list[int]] | None = None
+        self, control: SampleControl, replica: int, sampler: list[list[int]] | None = None
     ) -> list[list[int]]:
         if control.data == SAMPLER:
             return sampler if sampler is not None else self.derived(replica)
@@ -122,7 +122,7 @@ class Shards:
             self._reads[key] = list(self.epoch[positions.start : positions.stop])
         return self._reads[key]
 
-    def every_replica(self, control: Control) -> list[WeightedBatch]:
+    def every_replica(self, control: SampleControl) -> list[WeightedBatch]:
         """What all replicas would read under the control, replicas reading alike counted once."""
         spec = self.spec
         out: list[WeightedBatch] = []

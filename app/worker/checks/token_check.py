@@ -21,12 +21,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.checks import equivalence
-from app.worker.checks.result_parts import TOLERANCE, check_layout, check_setup, judged_controls
+from app.worker.checks.controls import Control, partition
+from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
-from app.worker.contract.check_result import CheckResult, Comparison, SkippedControl
+from app.worker.contract.check_result import CheckResult
 from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.contract.timings import Timer
-from app.worker.training.gradients import Batch, compare, ddp_gradient, reference_gradient
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload
 
@@ -35,9 +36,9 @@ Scale = Callable[[int, int, Counts], Fraction]  # (replica, micro-step, counts) 
 
 
 @dataclass(frozen=True, slots=True)
-class TokenControl:
-    name: str
-    description: str
+class TokenControl(Control):
+    """A mistake in how a step's token losses are normalised."""
+
     scale: Scale
     harmless_when: str  # why it does not change this plan's gradient, when it does not
 
@@ -107,20 +108,14 @@ def _workload(spec: CheckSpec, workload: Workload | None) -> TokenWorkload:
 
 
 def run_token_check(
-    spec: CheckSpec,
-    rank: int,
-    world: int,
-    device: torch.device,
-    backend: str,
-    nnodes: int = 1,
-    workload: Workload | None = None,
+    spec: CheckSpec, group: CheckGroup, workload: Workload | None = None
 ) -> CheckResult | None:
     """Run the token check on an initialised default process group; rank 0 returns the result."""
     timer = Timer()
-    dtype = getattr(torch, spec.dtype)
+    dtype, device = getattr(torch, spec.dtype), group.device
     tokens = _workload(spec, workload)
     dp = spec.data_parallel_size
-    local = replica_range(rank, world, dp)
+    local = replica_range(group.rank, group.world, dp)
     module = tokens.module(dtype, device)
     model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
     shards = Shards(spec)
@@ -128,16 +123,8 @@ def run_token_check(
     every = {r: sampled.get(r) or shards.derived(r) for r in range(dp)}
     counts: Counts = {r: [tokens.counts(b, device) for b in every[r]] for r in range(dp)}
     timer.lap("data")
-    # The step's valid tokens as a training job gets them: each process counts its replicas'
-    # micro-batches, and an all-reduce sums the counts (torchtitan's global_valid_tokens).
-    valid = torch.tensor([sum(c[0] for r in local for c in counts[r])], dtype=torch.int64, device=device)
-    dist.all_reduce(valid)
-    global_valid = int(valid)
-    if global_valid != _total(counts, 0):
-        raise RuntimeError(
-            f"the all-reduced valid tokens {global_valid} differ from the step's {_total(counts, 0)}"
-        )
-    factor = world / dp
+    global_valid = _all_reduced_valid_tokens(counts, local, device)
+    factor = group.world / dp
 
     def plan_scale(r: int, k: int, c: Counts) -> Fraction:
         if spec.loss_normalization == "token":
@@ -153,64 +140,30 @@ def run_token_check(
 
     grad = step(plan_scale)
     timer.lap("step")
-    applicable = [c for c in TOKEN_CONTROLS if changes_gradient(c.scale, counts)]
-    control_grads = [step(c.scale) for c in applicable]
+    applicable, skipped = partition(
+        TOKEN_CONTROLS, lambda c: None if changes_gradient(c.scale, counts) else c.harmless_when
+    )
+    control_grads = [(c, step(c.scale)) for c in applicable]
     timer.lap("controls")
-    if rank != 0:
+    if group.rank != 0:
         return None
     reference_batch = [i for r in range(dp) for b in every[r] for i in b]
     reference = reference_gradient(tokens, reference_batch, dtype, device)
     timer.lap("reference")
-    return _result(
-        spec,
-        tokens,
-        shards,
-        grad,
-        reference,
-        applicable,
-        control_grads,
-        timer,
-        backend=backend,
-        device=device,
-        nnodes=nnodes,
-        world=world,
-        module=module,
-    )
-
-
-def _result(
-    spec: CheckSpec,
-    tokens: TokenWorkload,
-    shards: Shards,
-    grad: torch.Tensor,
-    reference: torch.Tensor,
-    applicable: list[TokenControl],
-    control_grads: list[torch.Tensor],
-    timer: Timer,
-    *,
-    backend: str,
-    device: torch.device,
-    nnodes: int,
-    world: int,
-    module: torch.nn.Module,
-) -> CheckResult:
-    tolerance = TOLERANCE[spec.dtype]
-    gradient = Comparison(*compare(grad, reference), tolerance=tolerance)
-    runs = zip(applicable, control_grads, strict=True)
-    controls = judged_controls(((c.name, c.description, g) for c, g in runs), reference, tolerance)
-    skipped = tuple(SkippedControl(c.name, c.harmless_when) for c in TOKEN_CONTROLS if c not in applicable)
     findings = equivalence.static_findings(module, spec)
-    return CheckResult(
-        model=tokens.name,
-        ddp_equivalence=equivalence.verdict(findings, gradient.matches, gradient.rel_l2, tolerance),
-        setup=check_setup(backend, device, spec.dtype, nnodes, world),
-        layout=check_layout(spec, world, shards.sizes),
-        gradient=gradient,
-        controls=controls,
-        controls_skipped=skipped,
-        sampler_checked=shards.sampler_checked,
-        noise_scale=None,
-        micro_batch_search=None,
-        timings=timer.timings(),
-        torch_version=torch.__version__,
+    measured = Measured(
+        grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes
     )
+    return judged_result(spec, group, tokens.name, measured, timer)
+
+
+def _all_reduced_valid_tokens(counts: Counts, local: range, device: torch.device) -> int:
+    """The step's valid tokens as a training job gets them: each process counts its replicas'
+    micro-batches, and an all-reduce sums the counts (torchtitan's global_valid_tokens)."""
+    valid = torch.tensor([sum(c[0] for r in local for c in counts[r])], dtype=torch.int64, device=device)
+    dist.all_reduce(valid)
+    if int(valid) != _total(counts, 0):
+        raise RuntimeError(
+            f"the all-reduced valid tokens {int(valid)} differ from the step's {_total(counts, 0)}"
+        )
+    return int(valid)

@@ -1,5 +1,6 @@
 """What a gradient check found, as rank 0 returns it: typed here, and `to_json()` gives the
-dict the HTTP API and the stored jobs show (and the rank program prints), key for key.
+dict the HTTP API and the stored jobs show (and the rank program prints), key for key;
+`from_json` reads it back where it crosses a process (the TCPStore, the pipe).
 
 The verdicts (`passed`, `gradient_matches`, `controls_detected`) are derived from the
 measurements, so they cannot disagree with them. Sections built elsewhere as JSON
@@ -89,7 +90,7 @@ class CheckResult:
     gradient: Comparison
     controls: tuple[ControlOutcome, ...]
     controls_skipped: tuple[SkippedControl, ...]
-    # Whether a replica was read through the plan's real sampler (see shards.py).
+    # Whether a replica was read through the plan's real sampler (see checks/shards.py).
     sampler_checked: bool
     noise_scale: dict[str, Any] | None
     micro_batch_search: dict[str, Any] | None
@@ -99,6 +100,8 @@ class CheckResult:
     # plain DDP check; the data-parallel wrapper: "ddp", "fsdp" or "hsdp".
     mesh: dict[str, list[Any]] | None = None
     wrapper: str = "ddp"
+    # The worker's node in a check across hosts (set by the pool; None under torchrun).
+    node_rank: int | None = None
 
     @property
     def gradient_matches(self) -> bool:
@@ -140,4 +143,32 @@ class CheckResult:
             "torch_version": self.torch_version,
             "mesh": self.mesh,
             "wrapper": self.wrapper,
+            "node_rank": self.node_rank,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CheckResult:
+        """The result `to_json` wrote (the verdicts are derived again, not read)."""
+        return cls(
+            model=data["model"],
+            ddp_equivalence=data["ddp_equivalence"],
+            setup=Setup(**_fields_of(Setup, data)),
+            layout=Layout(
+                **{**_fields_of(Layout, data), "micro_batch_sizes": tuple(data["micro_batch_sizes"])}
+            ),
+            gradient=Comparison(**_fields_of(Comparison, data)),
+            controls=tuple(ControlOutcome(**c) for c in data["controls"]),
+            controls_skipped=tuple(SkippedControl(**c) for c in data["controls_skipped"]),
+            sampler_checked=data["sampler_checked"],
+            noise_scale=data["noise_scale"],
+            micro_batch_search=data["micro_batch_search"],
+            timings=Timings.from_json(data["timings_s"]),
+            torch_version=data["torch_version"],
+            mesh=data["mesh"],
+            wrapper=data["wrapper"],
+            node_rank=data.get("node_rank"),
+        )
+
+
+def _fields_of(kind: type[Any], data: dict[str, Any]) -> dict[str, Any]:
+    return {f.name: data[f.name] for f in fields(kind)}

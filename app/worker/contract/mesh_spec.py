@@ -8,16 +8,10 @@ or pipeline peer cannot be emulated by a loop the way a DDP replica can.
 
 from __future__ import annotations
 
-import dataclasses
 from math import prod
-from typing import TYPE_CHECKING, Any
 
 from app.core.device_mesh import full_sizes
-from app.core.errors import InvalidValue
 from app.core.plan_types import Plan
-
-if TYPE_CHECKING:  # spec.py imports this module
-    from app.worker.contract.spec import CheckSpec
 
 # The synthetic model is Linear(8, 16), Tanh, Linear(16, 4) (synthetic_model.py): tensor
 # parallel shards its 16 hidden units, a pipeline stage holds at least one of its 3 layers.
@@ -94,37 +88,5 @@ def refusal(
             f"the synthetic model has {SYNTHETIC_LAYERS} layers, so at most {SYNTHETIC_LAYERS} "
             f"pipeline stages; pipeline {sizes['pp']} has more",
             "/plan/parallelism/pipeline",
-        )
-    return None
-
-
-def mesh_options(spec: CheckSpec, options: dict[str, Any]) -> CheckSpec:
-    """A mesh check measures the gradient, not the noise scale or the largest micro-batch:
-    those run on DDP checks. A default noise measurement is dropped, an asked-for one refused."""
-    if spec.fit is not None:
-        raise InvalidValue(
-            "the micro-batch search runs on a DDP check: drop fit_micro_batch, or search with "
-            "tensor, pipeline and context 1 and data_parallel_shard 1, then check the mesh",
-            pointer="/fit_micro_batch",
-        )
-    if spec.noise_steps and options.get("noise_steps") is not None:
-        raise InvalidValue(
-            "the gradient noise scale is measured on a DDP check (it needs every replica's own "
-            "gradient): send noise_scale.steps 0 with a mesh, or measure it with data_parallel_shard 1 "
-            "and no model parallelism",
-            pointer="/noise_scale/steps",
-            suggestions={"steps": [0]},
-        )
-    return dataclasses.replace(spec, noise_steps=0)
-
-
-def workload_refusal(spec: CheckSpec) -> str | None:
-    """Why this workload cannot run on the plan's mesh: the mesh check trains sample models,
-    and running it for a token plan would prove something other than what was asked."""
-    if spec.mesh is not None and spec.workload == "tokens":
-        return (
-            "the tokens workload runs on data-parallel replicas only; a plan with a device mesh "
-            "(tensor, pipeline, context or data_parallel_shard above 1) is checked with the "
-            "synthetic workload: drop workload tokens, or check the data-parallel part alone"
         )
     return None

@@ -1,8 +1,9 @@
 """The messages between the pool and its warm ranks, one small dataclass each.
 
 On the pipe every message is a plain dict with an "op" key (what `to_dict` writes and
-`from_dict` reads), so both ends stay picklable and free of each other's classes. Torch-free:
-the web process imports this.
+`from_dict` reads), so both ends stay picklable and free of each other's classes; the spec
+and the result inside are typed on both ends and JSON on the pipe. Torch-free: the web
+process imports this.
 
 Pool to rank: `Join` (to a node's leader: meet the other nodes), `Run`, `Exit`.
 Rank to pool: `Ready` once warm, `Models` (what the registered models build), `Joined`,
@@ -14,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.spec import CheckSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +58,7 @@ class Run(_Message):
     run_id: str
     nnodes: int
     timeout_s: float
-    spec: str  # CheckSpec.to_json()
+    spec: CheckSpec
     world: int
     backend: str
     local_processes: int
@@ -64,6 +68,9 @@ class Run(_Message):
     rank: int
     local_index: int  # -1: this process sits the check out
     leader: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_Message.to_dict(self), "spec": self.spec.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +113,10 @@ class Done(_Message):
 @dataclass(frozen=True, slots=True)
 class Result(_Message):
     op: ClassVar[str] = "result"
-    result: dict[str, Any]  # the check's result as JSON
+    result: CheckResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": self.op, "result": self.result.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,21 +132,22 @@ ToRank = Join | Run | Exit
 FromRank = Ready | Models | Joined | Done | Result | Error
 Message = ToRank | FromRank
 
-_PLAIN: dict[str, type[Join | Run | Exit | Models | Joined | Done | Result | Error]] = {
-    cls.op: cls for cls in (Join, Run, Exit, Models, Joined, Done, Result, Error)
+_PLAIN: dict[str, type[Join | Exit | Models | Joined | Done | Error]] = {
+    cls.op: cls for cls in (Join, Exit, Models, Joined, Done, Error)
 }
 
 
 def from_dict(data: dict[str, Any]) -> Message:
     op = data.get("op")
+    fields = {k: v for k, v in data.items() if k != "op"}
     if op == Ready.op:
-        fields = {f.name for f in dataclasses.fields(HostInfo)}
-        return Ready(pid=data["pid"], host=HostInfo(**{k: v for k, v in data.items() if k in fields}))
+        host = {f.name for f in dataclasses.fields(HostInfo)}
+        return Ready(pid=data["pid"], host=HostInfo(**{k: v for k, v in data.items() if k in host}))
+    if op == Run.op:
+        return Run(**{**fields, "spec": CheckSpec.from_json(data["spec"])})
+    if op == Result.op:
+        return Result(CheckResult.from_json(data["result"]))
     cls = _PLAIN.get(str(op))
     if cls is None:
         raise ValueError(f"unknown message op {op!r}")
-    return cls(**{k: v for k, v in data.items() if k != "op"})
-
-
-def to_dict(message: Message) -> dict[str, Any]:
-    return message.to_dict()
+    return cls(**fields)

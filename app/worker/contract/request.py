@@ -1,81 +1,132 @@
-"""A check request as JSON (the body of POST /v1/checks) to core types, without pydantic,
-so that the rank program under torchrun takes the same input as the HTTP API.
+"""A check request as JSON (the body of POST /v1/checks, the rank program's --request) to core
+types, and the one builder of the spec every rank runs: HTTP admission, the rank program
+under torchrun and the local CLI take the same input and refuse the same things.
 
-The web layer validates with its schema first; here the core's own checks apply. The plan
-request inside is read by app.core.plan_request, as the HTTP schema's is.
+The web layer validates with its schema first; here the core's own checks apply, without
+pydantic. The plan request inside is read by app.core.plan_request, as the HTTP schema's is.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from app.core.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS
+from app.core.errors import InvalidValue, PlanError
 from app.core.model_registry import SYNTHETIC
 from app.core.plan_request import plan_request
+from app.core.plan_types import PlanRequest
 from app.core.planner import plan
+from app.worker.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
 
-# Steps a registered model's noise scale is measured over unless the request says otherwise.
-DEFAULT_NOISE_STEPS = 8
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    plan: PlanRequest
+    plan_json: dict[str, Any]  # the plan as sent: a micro-batch search re-plans from it
+    model: str = SYNTHETIC
+    noise_scale: NoiseOptions | None = None  # None: measured by default for a registered model
+    fit_micro_batch: FitOptions | None = None
+    backend: str = DEFAULT_BACKEND
+    dtype: str = DEFAULT_DTYPE
+    seed: int = 0
+    timeout_s: float | None = None
+    rendezvous: Rendezvous | None = None
+    workload: str | None = None  # None: the plan decides (tokens under loss_normalization token)
 
 
-def check_options(data: dict[str, Any], *, registered: bool) -> dict[str, Any]:
-    """The CheckSpec fields beyond the plan: the model, the noise-scale steps and the
-    micro-batch search. A registered model measures its noise scale by default (`None`
-    here: `with_options` decides once the plan is known)."""
-    noise = data.get("noise_scale")
-    steps: int | None
-    if noise is None:
-        steps, rate = (None if registered else 0), 0.0
-    else:
-        steps, rate = int(noise.get("steps", DEFAULT_NOISE_STEPS)), float(noise.get("learning_rate", 0.0))
-    fit = data.get("fit_micro_batch")
-    return {
-        "model": data.get("model") or SYNTHETIC,
-        "noise_steps": steps,
-        "noise_learning_rate": rate,
-        "fit": dict(fit) if fit else None,
-        "plan_request": data["plan"] if fit else None,
-        # Only when asked: otherwise the plan decides (tokens under loss_normalization token).
-        **({"workload": data["workload"]} if data.get("workload") else {}),
-    }
+def check_request(data: Mapping[str, Any]) -> CheckRequest:
+    noise, fit, rendezvous = data.get("noise_scale"), data.get("fit_micro_batch"), data.get("rendezvous")
+    return CheckRequest(
+        plan=plan_request(data["plan"]),
+        plan_json=dict(data["plan"]),
+        model=data.get("model") or SYNTHETIC,
+        noise_scale=NoiseOptions.from_json(noise) if noise is not None else None,
+        fit_micro_batch=FitOptions.from_json(fit) if fit else None,
+        backend=data.get("backend") or DEFAULT_BACKEND,
+        dtype=data.get("dtype") or DEFAULT_DTYPE,
+        seed=int(data.get("seed") or 0),
+        timeout_s=data.get("timeout_s"),
+        rendezvous=Rendezvous.from_json(rendezvous) if rendezvous else None,
+        workload=data.get("workload"),
+    )
 
 
-def with_options(spec: CheckSpec, options: dict[str, Any]) -> CheckSpec:
-    """`spec` with `check_options`; the default noise measurement only where it can be made
-    (two replicas or two accumulation steps: a small batch and a big one)."""
-    if options.get("workload", spec.workload) == "tokens":
-        options = {**options, **tokens_options(options)}
-    if options.get("noise_steps") is None:
-        measurable = spec.data_parallel_size > 1 or spec.gradient_accumulation_steps > 1
-        options = {**options, "noise_steps": DEFAULT_NOISE_STEPS if measurable else 0}
-    return dataclasses.replace(spec, **options)
+def build_spec(request: CheckRequest) -> CheckSpec:
+    """What every rank runs for `request`. Raises the core's errors with the pointer of the
+    check request's field (a planner error under /plan)."""
+    try:
+        planned = plan(request.plan)
+    except PlanError as err:
+        raise err.under("/plan") from None
+    spec = spec_from_plan(
+        planned, dtype=request.dtype, seed=request.seed, backend=request.backend, dataset=request.plan.dataset
+    )
+    fit = request.fit_micro_batch
+    spec = dataclasses.replace(
+        spec,
+        model=request.model,
+        fit=fit,
+        plan_request=request.plan_json if fit else None,
+        workload=request.workload or spec.workload,
+    )
+    if spec.workload == "tokens":
+        _refuse_for_tokens(spec, request.noise_scale)
+    if spec.mesh is not None:
+        _refuse_for_a_mesh(spec, request.noise_scale)
+    return _with_noise(spec, request.noise_scale)
 
 
-def tokens_options(options: dict[str, Any]) -> dict[str, Any]:
+def _with_noise(spec: CheckSpec, asked: NoiseOptions | None) -> CheckSpec:
+    """The noise measurement asked for; by default a registered model's, where it can be made
+    (two replicas or two accumulation steps: a small batch and a big one) and where the check
+    kind measures it (not the tokens or mesh checks)."""
+    if asked is not None:
+        return dataclasses.replace(spec, noise_steps=asked.steps, noise_learning_rate=asked.learning_rate)
+    measurable = spec.data_parallel_size > 1 or spec.gradient_accumulation_steps > 1
+    measured = spec.model != SYNTHETIC and measurable and spec.workload != "tokens" and spec.mesh is None
+    return dataclasses.replace(spec, noise_steps=DEFAULT_NOISE_STEPS if measured else 0)
+
+
+def _refuse_for_tokens(spec: CheckSpec, noise: NoiseOptions | None) -> None:
     """The tokens workload runs one step and its controls: it measures no noise scale and
     searches no micro-batch, so asking for either is an error, not silently skipped."""
-    if options.get("fit"):
+    if spec.fit is not None:
         raise SpecError("fit_micro_batch is not available with the tokens workload", "/fit_micro_batch")
-    if options.get("noise_steps"):
+    if noise is not None and noise.steps:
         raise SpecError(
             "noise_scale is not measured by the tokens workload: give steps 0", "/noise_scale/steps"
         )
-    return {"noise_steps": 0}
 
 
-def spec_from_request(data: dict[str, Any], *, registered: bool | None = None) -> CheckSpec:
-    request = plan_request(data["plan"])
-    spec = spec_from_plan(
-        plan(request),
-        dtype=data.get("dtype", "float64"),
-        seed=data.get("seed", 0),
-        backend=data.get("backend", "auto"),
-        dataset=request.dataset,
-    )
-    if registered is None:
-        registered = (data.get("model") or SYNTHETIC) != SYNTHETIC
-    return with_options(spec, check_options(data, registered=registered))
+def _refuse_for_a_mesh(spec: CheckSpec, noise: NoiseOptions | None) -> None:
+    """A mesh check measures the gradient, not the noise scale or the largest micro-batch:
+    those run on DDP checks (a default noise measurement is dropped, an asked-for one
+    refused). The mesh check trains sample models: a token plan's would prove something else."""
+    if spec.workload == "tokens":
+        raise SpecError(
+            "the tokens workload runs on data-parallel replicas only; a plan with a device mesh "
+            "(tensor, pipeline, context or data_parallel_shard above 1) is checked with the "
+            "synthetic workload: drop workload tokens, or check the data-parallel part alone",
+            "/workload",
+        )
+    if spec.fit is not None:
+        raise InvalidValue(
+            "the micro-batch search runs on a DDP check: drop fit_micro_batch, or search with "
+            "tensor, pipeline and context 1 and data_parallel_shard 1, then check the mesh",
+            pointer="/fit_micro_batch",
+        )
+    if noise is not None and noise.steps:
+        raise InvalidValue(
+            "the gradient noise scale is measured on a DDP check (it needs every replica's own "
+            "gradient): send noise_scale.steps 0 with a mesh, or measure it with data_parallel_shard 1 "
+            "and no model parallelism",
+            pointer="/noise_scale/steps",
+            suggestions={"steps": [0]},
+        )
 
 
 def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
@@ -94,7 +145,8 @@ def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
     data["max_micro_batch_size"] = min(data.get("max_micro_batch_size") or cap, cap)
     for group in data["topology"].get("node_groups") or []:
         group["max_micro_batch_size"] = min(group.get("max_micro_batch_size") or cap, cap)
-    fresh = spec_from_request({"plan": data, "dtype": spec.dtype, "seed": spec.seed, "backend": spec.backend})
+    request = {"plan": data, "dtype": spec.dtype, "seed": spec.seed, "backend": spec.backend}
+    fresh = build_spec(check_request({**request, "workload": spec.workload}))
     return dataclasses.replace(
         fresh,
         model=spec.model,

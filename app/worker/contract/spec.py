@@ -5,19 +5,18 @@ Pure (standard library and `app.core` only): the web process builds specs withou
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+import dataclasses
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from app.core.check_options import BACKENDS, DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES
 from app.core.errors import DomainError
+from app.core.model_registry import SYNTHETIC
 from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
 from app.worker.contract.mesh_spec import mesh_sizes
-
-DTYPES = ("float64", "float32")
-WORKLOADS = ("synthetic", "tokens")
-BACKENDS = ("auto", "gloo", "nccl")
+from app.worker.contract.options import FitOptions
 
 
 @dataclass(eq=False)
@@ -51,14 +50,14 @@ class CheckSpec:
     data_seed: int
     drop_last: bool
     total_size: int  # the sampler's padded/truncated epoch length
-    dtype: str = "float64"
+    dtype: str = DEFAULT_DTYPE
     seed: int = 0
-    backend: str = "auto"
-    model: str = "synthetic"  # a registered name; the worker resolves it when the check runs
+    backend: str = DEFAULT_BACKEND
+    model: str = SYNTHETIC  # a registered name; the worker resolves it when the check runs
     noise_steps: int = 0  # optimizer steps that measure the gradient noise scale
     noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
-    fit: dict[str, Any] | None = None  # find the largest micro-batch that fits, then re-plan
-    plan_request: dict[str, Any] | None = None  # the plan request, for that re-plan
+    fit: FitOptions | None = None  # find the largest micro-batch that fits, then re-plan
+    plan_request: dict[str, Any] | None = None  # the plan request as JSON, for that re-plan
     # "synthetic" (samples) or "tokens" (checks/token_check.py), with the plan's token settings.
     workload: str = "synthetic"
     sequence_length: int | None = None
@@ -83,22 +82,29 @@ class CheckSpec:
         dp, G = self.data_parallel_size, self.global_batch_size
         return Fraction(dp * micro_batch_size, G) if self.loss_reduction == "mean" else Fraction(dp, G)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
+    def to_json(self) -> dict[str, Any]:
+        """The spec as JSON values: what the job store keeps and the pipe carries."""
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, text: str) -> CheckSpec:
-        data: dict[str, Any] = json.loads(text)
-        data["slices"] = tuple(ReplicaSlice(**s) for s in data["slices"])
-        return cls(**data)
+    def from_json(cls, data: dict[str, Any]) -> CheckSpec:
+        """The spec `to_json` wrote; a key it does not know is a TypeError."""
+        fit = data.get("fit")
+        return cls(
+            **{
+                **data,
+                "slices": tuple(ReplicaSlice(**s) for s in data["slices"]),
+                "fit": FitOptions(**fit) if fit is not None else None,
+            }
+        )
 
 
 def spec_from_plan(
     plan: Plan,
     *,
-    dtype: str = "float64",
+    dtype: str = DEFAULT_DTYPE,
     seed: int = 0,
-    backend: str = "auto",
+    backend: str = DEFAULT_BACKEND,
     dataset: DatasetSpec | None = None,
 ) -> CheckSpec:
     """The first optimizer step of `plan`. Without a dataset the epoch is exactly one global

@@ -1,5 +1,6 @@
-"""Where a check's time went on rank 0: a lap per phase, the rank's total, and (set by the
-caller that formed the process group) how long forming the group took."""
+"""Where a check's time went on rank 0: a lap per phase, the rank's total, (set by the caller
+that formed the process group) how long forming the group took and (set by the service) how
+long the check ran, waited and took in all."""
 
 from __future__ import annotations
 
@@ -15,15 +16,38 @@ class Timings:
     laps: Mapping[str, float]  # phase name to seconds, in the order the phases ran
     rank_total: float
     init_process_group: float | None = None
+    # Set by the service that ran the check: the check's whole run, its wait in the queue,
+    # and both (None under torchrun, where no service runs it).
+    check: float | None = None
+    queued: float | None = None
+    end_to_end: float | None = None
 
     def with_setup(self, seconds: float) -> Timings:
         return dataclasses.replace(self, init_process_group=round(seconds, 6))
 
+    def with_service(self, check: float, queued: float | None, end_to_end: float | None) -> Timings:
+        return dataclasses.replace(
+            self, check=_rounded(check), queued=_rounded(queued), end_to_end=_rounded(end_to_end)
+        )
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {**self.laps, "rank_total": self.rank_total}
-        if self.init_process_group is not None:
-            out["init_process_group"] = self.init_process_group
+        for name in _OPTIONAL:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, float]) -> Timings:
+        laps = {k: v for k, v in data.items() if k != "rank_total" and k not in _OPTIONAL}
+        return cls(laps, data["rank_total"], **{k: data.get(k) for k in _OPTIONAL})
+
+
+_OPTIONAL = ("init_process_group", "check", "queued", "end_to_end")
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)
 
 
 class Timer:

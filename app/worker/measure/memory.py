@@ -16,10 +16,9 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from app.core.check_options import DEFAULT_FIT_OPTIMIZER, FIT_OPTIMIZERS
 from app.worker.measure.memory_meter import BudgetExceeded, PeakMemory
 from app.worker.training.workload import LossFn, collate, model_loss, to_device
-
-OPTIMIZERS = ("adam", "adamw", "sgd", "none")
 
 # Substrings (lower case) of allocation failures torch raises as a plain RuntimeError:
 # "DefaultCPUAllocator: can't allocate memory", "CUDA error: out of memory" (outside the
@@ -30,8 +29,8 @@ _ERROR_CHARS = 500
 
 
 def check_optimizer(name: str) -> None:
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, not {name!r}")
+    if name not in FIT_OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(FIT_OPTIMIZERS)}, not {name!r}")
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -65,7 +64,7 @@ def probe(
     micro_batch_size: int,
     device: torch.device | str,
     *,
-    optimizer: str = "adam",
+    optimizer: str = DEFAULT_FIT_OPTIMIZER,
     stop_above_bytes: int | None = None,
 ) -> tuple[int, str | None]:
     """Peak bytes of training `model` at `micro_batch_size` on `device`, and the out-of-memory

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
+from app.core.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER
 from app.core.errors import PlanError
 from app.core.micro_batch_search import (
     Trial,
@@ -21,6 +22,7 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
+from app.worker.contract.options import FitOptions
 from app.worker.contract.request import replan
 from app.worker.contract.spec import CheckSpec
 from app.worker.measure.memory import check_optimizer, probe, resolve_device
@@ -35,8 +37,8 @@ def find_max_micro_batch(
     *,
     capacity_bytes: int | None = None,
     safety_margin: float = 0.1,
-    limit: int = 65536,
-    optimizer: str = "adam",
+    limit: int = DEFAULT_FIT_LIMIT,
+    optimizer: str = DEFAULT_FIT_OPTIMIZER,
 ) -> dict[str, Any]:
     """The largest micro-batch in [1, limit] whose training step peaks within
     `budget_bytes(capacity_bytes, safety_margin)` without running out of memory.
@@ -117,17 +119,12 @@ def fit_micro_batch(
     """Rank 0 finds the largest micro-batch that fits in its device's memory (the model in
     its own dtype, a real training step with the optimizer's state); every rank then
     re-plans the same global batch under that cap, with more accumulation if need be."""
-    fit = spec.fit or {}
+    fit = spec.fit or FitOptions()
     # No micro-batch larger than a replica's whole share of a step can help.
-    limit = min(
-        int(fit.get("max_micro_batch_size", 65536)),
-        max(spec.micro_batch_sizes()) * spec.gradient_accumulation_steps,
-    )
+    limit = min(fit.max_micro_batch_size, max(spec.micro_batch_sizes()) * spec.gradient_accumulation_steps)
     found = torch.zeros(1, dtype=torch.int64, device=device)
     report: dict[str, Any] = {}
-    margin = (
-        default_safety_margin(device) if fit.get("safety_margin") is None else float(fit["safety_margin"])
-    )
+    margin = default_safety_margin(device) if fit.safety_margin is None else fit.safety_margin
     if dist.get_rank() == 0:
         module = workload.single_process_module(None, device)
         report = find_max_micro_batch(
@@ -135,10 +132,10 @@ def fit_micro_batch(
             workload.dataset,
             workload.loss_fn,
             device,
-            capacity_bytes=fit.get("memory_bytes"),
+            capacity_bytes=fit.memory_bytes,
             safety_margin=margin,
             limit=limit,
-            optimizer=str(fit.get("optimizer", "adam")),
+            optimizer=fit.optimizer,
         )
         found[0] = report["max_micro_batch_size"]
         del module
@@ -146,7 +143,7 @@ def fit_micro_batch(
     cap = int(found)
     if cap == 0:
         raise ValueError(
-            f"not even a micro-batch of 1 fits in {fit.get('memory_bytes') or 'the device memory'} bytes "
+            f"not even a micro-batch of 1 fits in {fit.memory_bytes or 'the device memory'} bytes "
             f"with a {margin} safety margin"
         )
     try:

@@ -29,10 +29,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from app.core.check_options import BACKENDS, DTYPES
+from app.core.errors import DomainError
 from app.core.model_registry import SYNTHETIC, TARGET, parse_models
 from app.worker.checks.check_kinds import run_spec
-from app.worker.contract.mesh_spec import mesh_world, workload_refusal
-from app.worker.contract.request import spec_from_request
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.contract.mesh_spec import mesh_world
+from app.worker.contract.request import build_spec, check_request
+from app.worker.contract.spec import CheckSpec
 from app.worker.rank.backend import choose_backend
 from app.worker.training.workload import load
 
@@ -62,8 +66,7 @@ def _model_target(requested: str | None, factory: str | None) -> tuple[str, str 
     return name, parse_models(os.environ.get("BATCHPLAN_CHECK_MODELS", "")).get(name)
 
 
-def main(argv: Iterator[str] | None = None) -> int:
-    """Entry point under torchrun: rank, world and rendezvous come from its environment."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m app.worker.gradcheck",
         description=__doc__,
@@ -72,8 +75,8 @@ def main(argv: Iterator[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--request", help="the check request JSON, as POST /v1/checks takes it")
     source.add_argument("--request-file", help="a file holding it, or - for stdin")
-    parser.add_argument("--backend", choices=["auto", "gloo", "nccl"])
-    parser.add_argument("--dtype", choices=["float64", "float32"])
+    parser.add_argument("--backend", choices=BACKENDS)
+    parser.add_argument("--dtype", choices=DTYPES)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument(
@@ -87,37 +90,43 @@ def main(argv: Iterator[str] | None = None) -> int:
         help="print rank 0's result on every node's first process too (for launch scripts that run "
         "on each node and judge from their own output; srun gathers every node's output in one)",
     )
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    data = _read_request(args)
-    name, target = _model_target(data.get("model"), args.model_factory)
+    return parser
+
+
+class _Refused(Exception):
+    """The check cannot run as asked: said on stderr, exit status 2."""
+
+
+def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
+    """The spec every rank runs (built as the HTTP worker builds it, refusing what it
+    refuses) and the model's factory, or _Refused."""
+    request = check_request(_read_request(args))
+    name, target = _model_target(request.model, args.model_factory)
     if target is None and name != SYNTHETIC:
-        print(
-            f"error: model {name!r} is not in BATCHPLAN_CHECK_MODELS here; give --model-factory",
-            file=sys.stderr,
+        raise _Refused(f"model {name!r} is not in BATCHPLAN_CHECK_MODELS here; give --model-factory")
+    try:
+        spec = build_spec(dataclasses.replace(request, model=name))
+    except DomainError as err:
+        raise _Refused(f"{err.pointer}: {err.detail}" if err.pointer else err.detail) from None
+    if spec.mesh is not None and world != mesh_world(spec.mesh):
+        raise _Refused(
+            f"the plan's device mesh {spec.mesh} has {mesh_world(spec.mesh)} ranks; start exactly "
+            f"that many processes (one per mesh rank)"
         )
-        return 2
-    spec = dataclasses.replace(spec_from_request(data, registered=target is not None), model=name)
+    if spec.mesh is None and world > spec.data_parallel_size:
+        raise _Refused(
+            f"{world} processes for {spec.data_parallel_size} replicas; start at most "
+            f"{spec.data_parallel_size}"
+        )
+    return spec, target
+
+
+def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dict[str, Any] | None:
+    """Run the check in a process group formed from torchrun's environment: rank 0's result
+    (on every node's first process too, with --result-on-every-node), else None."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    not_tokens = workload_refusal(spec)
-    if not_tokens is not None:
-        print(f"error: {not_tokens}", file=sys.stderr)
-        return 2
-    if spec.mesh is not None and world != mesh_world(spec.mesh):
-        print(
-            f"error: the plan's device mesh {spec.mesh} has {mesh_world(spec.mesh)} ranks; start "
-            f"exactly that many processes (one per mesh rank)",
-            file=sys.stderr,
-        )
-        return 2
-    if spec.mesh is None and world > spec.data_parallel_size:
-        print(
-            f"error: {world} processes for {spec.data_parallel_size} replicas; start at most "
-            f"{spec.data_parallel_size}",
-            file=sys.stderr,
-        )
-        return 2
     backend, device = choose_backend(spec.backend, local_world, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -125,9 +134,9 @@ def main(argv: Iterator[str] | None = None) -> int:
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
     setup = time.perf_counter() - started
     try:
-        workload = load(name, target, spec.seed)
+        workload = load(spec.model, target, spec.seed)
         nnodes = max(1, world // local_world)
-        result = run_spec(spec, rank, world, device, backend, nnodes, workload, target)
+        result = run_spec(spec, CheckGroup(rank, world, device, backend, nnodes), workload, target)
         shared = [result.with_setup_time(setup).to_json() if result is not None else None]
         if args.result_on_every_node:
             # Each node's launch script judges a preflight from its own output: no node may
@@ -135,10 +144,18 @@ def main(argv: Iterator[str] | None = None) -> int:
             dist.broadcast_object_list(shared, src=0)
     finally:
         dist.destroy_process_group()
-    if shared[0] is not None and (rank == 0 or local_rank == 0):
-        print(json.dumps(shared[0]), flush=True)
+    return shared[0] if rank == 0 or local_rank == 0 else None
+
+
+def main(argv: Iterator[str] | None = None) -> int:
+    """Entry point under torchrun: rank, world and rendezvous come from its environment."""
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    try:
+        spec, target = _spec(args, int(os.environ.get("WORLD_SIZE", "1")))
+    except _Refused as refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    result = _check(spec, target, args)
+    if result is not None:
+        print(json.dumps(result), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -29,8 +29,9 @@ from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.result_parts import CheckGroup
 from app.worker.contract import protocol
-from app.worker.contract.spec import CheckSpec
+from app.worker.contract.check_result import CheckResult
 from app.worker.contract.targets import FactoryError
 from app.worker.rank import rendezvous
 from app.worker.rank.backend import choose_backend
@@ -129,9 +130,8 @@ class RankServer:
             self.store, self.serving = None, False
 
     def _run(self, msg: protocol.Run, store: TCPStore) -> protocol.Result | protocol.Done:
-        spec = CheckSpec.from_json(msg.spec)
+        spec = msg.spec
         run_id, rank, world = msg.run_id, msg.rank, msg.world
-        result: dict[str, Any] | None = None
         if msg.local_index >= 0:
             backend, device = choose_backend(msg.backend, msg.local_processes, msg.local_index)
             if device.type == "cuda":
@@ -149,16 +149,16 @@ class RankServer:
             try:
                 # Built once the group exists: a factory may ask for its rank.
                 workload = _workload(spec.model, msg.model_target, spec.seed, rank, world)
-                check = run_spec(spec, rank, world, device, backend, msg.nnodes, workload, msg.model_target)
+                group = CheckGroup(rank, world, device, backend, msg.nnodes)
+                check = run_spec(spec, group, workload, msg.model_target)
             finally:
                 dist.destroy_process_group()
             if check is not None:
-                result = check.with_setup_time(setup).to_json()
-                rendezvous.publish_result(store, run_id, result)
+                rendezvous.publish_result(store, run_id, check.with_setup_time(setup).to_json())
         if not msg.leader:
             return protocol.Done()
         result = rendezvous.collect_result(store, run_id, msg.nnodes, self.serving, msg.timeout_s)
-        return protocol.Result(result)
+        return protocol.Result(CheckResult.from_json(result))
 
 
 def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:

@@ -6,17 +6,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from app.core.errors import DomainError, PlanError
+from app.core.errors import DomainError
 from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
-from app.core.plan_request import plan_request
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
-from app.worker.contract.mesh_spec import mesh_options, workload_refusal
 from app.worker.contract.mesh_spec import refusal as mesh_refusal
-from app.worker.contract.request import check_options, with_options
+from app.worker.contract.request import build_spec, check_request
 from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
+from app.worker.service.submission import Submission
 
 
 class Admission:
@@ -25,37 +24,21 @@ class Admission:
         self.models = models  # registered check models: name -> package.module:factory
         self.runner = runner
 
-    def prepare(self, body: dict[str, Any]) -> tuple[CheckSpec, float]:
-        """The check's spec and timeout, for a check request as JSON (POST /v1/checks, as
-        its schema validated it)."""
-        request = plan_request(body["plan"])
-        options = check_options(body, registered=(body.get("model") or SYNTHETIC) != SYNTHETIC)
-        rendezvous: dict[str, Any] | None = body.get("rendezvous")
-        backend, timeout_s = body.get("backend", "auto"), body.get("timeout_s")
-        try:
-            planned = plan(request)
-        except PlanError as err:
-            # The core names fields of the plan; in a check request they sit under /plan.
-            raise err.under("/plan") from None
-        spec = spec_from_plan(
-            planned,
-            dtype=body.get("dtype", "float64"),
-            seed=body.get("seed", 0),
-            backend=backend,
-            dataset=request.dataset,
-        )
-        spec = with_options(spec, options)
-        if spec.mesh is not None:
-            spec = mesh_options(spec, options)
-        self._check_model(spec, has_dataset=request.dataset is not None)
+    def prepare(self, body: dict[str, Any]) -> Submission:
+        """The job to submit for a check request as JSON (POST /v1/checks, as its schema
+        validated it): the spec every rank runs (`build_spec`, as the rank program builds
+        it), held against this worker's limits, registered models and host."""
+        request = check_request(body)
+        spec = build_spec(request)
+        self._check_model(spec, has_dataset=request.plan.dataset is not None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
                 f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
                 f"checks at most {self.limits.max_replicas_per_check}",
                 "/plan/topology",
             )
-        self._check_memory(request, spec)
-        nnodes = int(rendezvous["nnodes"]) if rendezvous else 1
+        self._check_memory(request.plan, spec)
+        nnodes = request.rendezvous.nnodes if request.rendezvous else 1
         if spec.mesh is not None:
             self._check_mesh(spec, nnodes)
         if nnodes > spec.data_parallel_size:
@@ -63,17 +46,16 @@ class Admission:
                 f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
                 "/rendezvous/nnodes",
             )
-        gpus = self.runner.host_info.gpus
-        if backend == "nccl" and gpus == 0:
+        if spec.backend == "nccl" and self.runner.host_info.gpus == 0:
             raise SpecError("backend nccl needs GPUs; this host has none (use gloo or auto)", "/backend")
-        timeout = self.limits.check_timeout_s if timeout_s is None else timeout_s
+        timeout = self.limits.check_timeout_s if request.timeout_s is None else request.timeout_s
         if timeout > self.limits.check_timeout_s:
             raise SpecError(
                 f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
             )
-        if rendezvous is not None:
-            self.limits.check_rendezvous_endpoint(rendezvous["endpoint"])
-        return spec, timeout
+        if request.rendezvous is not None:
+            self.limits.check_rendezvous_endpoint(request.rendezvous.endpoint)
+        return Submission(body, spec, timeout, request.rendezvous)
 
     def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
         """What grows with the request: the global batch, and a shuffled dataset's permutation.
@@ -113,9 +95,6 @@ class Admission:
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
         """One warm process per mesh rank, on this host; the model must split as the mesh does."""
         assert spec.mesh is not None
-        not_tokens = workload_refusal(spec)
-        if not_tokens is not None:
-            raise SpecError(not_tokens, "/workload")
         if nnodes > 1:
             raise SpecError(
                 "a mesh check runs on this worker's own processes; across hosts, run the rank program "
@@ -152,7 +131,7 @@ class Admission:
                 f"(without a dataset it is one global batch): use at most {size}",
                 pointer,
             )
-        if spec.fit is not None and spec.fit.get("memory_bytes") is None:
+        if spec.fit is not None and spec.fit.memory_bytes is None:
             gpus = self.runner.host_info.gpus
             if gpus == 0 or spec.backend == "gloo":
                 raise SpecError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -14,10 +15,12 @@ from app.core.errors import NotFound
 from app.core.jobs import JobStatus
 from app.core.model_registry import SYNTHETIC
 from app.logging_setup import job_id_var
+from app.worker.contract.check_result import CheckResult
 from app.worker.contract.spec import CheckSpec
 from app.worker.service.limits import Limits
 from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, CheckRunner, RankDied, RankError
 from app.worker.service.store import INTERRUPTED, JobStore
+from app.worker.service.submission import Submission
 
 log = logging.getLogger("batchplan.worker")
 
@@ -105,22 +108,22 @@ class Execution:
     async def _execute(self, job_id: str) -> None:
         started = time.monotonic()
         timeout = self.limits.check_timeout_s
-        status, result, error = JobStatus.FAILED, None, None
+        status = JobStatus.FAILED
+        result: CheckResult | None = None
+        error: str | None = None
         log.info("check %s started", job_id)
         try:
             job = await asyncio.to_thread(self.store.get, job_id)
             if job is None:
                 raise NotFound(f"no check with id {job_id!r}")
-            payload = job.request
-            timeout = float(payload["timeout_s"])
-            result = await asyncio.wait_for(self._run(job_id, payload), timeout)
+            submission = Submission.from_json(job.submission)
+            timeout = submission.timeout_s
+            ran = await asyncio.wait_for(self._run(job_id, submission), timeout)
             status = JobStatus.SUCCEEDED
             submitted = self.submitted.pop(job_id, None)
-            timings = result.setdefault("timings_s", {})
-            timings["check"] = round(time.monotonic() - started, 6)
-            if submitted is not None:
-                timings["queued"] = round(started - submitted, 6)
-                timings["end_to_end"] = round(time.monotonic() - submitted, 6)
+            now = time.monotonic()
+            waited = (started - submitted, now - submitted) if submitted is not None else (None, None)
+            result = dataclasses.replace(ran, timings=ran.timings.with_service(now - started, *waited))
             self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (time.monotonic() - started)
         except TimeoutError:
             error = (
@@ -153,7 +156,7 @@ class Execution:
         ):
             error = f"{SHUTTING_DOWN} ({error})"
         seconds = time.monotonic() - started
-        passed = bool(result.get("passed")) if status == JobStatus.SUCCEEDED and result is not None else None
+        passed = result.passed if status == JobStatus.SUCCEEDED and result is not None else None
         log.info(
             "check %s %s%s",
             job_id,
@@ -164,7 +167,7 @@ class Execution:
         for observer in self.observers:
             with contextlib.suppress(Exception):
                 observer(status.value, passed, seconds)
-        await self._record(job_id, status, result, error)
+        await self._record(job_id, status, result.to_json() if result is not None else None, error)
 
     @staticmethod
     def _model_error(job_id: str, err: RankError) -> str:
@@ -178,14 +181,13 @@ class Execution:
             error += "\n" + err.traceback
         return error
 
-    async def _run(self, job_id: str, payload: dict[str, Any]) -> dict[str, Any]:
-        spec = CheckSpec.from_json(payload["spec"])
+    async def _run(self, job_id: str, submission: Submission) -> CheckResult:
+        spec = submission.spec
         order = CheckOrder(
             job_id=job_id,
             spec=spec,
-            spec_json=payload["spec"],
-            timeout_s=payload["timeout_s"],
-            rendezvous=payload.get("rendezvous"),
+            timeout_s=submission.timeout_s,
+            rendezvous=submission.rendezvous,
             model_target=model_target(spec, self.models),
         )
         return await self.runner.run_check(order)

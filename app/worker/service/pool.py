@@ -16,9 +16,10 @@ import logging
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from app.ports import free_port
 from app.worker.contract import protocol
+from app.worker.contract.check_result import CheckResult
 from app.worker.contract.mesh_spec import mesh_world
+from app.worker.service.check_ranks import run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
 from app.worker.service.rank_process import RankProcess
 from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError
@@ -28,34 +29,6 @@ log = logging.getLogger("batchplan.worker")
 # A fork warms up in tens of milliseconds once start() returns (the fork server has done the
 # imports by then); one that takes this long is stuck and gets replaced.
 WARM_UP_TIMEOUT_S = 15.0
-# After a rank reports that the model raised, how long the check's other ranks have to
-# report too (each then has left the check and torn its process group down) for all of them
-# to be kept warm; one that does not is stuck, and every rank is replaced.
-MODEL_ERROR_GRACE_S = 5.0
-
-
-async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protocol.FromRank]:
-    """Every rank's reply, or the first failure. When that failure is the model's own
-    exception and every other rank answers within the grace, each with a reply or the model's
-    exception too, the error says the ranks can be kept (`ranks_kept`)."""
-    try:
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        failed = [e for t in tasks if t in done and (e := t.exception()) is not None]
-        if not failed:
-            return [t.result() for t in tasks]
-        first = failed[0]
-        if isinstance(first, RankError) and first.model_raised and pending:
-            _, pending = await asyncio.wait(pending, timeout=MODEL_ERROR_GRACE_S)
-        if isinstance(first, RankError):
-            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
-            first.ranks_kept = not pending and all(
-                e is None or (isinstance(e, RankError) and e.model_raised) for e in errors
-            )
-        raise first
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class RankPool:
@@ -267,11 +240,9 @@ class RankPool:
 
     # ------------------------------------------------------------------ checks
 
-    async def run_check(self, order: CheckOrder) -> dict[str, Any]:
-        """Run one check on min(replicas, size) warm ranks: the leader meets the other nodes
-        (if any) at the rendezvous, then every rank that takes part runs its replicas."""
+    async def run_check(self, order: CheckOrder) -> CheckResult:
+        """Run one check on min(replicas, size) warm ranks (one per mesh rank for a mesh)."""
         spec = order.spec
-        rendezvous = order.rendezvous or {}
         dp = spec.data_parallel_size
         wanted = min(dp, self.size)
         if spec.mesh is not None:
@@ -285,44 +256,11 @@ class RankPool:
         local = ranks[: min(len(ranks), gpus)] if backend == "nccl" else ranks
         healthy = False
         try:
-            endpoint = rendezvous.get("endpoint") or f"127.0.0.1:{free_port()}"
-            run_id = rendezvous.get("run_id") or order.job_id
-            nnodes = int(rendezvous.get("nnodes", 1))
-            join = protocol.Join(endpoint, run_id, nnodes, order.timeout_s, offered=len(local), replicas=dp)
-            joined = await local[0].request(join, protocol.Joined)
-            count = joined.local_count
-            tasks = [
-                asyncio.create_task(
-                    rank.request(
-                        protocol.Run(
-                            endpoint,
-                            run_id,
-                            nnodes,
-                            order.timeout_s,
-                            spec=order.spec_json,
-                            world=joined.world,
-                            backend=backend,
-                            local_processes=count,
-                            model_target=order.model_target,
-                            rank=joined.offset + i,
-                            local_index=i if i < count else -1,
-                            leader=i == 0,
-                        ),
-                        protocol.Result if i == 0 else protocol.Done,
-                    )
-                )
-                for i, rank in enumerate(local[: max(count, 1)])
-            ]
-            try:
-                replies = await _replies(tasks)
-            except RankError as err:
-                healthy = err.ranks_kept
-                raise
+            result = await run_on_ranks(local, order, backend=backend, replicas=dp)
             healthy = True
-            leader = replies[0]
-            assert isinstance(leader, protocol.Result)
-            result = leader.result
-            result["node_rank"] = joined.node_rank
             return result
+        except RankError as err:
+            healthy = err.ranks_kept
+            raise
         finally:
             self.release(ranks, healthy)

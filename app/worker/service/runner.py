@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.options import Rendezvous
 from app.worker.contract.protocol import HostInfo
 from app.worker.contract.spec import CheckSpec
 
@@ -21,9 +23,8 @@ class CheckOrder:
 
     job_id: str
     spec: CheckSpec
-    spec_json: str  # the spec as stored with the job: what the ranks receive
     timeout_s: float
-    rendezvous: dict[str, Any] | None  # endpoint, nnodes, run_id; None: this host alone
+    rendezvous: Rendezvous | None  # None: this host alone
     # The registered model's package.module:factory, from the service's registry (None for
     # the built-in model): the runner never resolves a name a request sent.
     model_target: str | None
@@ -95,6 +96,6 @@ class CheckRunner(Protocol):
         """Each process: pid and state."""
         ...
 
-    async def run_check(self, order: CheckOrder) -> dict[str, Any]:
-        """Run the check; its result as JSON. Raises RankDied or RankError when it could not."""
+    async def run_check(self, order: CheckOrder) -> CheckResult:
+        """Run the check: rank 0's result. Raises RankDied or RankError when it could not."""
         ...

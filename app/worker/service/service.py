@@ -20,12 +20,12 @@ from app.core.errors import Busy, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
 from app.core.model_registry import SYNTHETIC
 from app.logging_setup import job_id_var
-from app.worker.contract.spec import CheckSpec
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
 from app.worker.service.store import JobStore
+from app.worker.service.submission import Submission
 
 __all__ = ["CheckService", "Limits"]  # Limits: where callers have always found it
 
@@ -67,7 +67,8 @@ class CheckService:
 
             runner = RankPool(limits.processes_per_host, self.models)
         self.runner: CheckRunner = runner
-        # Plans a request and holds it against this worker (blocking: run it in a thread).
+        # A check request as JSON to the job to submit, planned and held against this worker
+        # (blocking: run it in a thread).
         self.prepare = Admission(limits, self.models, runner).prepare
         self._execution = Execution(self.store, runner, limits, self.models)
         self._stopped = False
@@ -131,9 +132,8 @@ class CheckService:
 
     # ------------------------------------------------------------------ requests
 
-    async def submit(
-        self, body: dict[str, Any], spec: CheckSpec, timeout_s: float, rendezvous: dict[str, Any] | None
-    ) -> Job:
+    async def submit(self, submission: Submission) -> Job:
+        """Store `submission` (from `prepare`) as a queued job and queue it."""
         if self.shutting_down:
             raise shutting_down()
         if self.queue_depth() >= self.limits.queue_size:
@@ -141,8 +141,7 @@ class CheckService:
             wait = math.ceil(self._execution.mean_check_s * busy / self.limits.concurrent_checks)
             raise queue_full(self.limits.queue_size, max(1, wait))
         job_id = uuid.uuid4().hex
-        payload = {"body": body, "spec": spec.to_json(), "timeout_s": timeout_s, "rendezvous": rendezvous}
-        job = await asyncio.to_thread(self.store.create, job_id, payload)
+        job = await asyncio.to_thread(self.store.create, job_id, submission.to_json())
         if self.shutting_down:  # the shutdown began while the job was written: it runs after a restart
             log.info("check %s queued during shutdown; it runs after a restart", job_id)
             return job
@@ -161,9 +160,8 @@ class CheckService:
             raise no_such_check(job_id)
         return job
 
-    async def list(self, limit: int, status: str | None) -> list[Job]:
-        wanted = JobStatus(status) if status is not None else None
-        return await asyncio.to_thread(self.store.recent, limit, wanted)
+    async def list(self, limit: int, status: JobStatus | None) -> list[Job]:
+        return await asyncio.to_thread(self.store.recent, limit, status)
 
     async def cancel(self, job_id: str) -> Job:
         job = await self.get(job_id)

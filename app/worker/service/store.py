@@ -13,6 +13,8 @@ from app.core.jobs import Job, JobStatus
 
 INTERRUPTED = "the server stopped while this check was running; submit it again"
 
+# `request` holds the job's Submission as JSON (the column keeps its first name: databases
+# outlive versions).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY,
@@ -60,16 +62,16 @@ class JobStore:
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
-            request=json.loads(row["request"]),
+            submission=json.loads(row["request"]),
             result=json.loads(row["result"]) if row["result"] else None,
             error=row["error"],
         )
 
-    def create(self, job_id: str, request: dict[str, Any]) -> Job:
+    def create(self, job_id: str, submission: dict[str, Any]) -> Job:
         with self._lock:
             self._db.execute(
                 "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
-                (job_id, JobStatus.QUEUED.value, now(), json.dumps(request)),
+                (job_id, JobStatus.QUEUED.value, now(), json.dumps(submission)),
             )
         job = self.get(job_id)
         assert job is not None

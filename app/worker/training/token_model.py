@@ -103,16 +103,15 @@ class TokenWorkload(Workload):
     the mean over a batch's valid tokens, `sum` their sum."""
 
     def __init__(self, seed: int, sequence_length: int | None, base: Workload | None = None) -> None:
-        super().__init__(seed)
         self.sequence_length = sequence_length or DEFAULT_SEQUENCE_LENGTH
         self.base = base
         if base is None:
-            self.name = "tokens"
             torch.manual_seed(seed)
             self.template = TinyLanguageModel()
-            self.dataset = TokenSequences(seed, self.sequence_length, size=1 << 30)
+            dataset: Dataset[Any] = TokenSequences(seed, self.sequence_length, size=1 << 30)
+            super().__init__("tokens", seed, dataset, mean_token_loss)
         else:
-            self.name = base.name
+            super().__init__(base.name, seed, base.dataset, base.loss_fn)
 
     @property
     def dataset_size(self) -> int | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -114,33 +115,35 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return x[0], y[0]
 
 
-class Workload:
-    """The synthetic model: deterministic weights and samples, a pure function of the seed."""
+class Workload(ABC):
+    """What a check trains, as the checks use it: fresh modules with the initial weights,
+    batches by sample index, the loss. One of SyntheticWorkload, Registered or (the tokens
+    check's) TokenWorkload."""
 
-    name = SYNTHETIC
-
-    def __init__(self, seed: int = 0) -> None:
+    def __init__(self, name: str, seed: int, dataset: Dataset[Any], loss_fn: LossFn | None) -> None:
+        self.name = name
         self.seed = seed
-        self.dataset: Dataset[Any] = SyntheticDataset(seed)
-        self.loss_fn: LossFn | None = half_squared_error
+        self.dataset = dataset
+        self.loss_fn = loss_fn
 
     @property
     def dataset_size(self) -> int | None:
-        return None  # any index is a sample
+        """How many samples the dataset has; None: any index is a sample."""
+        return None
 
+    @abstractmethod
     def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
         """A fresh model with the initial weights (`dtype` None: the model's own)."""
-        return build_model(self.seed, dtype or torch.float64, device)
 
+    @abstractmethod
     def batch(
         self, indices: Sequence[int], dtype: torch.dtype | None, device: torch.device
     ) -> tuple[Any, Any]:
-        return synthetic_batch(
-            torch.tensor(list(indices), dtype=torch.int64), self.seed, dtype or torch.float64, device
-        )
+        """Inputs and targets of samples `indices`."""
 
+    @abstractmethod
     def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
-        return batch_loss(module, x, y, reduction)
+        """The batch's loss, its mean or its sum over the samples."""
 
     def forward(self, module: nn.Module, x: Any) -> Any:
         return module(x)
@@ -156,10 +159,30 @@ class Workload:
         return False
 
 
+class SyntheticWorkload(Workload):
+    """The built-in model: deterministic weights and samples, a pure function of the seed."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(SYNTHETIC, seed, SyntheticDataset(seed), half_squared_error)
+
+    def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
+        return build_model(self.seed, dtype or torch.float64, device)
+
+    def batch(
+        self, indices: Sequence[int], dtype: torch.dtype | None, device: torch.device
+    ) -> tuple[Any, Any]:
+        return synthetic_batch(
+            torch.tensor(list(indices), dtype=torch.int64), self.seed, dtype or torch.float64, device
+        )
+
+    def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
+        return batch_loss(module, x, y, reduction)
+
+
 class Registered(Workload):
+    """A registered factory's (model, dataset, loss_fn), built once; each check trains a copy."""
+
     def __init__(self, name: str, target: str, seed: int = 0) -> None:
-        super().__init__(seed)
-        self.name = name
         self.target = target
         factory = self.factory = resolve(target)
         torch.manual_seed(seed)
@@ -186,11 +209,10 @@ class Registered(Workload):
             raise FactoryError(
                 f"{target}: the dataset has no len(); a check needs a map-style dataset"
             ) from err
+        super().__init__(name, seed, dataset, loss_fn)
         # Kept in the modes the factory chose: calling train() here would undo an eval-mode
         # batch norm or dropout, the very fixes the findings recommend.
         self.template = model
-        self.dataset = dataset
-        self.loss_fn = loss_fn
         self._size = int(size)
 
     @property
@@ -250,5 +272,5 @@ def _batch_len(x: Any) -> int:
 
 def load(name: str, target: str | None, seed: int) -> Workload:
     if name == SYNTHETIC or target is None:
-        return Workload(seed)
+        return SyntheticWorkload(seed)
     return Registered(name, target, seed)
