@@ -4,10 +4,8 @@ adjusted betas and eps), the one lr schedule, and the steps per epoch."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # common imports this module for the summary it writes
-    from app.core.exports.common import ExportInput
+from app.core.exports.export_types import ExportInput
 
 # The plan does not choose a momentum; every format writes this one, so an SGD plan runs the
 # same optimizer whichever export launches it (Goyal et al.'s ImageNet recipe uses 0.9).

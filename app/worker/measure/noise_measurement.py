@@ -56,42 +56,61 @@ def measure_noise_scale(
     """McCandlish et al.'s two-batch estimate over `spec.noise_steps` steps: each replica's
     gradient is a small batch, DDP's all-reduced gradient the big one (with one replica, the
     accumulation steps' micro-batches are the small batches). Rank 0 returns the estimate."""
-    sizes = spec.micro_batch_sizes()
-    scales = spec.loss_scales()
-    dp, g, G = spec.data_parallel_size, spec.gradient_accumulation_steps, spec.global_batch_size
-    per_micro = dp == 1
-    units = g if per_micro else dp
-    steps: list[noise_scale.StepEstimate] = []
-    parameters = [p for p in model.module.parameters() if p.requires_grad]
-    for step in range(spec.noise_steps):
-        batches = measurement_batches(spec, sizes, step, workload.dataset_size)
-        small = torch.zeros(units, dtype=torch.float64, device=device)
-        samples = torch.zeros(units, dtype=torch.float64, device=device)
-        for r in local:
-            groups = [[b] for b in batches[r]] if per_micro else [batches[r]]
-            for u, group in enumerate(groups):
-                unit = u if per_micro else r
-                small[unit] = (
-                    mean_gradient(model.module, workload, group, dtype, device).double().pow(2).sum()
-                )
-                samples[unit] = sum(len(b) for b in group)
-        dist.all_reduce(small)
-        dist.all_reduce(samples)
-        step_batches: list[Batch] = [(b, scales[r], spec.loss_reduction) for r in local for b in batches[r]]
-        big = ddp_gradient(model, step_batches, factor=factor, workload=workload, dtype=dtype, device=device)
-        steps.append(
-            noise_scale.step_estimate(
-                list(zip(small.tolist(), samples.tolist(), strict=True)), float(big.double().pow(2).sum()), G
-            )
-        )
-        if spec.noise_learning_rate > 0:
-            with torch.no_grad():
-                for p in parameters:
-                    if p.grad is not None:
-                        p.sub_(spec.noise_learning_rate * p.grad)
+    steps = [
+        _step_estimate(model, workload, spec, local, step, factor=factor, dtype=dtype, device=device)
+        for step in range(spec.noise_steps)
+    ]
     model.zero_grad(set_to_none=True)
     if dist.get_rank() != 0:
         return None
+    return _report(spec, steps)
+
+
+def _step_estimate(
+    model: DistributedDataParallel,
+    workload: Workload,
+    spec: CheckSpec,
+    local: range,
+    step: int,
+    *,
+    factor: float,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> noise_scale.StepEstimate:
+    """One step's |G|^2 at the small and the big batch (a collective: every rank calls it),
+    then the SGD step between measurements, if any."""
+    sizes, scales = spec.micro_batch_sizes(), spec.loss_scales()
+    per_micro = spec.data_parallel_size == 1
+    units = spec.gradient_accumulation_steps if per_micro else spec.data_parallel_size
+    batches = measurement_batches(spec, sizes, step, workload.dataset_size)
+    small = torch.zeros(units, dtype=torch.float64, device=device)
+    samples = torch.zeros(units, dtype=torch.float64, device=device)
+    for r in local:
+        groups = [[b] for b in batches[r]] if per_micro else [batches[r]]
+        for u, group in enumerate(groups):
+            unit = u if per_micro else r
+            small[unit] = mean_gradient(model.module, workload, group, dtype, device).double().pow(2).sum()
+            samples[unit] = sum(len(b) for b in group)
+    dist.all_reduce(small)
+    dist.all_reduce(samples)
+    step_batches: list[Batch] = [(b, scales[r], spec.loss_reduction) for r in local for b in batches[r]]
+    big = ddp_gradient(model, step_batches, factor=factor, workload=workload, dtype=dtype, device=device)
+    estimate = noise_scale.step_estimate(
+        list(zip(small.tolist(), samples.tolist(), strict=True)),
+        float(big.double().pow(2).sum()),
+        spec.global_batch_size,
+    )
+    if spec.noise_learning_rate > 0:
+        with torch.no_grad():
+            for p in model.module.parameters():
+                if p.requires_grad and p.grad is not None:
+                    p.sub_(spec.noise_learning_rate * p.grad)
+    return estimate
+
+
+def _report(spec: CheckSpec, steps: list[noise_scale.StepEstimate]) -> dict[str, Any]:
+    """The estimate over the steps, with a recommendation only where it can be trusted."""
+    G = spec.global_batch_size
     result = noise_scale.estimate(steps)
     out: dict[str, Any] = {
         "b_simple": result.b_simple,
@@ -102,7 +121,7 @@ def measure_noise_scale(
         "gradient_sq": result.gradient_sq,
         "trace": result.trace,
         "small_batch": steps[0].small_batch,
-        "small_batch_is": "micro_batch" if per_micro else "replica",
+        "small_batch_is": "micro_batch" if spec.data_parallel_size == 1 else "replica",
         "big_batch": G,
         "learning_rate": spec.noise_learning_rate,
         "history": [
