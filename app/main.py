@@ -28,7 +28,8 @@ from app.logging_setup import configure_logging
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    from app.worker.runner import CheckRunner
+    from app.worker.service.runner import CheckRunner
+    from app.worker.service.service import CheckService
 
 log = logging.getLogger("batchplan")
 
@@ -91,6 +92,41 @@ def _version() -> str:
         return "0+unknown"
 
 
+async def _start_worker(app: FastAPI, settings: Settings, runner: CheckRunner | None) -> CheckService | None:
+    """The started check service, or None with the reason in `app.state.worker_error` when an
+    enabled worker cannot start (the planner serves either way)."""
+    if not settings.worker_enabled:
+        return None
+    if runner is None and _torch_missing():
+        # The planner-only image, or an install without the `worker` extra: the planner
+        # serves and the worker says why it does not, as for an unusable job database.
+        app.state.worker_error = (
+            "the worker could not start: torch is not installed (install batchplan[worker], "
+            "use the worker image, or set BATCHPLAN_WORKER_ENABLED=false)"
+        )
+        log.error("%s", app.state.worker_error)
+        return None
+    from app.worker.service.limits import Limits
+    from app.worker.service.service import CheckService
+
+    service = None
+    try:
+        service = CheckService(
+            settings.jobs_db, Limits.from_settings(settings), models=settings.model_registry, runner=runner
+        )
+        service.observers.append(app.state.metrics.observe_check)
+        await service.start()
+    except (OSError, sqlite3.Error) as err:
+        # The planner still serves; the worker says why it does not (503 on /v1/checks*,
+        # /readyz) instead of the whole server failing to start.
+        app.state.worker_error = f"the worker could not start: job database {settings.jobs_db}: {err}"
+        log.error("%s", app.state.worker_error)
+        if service is not None:
+            await service.stop()
+        return None
+    return service
+
+
 def create_app(settings: Settings | None = None, runner: CheckRunner | None = None) -> FastAPI:
     """The app for `settings`; its checks run on `runner` (default: the warm rank pool)."""
     settings = settings or Settings()
@@ -100,36 +136,7 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The worker starts here, not at import: rank processes warm up in the background
         # while the planner already serves; /readyz and /v1/host tell when they are warm.
-        service = None
-        if settings.worker_enabled and runner is None and _torch_missing():
-            # The planner-only image, or an install without the `worker` extra: the planner
-            # serves and the worker says why it does not, as for an unusable job database.
-            app.state.worker_error = (
-                "the worker could not start: torch is not installed (install batchplan[worker], "
-                "use the worker image, or set BATCHPLAN_WORKER_ENABLED=false)"
-            )
-            log.error("%s", app.state.worker_error)
-        elif settings.worker_enabled:
-            from app.worker.limits import Limits
-            from app.worker.service import CheckService
-
-            try:
-                service = CheckService(
-                    settings.jobs_db,
-                    Limits.from_settings(settings),
-                    models=settings.model_registry,
-                    runner=runner,
-                )
-                service.observers.append(app.state.metrics.observe_check)
-                await service.start()
-            except (OSError, sqlite3.Error) as err:
-                # The planner still serves; the worker says why it does not (503 on
-                # /v1/checks*, /readyz) instead of the whole server failing to start.
-                app.state.worker_error = f"the worker could not start: job database {settings.jobs_db}: {err}"
-                log.error("%s", app.state.worker_error)
-                if service is not None:
-                    await service.stop()
-                service = None
+        service = await _start_worker(app, settings, runner)
         app.state.checks = service
         undo_signals = _on_shutdown_signals(service.begin_shutdown) if service is not None else None
         try:

@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     processes_per_host: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
         "auto",
         description="Warm rank processes: `auto` is one per GPU this process sees "
-        "(app.worker.limits.visible_gpus), or 4 on a host without GPUs.",
+        "(app.worker.service.limits.visible_gpus), or 4 on a host without GPUs.",
     )
     max_replicas_per_check: int = Field(4096, ge=1)
     queue_size: int = Field(16, ge=1, description="Checks that may wait; more get 429.")

@@ -29,7 +29,7 @@ import httpx
 from _common import ROOT
 
 from app.ports import free_port
-from app.worker.gradcheck import torchrun_argv
+from app.worker.contract.rank_command import torchrun_argv
 from tests.support.servers import serve
 
 

@@ -37,9 +37,9 @@ from _common import machine_line, table
 from bench_checks import check_over_http
 
 from app.core.micro_batch_search import budget_bytes
-from app.worker import example_models
-from app.worker.memory import probe
-from app.worker.workload import Registered
+from app.worker.measure.memory import probe
+from app.worker.training.workload import Registered
+from app.worker.zoo import example_models
 from tests.support.servers import Server, serve
 
 REPLICAS = 4

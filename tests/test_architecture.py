@@ -1,4 +1,7 @@
-"""Import rules: the core is pure standard library; the rank program never pulls in the web stack."""
+"""Import rules: the core is pure standard library; the rank program never pulls in the web stack;
+the worker's web side never imports torch; nothing imports the zoo of example models.
+
+Direct imports, read from the source (import-linter, run by CI, follows them indirectly too)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "app" / "core"
-GRADCHECK = ROOT / "app" / "worker" / "gradcheck.py"
+WORKER = ROOT / "app" / "worker"
+RANK_PROGRAM = WORKER / "rank" / "program.py"
+RANK_SIDE_ROOMS = ("rank", "checks", "measure", "training")
 WEB_STACK = ("fastapi", "pydantic", "pydantic_settings", "starlette", "uvicorn", "app.api", "app.schemas")
 
 
@@ -59,7 +64,15 @@ def test_core_imports_only_the_standard_library_and_itself(path: Path) -> None:
 
 
 def worker_files() -> list[Path]:
-    return sorted((ROOT / "app" / "worker").rglob("*.py"))
+    return sorted(WORKER.rglob("*.py"))
+
+
+def room_files(*rooms: str) -> list[Path]:
+    return sorted(p for room in rooms for p in (WORKER / room).rglob("*.py"))
+
+
+def ids(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("path", worker_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -75,7 +88,46 @@ def test_the_worker_imports_no_web_stack(path: Path) -> None:
 
 
 def test_the_rank_program_is_among_the_scanned() -> None:
-    assert GRADCHECK in worker_files()
+    assert RANK_PROGRAM in worker_files()
+
+
+@pytest.mark.parametrize("path", room_files("service", "contract"), ids=ids)
+def test_the_web_side_of_the_worker_imports_no_torch(path: Path) -> None:
+    """The web process never imports torch: the service names the rank server, never imports it."""
+    rank_side = tuple(f"app.worker.{room}" for room in (*RANK_SIDE_ROOMS, "zoo"))
+    offending = [
+        f"{ids(path)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if is_within(module, "torch") or any(is_within(module, room) for room in rank_side)
+    ]
+    assert offending == []
+
+
+@pytest.mark.parametrize("path", room_files(*RANK_SIDE_ROOMS, "contract"), ids=ids)
+def test_the_rank_side_imports_nothing_of_the_web_process(path: Path) -> None:
+    offending = [
+        f"{ids(path)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if is_within(module, "app.worker.service")
+    ]
+    assert offending == []
+
+
+def app_files_outside_the_zoo() -> list[Path]:
+    zoo = WORKER / "zoo"
+    # The top-level re-exports (app.worker.example_models, ...) are the zoo's public names.
+    names = set(WORKER.glob("example_*.py"))
+    return sorted(p for p in (ROOT / "app").rglob("*.py") if zoo not in p.parents and p not in names)
+
+
+@pytest.mark.parametrize("path", app_files_outside_the_zoo(), ids=ids)
+def test_nothing_imports_the_zoo(path: Path) -> None:
+    offending = [
+        f"{ids(path)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if is_within(module, "app.worker.zoo") or module.startswith("app.worker.example_")
+    ]
+    assert offending == []
 
 
 def test_the_scanner_resolves_and_catches_imports() -> None:

@@ -11,9 +11,7 @@ from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Unavailable
-from app.core.jobs import Job
-from app.core.jobs import JobStatus as Status
-from app.core.model_registry import SYNTHETIC
+from app.core.jobs import Job, JobStatus
 from app.core.problems import domain_problem, problem_body
 from app.schemas.checks import (
     CHECK_EXAMPLES,
@@ -22,10 +20,9 @@ from app.schemas.checks import (
     CheckModelsOut,
     CheckRequestIn,
     HostOut,
-    JobStatus,
+    StatusQuery,
 )
-from app.worker.request import check_options
-from app.worker.service import CheckService, no_such_check, queue_full, shutting_down
+from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
 
@@ -56,8 +53,8 @@ _FINISHED = problem_response(
     "Already finished.",
     {
         "already_finished": refusal(
-            lambda: Job(_EXAMPLE_ID, Status.SUCCEEDED, "2026-01-01T00:00:00Z", {}).check_transition(
-                Status.CANCELLED
+            lambda: Job(_EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}).check_transition(
+                JobStatus.CANCELLED
             )
         )
     },
@@ -95,29 +92,18 @@ async def create_check(
     """Plan the request, run one data-parallel training step with `torch.distributed` on the
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
-    stored = body.model_dump(mode="json")
-    options = check_options(stored, registered=body.model != SYNTHETIC)
-    rendezvous = body.rendezvous.model_dump() if body.rendezvous else None
-    spec, timeout = await asyncio.to_thread(
-        service.prepare,
-        body.plan.to_core(),
-        dtype=body.dtype,
-        seed=body.seed,
-        backend=body.backend,
-        timeout_s=body.timeout_s,
-        rendezvous=rendezvous,
-        options=options,
-    )
-    job = await service.submit(stored, spec, timeout, rendezvous)
+    submission = await asyncio.to_thread(service.prepare, body.model_dump(mode="json"))
+    job = await service.submit(submission)
     response.headers["Location"] = f"/v1/checks/{job.id}"
     return CheckJobOut.from_job(job)
 
 
 @router.get("/checks", summary="Recent checks, newest first", responses=_PROBLEMS)
 async def list_checks(
-    service: Service, limit: Annotated[int, Query(ge=1, le=500)] = 50, status: JobStatus | None = None
+    service: Service, limit: Annotated[int, Query(ge=1, le=500)] = 50, status: StatusQuery | None = None
 ) -> CheckListOut:
-    return CheckListOut(checks=[CheckJobOut.from_job(j) for j in await service.list(limit, status)])
+    wanted = JobStatus(status) if status is not None else None
+    return CheckListOut(checks=[CheckJobOut.from_job(j) for j in await service.list(limit, wanted)])
 
 
 @router.get("/checks/{check_id}", summary="One check", responses=_PROBLEMS)

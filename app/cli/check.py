@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 
@@ -17,10 +17,7 @@ from app.cli.output import client_errors, fail, show_check
 from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
 from app.client import BatchplanError, CheckTimeout, Json
-
-# The worker's BACKENDS and DTYPES (app/worker/spec.py), as Literals: typer lists and checks them.
-Backend = Literal["auto", "gloo", "nccl"]
-DType = Literal["float64", "float32"]
+from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, DType
 
 CheckRequestFile = Annotated[
     Path | None,
@@ -68,8 +65,8 @@ class CheckFlags:
     noise_steps: Annotated[
         int | None,
         typer.Option(
-            help="Steps that measure the gradient noise scale (default: 8 for a registered model or factory, "
-            "else 0).",
+            help=f"Steps that measure the gradient noise scale (default: {DEFAULT_NOISE_STEPS} for a "
+            "registered model or factory, else 0).",
             show_default=False,
         ),
     ] = None

@@ -20,10 +20,10 @@ from pydantic import ValidationError
 from app.cli.output import fail, validation_problem_of
 from app.cli.progress import local_phase
 from app.client import Json
-from app.core.errors import PlanError
-from app.core.planner import plan as plan_locally
+from app.core.errors import DomainError
 from app.core.problems import domain_problem
 from app.ports import free_port
+from app.worker.contract.rank_command import RANK_PROGRAM, torchrun_argv
 
 # "direct" starts the ranks here; "torchrun" starts one torchrun, which starts them.
 Launcher = Literal["direct", "torchrun"]
@@ -66,91 +66,105 @@ def run_local_check(
     }
     with tempfile.TemporaryDirectory(prefix="batchplan-check-") as tmp:
         folder = Path(tmp)
-        request_file = folder / "request.json"
-        request_file.write_text(json.dumps(body))
-        base_env = {
-            **os.environ,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "WORLD_SIZE": str(processes),
-            "LOCAL_WORLD_SIZE": str(processes),
-        }
-        base_env.setdefault("OMP_NUM_THREADS", "1")
-        if sys.platform.startswith("linux"):
-            base_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
-        extra = ["--timeout-s", f"{timeout_s:g}"]
-        if model_factory:
-            extra += ["--model-factory", model_factory]
-        argv = [sys.executable, "-m", "app.worker.gradcheck", "--request-file", str(request_file), *extra]
-        launches = [{"RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(processes)]
-        if launcher == "torchrun":
-            from app.worker.gradcheck import torchrun_argv
-
-            argv = torchrun_argv(
-                json.dumps(body),
-                nproc_per_node=processes,
-                rdzv_endpoint=f"127.0.0.1:{base_env['MASTER_PORT']}",
-                extra=extra,
-            )
-            launches = [{}]
-            for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-                base_env.pop(key)  # torchrun sets them for its ranks
-        ranks: list[subprocess.Popen[bytes]] = []
-        started = time.monotonic()
+        argv, env, launches = _launch(body, folder, processes, timeout_s, model_factory, launcher)
         if on_progress is not None:
             on_progress(f"starting {processes} ranks" + (" under torchrun" if launcher == "torchrun" else ""))
+        ranks: list[subprocess.Popen[bytes]] = []
         try:
             for rank, launch in enumerate(launches):
-                env = {**base_env, **launch}
                 with (
                     (folder / f"rank{rank}.out").open("wb") as out,
                     (folder / f"rank{rank}.err").open("wb") as err,
                 ):
                     ranks.append(
-                        subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+                        subprocess.Popen(
+                            argv, env={**env, **launch}, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+                        )
                     )
-            while True:
-                codes = [r.poll() for r in ranks]
-                elapsed = time.monotonic() - started
-                if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
-                    break
-                if elapsed > timeout_s:
-                    job.update(
-                        status="failed", error=f"the check did not finish within timeout_s={timeout_s:g}"
-                    )
-                    return job
-                if on_progress is not None:
-                    on_progress(local_phase(codes))
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    ranks[0].wait(timeout=0.2)
+            if not _wait(ranks, timeout_s, on_progress):
+                job.update(status="failed", error=f"the check did not finish within timeout_s={timeout_s:g}")
+                return job
         finally:
             for r in ranks:
                 if r.poll() is None:
                     r.kill()
                 r.wait()
             job["finished_at"] = _now()
-        failed = [(i, r.returncode) for i, r in enumerate(ranks) if r.returncode != 0]
-        if failed:
-            rank, code = failed[0]
-            job.update(
-                status="failed",
-                error=f"rank {rank} exited with {code}: {_tail(folder / f'rank{rank}.err') or 'no output'}",
-            )
-            return job
-        lines = _tail(folder / "rank0.out", 10**7).splitlines()
-        try:
-            job.update(status="succeeded", result=json.loads(lines[-1]))
-        except (IndexError, ValueError):
-            job.update(status="failed", error=f"rank 0 printed no result: {_tail(folder / 'rank0.err')}")
+        job.update(_outcome(ranks, folder))
         return job
+
+
+def _launch(
+    body: Json, folder: Path, processes: int, timeout_s: float, model_factory: str | None, launcher: Launcher
+) -> tuple[list[str], dict[str, str], list[dict[str, str]]]:
+    """The command, the environment every process shares, and each one's own variables."""
+    request_file = folder / "request.json"
+    request_file.write_text(json.dumps(body))
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "WORLD_SIZE": str(processes),
+        "LOCAL_WORLD_SIZE": str(processes),
+    }
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
+    extra = ["--timeout-s", f"{timeout_s:g}"]
+    if model_factory:
+        extra += ["--model-factory", model_factory]
+    if launcher == "direct":
+        argv = [sys.executable, "-m", RANK_PROGRAM, "--request-file", str(request_file), *extra]
+        return argv, env, [{"RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(processes)]
+    endpoint = f"127.0.0.1:{env['MASTER_PORT']}"
+    for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(key)  # torchrun sets them for its ranks
+    return (
+        torchrun_argv(json.dumps(body), nproc_per_node=processes, rdzv_endpoint=endpoint, extra=extra),
+        env,
+        [{}],
+    )
+
+
+def _wait(
+    ranks: list[subprocess.Popen[bytes]], timeout_s: float, on_progress: Callable[[str], None] | None
+) -> bool:
+    """Until every rank exited, or one failed; False when the time ran out first."""
+    started = time.monotonic()
+    while True:
+        codes = [r.poll() for r in ranks]
+        if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+            return True
+        if time.monotonic() - started > timeout_s:
+            return False
+        if on_progress is not None:
+            on_progress(local_phase(codes))
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            ranks[0].wait(timeout=0.2)
+
+
+def _outcome(ranks: list[subprocess.Popen[bytes]], folder: Path) -> Json:
+    """The job's status and its result (rank 0's last line) or error (the first failed rank's)."""
+    failed = [(i, r.returncode) for i, r in enumerate(ranks) if r.returncode != 0]
+    if failed:
+        rank, code = failed[0]
+        return {
+            "status": "failed",
+            "error": f"rank {rank} exited with {code}: {_tail(folder / f'rank{rank}.err') or 'no output'}",
+        }
+    lines = _tail(folder / "rank0.out", 10**7).splitlines()
+    try:
+        return {"status": "succeeded", "result": json.loads(lines[-1])}
+    except (IndexError, ValueError):
+        return {"status": "failed", "error": f"rank 0 printed no result: {_tail(folder / 'rank0.err')}"}
 
 
 def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[Json, int]:
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
-    from app.worker.mesh_spec import mesh_world
-    from app.worker.spec import SpecError, spec_from_plan
+    from app.worker.contract.mesh_spec import mesh_world
+    from app.worker.contract.request import build_spec, check_request
 
     try:
         check = CheckRequestIn.model_validate(body)
@@ -167,19 +181,12 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
             fail({"detail": unknown_model(check.model, list(registered)) + "; or give --model-factory"})
     if check.rendezvous is not None:
         fail({"detail": "a multi-node check (rendezvous) needs --url: the worker on every node joins it"})
+    stored = check.model_dump(mode="json")
     try:
-        core_request = check.plan.to_core()
-        spec = spec_from_plan(
-            plan_locally(core_request),
-            dtype=check.dtype,
-            seed=check.seed,
-            backend=check.backend,
-            dataset=core_request.dataset,
-        )
-    except SpecError as err:
+        # Built as the rank program builds it, so the same requests are refused here, at once.
+        spec = build_spec(check_request({**stored, "model": model_factory or check.model}))
+    except DomainError as err:
         fail(domain_problem(err))
-    except PlanError as err:
-        fail(domain_problem(err.under("/plan")))  # it names a field of the plan, which sits under /plan here
     # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.
     ranks = mesh_world(spec.mesh) if spec.mesh is not None else spec.data_parallel_size
-    return check.model_dump(mode="json"), ranks
+    return stored, ranks

@@ -7,56 +7,25 @@ Two kinds of split:
   or divisibility "balance"), every replica with the same accumulation count.
 
 Infeasible requests raise InfeasiblePlan with suggestions; each suggested value is
-checked by solving the request again with that one value substituted.
+checked by solving the request again with that one value substituted. The problem and its
+solution are in batch_problem, the proportional split in batch_proportional.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
+from app.core.batch_problem import BatchProblem as BatchProblem  # noqa: PLC0414  (re-exported)
+from app.core.batch_problem import BatchSolution as BatchSolution  # noqa: PLC0414  (re-exported)
+from app.core.batch_problem import NoFit, moved_warning
+from app.core.batch_proportional import capped_layout, nearest_total, solve_proportional
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
 from app.core.plan_types import MAX_SAFE_INTEGER, Divisibility
-from app.core.split import Share, proportional_shares
-from app.core.topology import Layout, Segment, uniform_layout
-
-_SEARCH_STEPS = 512  # bounded scans keep every answer within milliseconds
-
-
-@dataclass(frozen=True, slots=True)
-class BatchProblem:
-    layout: Layout
-    global_batch_size: int | None
-    micro_batch_size: int | None
-    gradient_accumulation_steps: int | None
-    divisibility: Divisibility
-    proportional: bool
-
-    @property
-    def strict(self) -> bool:
-        return self.divisibility in (Divisibility.EXACT, Divisibility.BALANCE)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchSolution:
-    global_batch_size: int
-    gradient_accumulation_steps: int
-    shares: tuple[Share, ...]
-    warnings: tuple[str, ...]
-
-    @property
-    def even(self) -> bool:
-        return len({s.samples for s in self.shares}) == 1
-
-
-class _NoFit(Exception):
-    """Internal: the problem has no solution; the caller builds the user-facing error."""
-
-    def __init__(self, detail: str, pointer: str) -> None:
-        super().__init__(detail)
-        self.detail, self.pointer = detail, pointer
+from app.core.split import Share
+from app.core.topology import Layout, uniform_layout
 
 
 def choose_split(
@@ -74,14 +43,14 @@ def choose_split(
 def solve(problem: BatchProblem) -> BatchSolution:
     try:
         return _solve(problem)
-    except _NoFit as err:
+    except NoFit as err:
         raise InfeasiblePlan(err.detail, pointer=err.pointer, suggestions=suggest(problem)) from None
 
 
 def feasible_as_given(problem: BatchProblem) -> bool:
     try:
         _solve(replace(problem, divisibility=_strict_policy(problem)), shares=False)
-    except (_NoFit, InvalidValue):
+    except (NoFit, InvalidValue):
         return False
     return True
 
@@ -97,16 +66,10 @@ def _solve(p: BatchProblem, shares: bool = True) -> BatchSolution:
         raise InvalidValue(
             "give global_batch_size or micro_batch_size (or both)", pointer="/global_batch_size"
         )
-    return _solve_proportional(p, shares) if p.proportional else _solve_even(p)
+    return solve_proportional(p, shares) if p.proportional else _solve_even(p)
 
 
 # ---------------------------------------------------------------- even split
-
-
-def _moved(old: int, new: int, policy: Divisibility, why: str) -> tuple[str, ...]:
-    if old == new:
-        return ()
-    return (f"global batch moved from {old} to {new} ({policy.value}): {why}",)
 
 
 def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tuple[int, tuple[str, ...]]:
@@ -118,24 +81,24 @@ def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tu
         return G, ()
     if p.strict:
         if G % unit == 0 and most is not None:
-            raise _NoFit(
+            raise NoFit(
                 f"global_batch_size {G} needs micro-batches of {G // unit}, above the "
                 f"cap of {p.layout.uniform_cap} (max_micro_batch_size): with "
                 f"accumulation {p.gradient_accumulation_steps} it can be at most {most}",
                 "/global_batch_size",
             )
-        raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
+        raise NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
     if p.divisibility is Divisibility.ROUND_DOWN:
         value = min(G // unit * unit, most if most is not None else G)
         if value < unit:
-            raise _NoFit(
+            raise NoFit(
                 f"no global batch at or below {G} is {why}; the smallest is {unit}", "/global_batch_size"
             )
     else:
         value = ceil_div(G, unit) * unit
         if (most is not None and value > most) or value > MAX_SAFE_INTEGER:
-            raise _NoFit(f"no global batch at or above {G} is {why}", "/global_batch_size")
-    return value, _moved(G, value, p.divisibility, why)
+            raise NoFit(f"no global batch at or above {G} is {why}", "/global_batch_size")
+    return value, moved_warning(G, value, p.divisibility, why)
 
 
 def _even_shares(layout: Layout, micro: int) -> tuple[Share, ...]:
@@ -147,7 +110,7 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
     cap = p.layout.uniform_cap
     G, m, g = p.global_batch_size, p.micro_batch_size, p.gradient_accumulation_steps
     if m is not None and cap is not None and m > cap:
-        raise _NoFit(
+        raise NoFit(
             f"micro_batch_size {m} is above the cap of {cap} samples per replica (max_micro_batch_size)",
             "/micro_batch_size",
         )
@@ -157,13 +120,13 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
         g = g or 1
         G = m * g * D
         if G > MAX_SAFE_INTEGER:
-            raise _NoFit(
+            raise NoFit(
                 f"micro {m} x accumulation {g} x {D} replicas = {G} is above the limit of {MAX_SAFE_INTEGER}",
                 "/micro_batch_size",
             )
     elif m is not None and g is not None:
         if G != m * g * D:
-            raise _NoFit(
+            raise NoFit(
                 f"global_batch_size {G} != micro_batch_size {m} x gradient_accumulation_steps "
                 f"{g} x data_parallel_size {D} = {m * g * D}",
                 "/global_batch_size",
@@ -185,99 +148,6 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
         assert g is not None  # per_replica itself always qualifies
         m = per_replica // g
     return BatchSolution(G, g, _even_shares(p.layout, m), warnings)
-
-
-# ---------------------------------------------------------- proportional split
-
-
-def _capped_layout(p: BatchProblem) -> Layout:
-    """Balance with a fixed micro_batch_size: that size is every replica's ceiling."""
-    m = p.micro_batch_size
-    if m is None:
-        return p.layout
-    segments = tuple(
-        Segment(s.start, s.stop, s.node_group, s.throughput, m if s.cap is None else min(m, s.cap))
-        for s in p.layout.segments
-    )
-    return replace(p.layout, segments=segments)
-
-
-def _fits_total(total: int, D: int, capacity: int | None) -> int | None:
-    """Smallest accumulation g with g | total and D <= total/g <= capacity."""
-    low = ceil_div(total, capacity) if capacity else 1
-    return smallest_divisor_at_least(total, low, total // D)
-
-
-def _scan(start: int, step: int, ok: Callable[[int], bool]) -> int | None:
-    value = start
-    for _ in range(_SEARCH_STEPS):
-        if value < 1 or value > MAX_SAFE_INTEGER:
-            return None
-        if ok(value):
-            return value
-        value += step
-    return None
-
-
-def _nearest_total(G: int, D: int, capacity: int | None, up: bool) -> int | None:
-    """Nearest global batch at or beyond G (in the policy's direction) that some
-    accumulation count splits into micro-steps of D..capacity samples."""
-    if up:
-        if G <= D:
-            return D
-        if capacity is None or G <= capacity:
-            return G
-        found = _scan(G, 1, lambda x: _fits_total(x, D, capacity) is not None)
-        fallback = capacity * ceil_div(G, capacity)  # g = ceil(G/C), full micro-steps
-        return found if found is not None else (fallback if fallback <= MAX_SAFE_INTEGER else None)
-    if G < D:
-        return None
-    if capacity is None or G <= capacity:
-        return G
-    found = _scan(G, -1, lambda x: _fits_total(x, D, capacity) is not None)
-    return found if found is not None else capacity * (G // capacity)
-
-
-def _solve_proportional(p: BatchProblem, with_shares: bool) -> BatchSolution:
-    layout = _capped_layout(p)
-    D, C = layout.data_parallel_size, layout.capacity
-    G, g = p.global_batch_size, p.gradient_accumulation_steps
-    assert G is not None  # choose_split picks an even split without one
-    warnings: tuple[str, ...] = ()
-    room = f"between {D} (one sample per replica)" + (f" and {C} (every cap full)" if C else "")
-    if g is not None:
-        most = g * C if C is not None else None
-        fits = G % g == 0 and G // g >= D and (most is None or G <= most)
-        if not fits:
-            why = f"a multiple of accumulation {g} whose micro-step total lies {room}"
-            if p.strict:
-                raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
-            if p.divisibility is Divisibility.ROUND_DOWN:
-                value = g * min(G // g, C if C is not None else G)
-                if value // g < D:
-                    raise _NoFit(f"no global batch at or below {G} is {why}", "/global_batch_size")
-            else:
-                value = g * max(ceil_div(G, g), D)
-                if (most is not None and value > most) or value > MAX_SAFE_INTEGER:
-                    raise _NoFit(f"no global batch at or above {G} is {why}", "/global_batch_size")
-            warnings = _moved(G, value, p.divisibility, why)
-            G = value
-    else:
-        found = _fits_total(G, D, C)
-        if found is None:
-            why = f"divisible by an accumulation count whose micro-step total lies {room}"
-            if p.strict:
-                raise _NoFit(f"global_batch_size {G} is not {why}", "/global_batch_size")
-            moved = _nearest_total(G, D, C, up=p.divisibility is Divisibility.ROUND_UP)
-            if moved is None:
-                raise _NoFit(f"no global batch at or below {G} is {why}", "/global_batch_size")
-            warnings = _moved(G, moved, p.divisibility, why)
-            G = moved
-            found = _fits_total(G, D, C)
-        assert found is not None
-        g = found
-    shares = proportional_shares(G // g, layout.segments) if with_shares else []
-    return BatchSolution(G, g, tuple(shares), warnings)
 
 
 # ------------------------------------------------------------------ suggestions
@@ -307,16 +177,16 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
     if G is not None:
         globals_: list[int] = []
         if p.proportional:
-            C = _capped_layout(p).capacity
+            C = capped_layout(p).capacity
             if g is not None:
                 k = G // g
                 globals_ = [g * j for j in (k - 1, k, k + 1, k + 2, D, C or D) if j >= 1]
             else:
                 for up in (False, True):
-                    v = _nearest_total(G, D, C, up)
+                    v = nearest_total(G, D, C, up)
                     if v is not None:
                         globals_.append(v)
-                        nxt = _nearest_total(v - 1 if not up else v + 1, D, C, up)
+                        nxt = nearest_total(v - 1 if not up else v + 1, D, C, up)
                         if nxt is not None:
                             globals_.append(nxt)
         elif m is not None and g is not None:
@@ -358,7 +228,7 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
             ),
         )
     elif G is not None:
-        C = _capped_layout(p).capacity
+        C = capped_layout(p).capacity
         accums = _divisors_near(G, g or 1, lambda d: G // d >= D and (C is None or G // d <= C))
         out["gradient_accumulation_steps"] = _checked(p, "gradient_accumulation_steps", accums, g or 1)
     elif m is not None:

@@ -42,104 +42,16 @@ def explain(
         f"{parallelism.pipeline} x context {parallelism.context} = {mp} give {dp} "
         f"data-parallel replicas; the batch is split over replicas, not over GPUs."
     ]
-    per_step = global_batch // accumulation
-    if common_micro is not None:
-        out.append(
-            f"Yes, split the batch: each replica takes a micro-batch of {common_micro} and "
-            f"accumulates {accumulation} per optimizer step: {common_micro} x {accumulation} x "
-            f"{dp} = {global_batch}, the global batch."
-        )
-        # DataParallel's loader batch is one micro-step over all GPUs: the whole batch only
-        # without accumulation.
-        data_parallel = (
-            f"the whole batch per step, {per_step}"
-            if accumulation == 1
-            else f"one micro-step's batch, {common_micro} x {dp} = {per_step}, and {accumulation} "
-            f"accumulated micro-steps make the global batch of {global_batch}"
-        )
-        out.append(
-            f"Under DistributedDataParallel every process builds its own loader: "
-            f"DataLoader(dataset, batch_size={common_micro}, sampler=DistributedSampler(dataset, "
-            f"num_replicas={dp}, rank=data_parallel_rank)). Under DataParallel one process "
-            f"feeds all GPUs, so there batch_size is {data_parallel}."
-        )
-    else:
-        listed = ", ".join(
-            f"{_ranks(g)} ({g.node_group}) take {g.micro_batch_size}" for g in groups[:_MAX_LISTED]
-        )
-        more = f", and {len(groups) - _MAX_LISTED} more groups" if len(groups) > _MAX_LISTED else ""
-        basis = "throughput" if by_throughput else "equal shares, largest remainder first"
-        out.append(
-            f"Each micro-step's {per_step} samples are shared out by {basis}: {listed}{more}; "
-            f"every replica accumulates {accumulation} micro-batch{'es' if accumulation > 1 else ''}, "
-            f"{global_batch} samples "
-            f"in all."
-        )
-        out.append(
-            "Under DistributedDataParallel each rank builds its loader with its own "
-            "batch_size from replica_groups and the proportional sampler, so every rank runs "
-            "the same number of micro-steps and no rank waits at the all-reduce."
-        )
+    out += _split_sentences(dp, global_batch, accumulation, groups, common_micro, by_throughput)
     if accumulation > 1:
         out.append(
             f"Run the first {accumulation - 1} of every {accumulation} micro-batches inside "
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
             f"optimizer."
         )
-    # No scales under loss_normalization token: app.core.tokens explains what each rank does.
-    scales = sorted({g.loss_scale for g in groups if g.loss_scale is not None})
-    scale_text = ""
-    if scales:
-        scale_text = f"{scales[0]:g}" if len(scales) == 1 else f"{scales[0]:g} to {scales[-1]:g}"
-    if not scales:
-        pass
-    elif reduction is LossReduction.SUM:
-        out.append(
-            f"Losses are summed, so multiply each micro-batch loss by data_parallel_size / "
-            f"global batch ({dp}/{global_batch} = {scale_text}): DDP's mean over {dp} replicas "
-            f"then equals the gradient of the mean loss over all {global_batch} samples."
-        )
-    elif common_micro is None:
-        out.append(
-            f"Replicas see different numbers of samples but DDP weighs their gradients "
-            f"equally; multiplying each replica's mean loss by data_parallel_size x its "
-            f"micro-batch / global batch ({scale_text} here) makes the average exactly the "
-            f"gradient of the mean loss over all {global_batch} samples."
-        )
-    elif accumulation > 1:
-        out.append(
-            f"Multiply each micro-batch's mean loss by loss_scale = 1/{accumulation} = "
-            f"{scale_text}, so the accumulated gradient is a mean over the step, not a sum."
-        )
+    out += _scale_sentences(dp, global_batch, accumulation, groups, common_micro, reduction)
     if lr is not None:
-        law = {
-            "linear": f"linear rule {lr.base_lr:g} x {global_batch}/{lr.base_batch_size}",
-            "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
-            "none": "no scaling",
-        }[lr.rule]
-        if lr.base_batch_tokens is not None and sequence_length is not None:
-            tokens = f"{global_batch * sequence_length}/{lr.base_batch_tokens} tokens"
-            law = {
-                "linear": f"linear rule {lr.base_lr:g} x {tokens}",
-                "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({tokens})",
-                "none": "no scaling",
-            }[lr.rule]
-        text = (
-            f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
-            f"learning rate is scaled against that, not against one GPU's micro-batch: "
-            f"{law} = {lr.lr:g}"
-        )
-        if lr.warmup_steps:
-            text += (
-                f", warmed up linearly from {lr.warmup_start_lr:g} over {lr.warmup_steps} "
-                f"optimizer steps (Goyal et al. 2017)"
-            )
-        out.append(text + ".")
-        if lr.adam is not None:
-            out.append(
-                f"For {lr.optimizer} the square-root rule also moves beta1 to {lr.adam.beta1:g}, "
-                f"beta2 to {lr.adam.beta2:g} and eps to {lr.adam.eps:g} (Malladi et al. 2022)."
-            )
+        out += _learning_rate_sentences(lr, global_batch, sequence_length)
     if sampler is not None and sampler.shuffle:
         out.append(
             f"Call sampler.set_epoch(epoch) before every epoch: the sampler shuffles with "
@@ -152,19 +64,135 @@ def explain(
             f"{sampler.optimizer_steps_per_epoch} optimizer steps per replica."
         )
     if efficiency is not None:
-        e = efficiency
-        noise = readable(e.gradient_noise_scale)
-        if e.gradient_noise_scale_stderr:
-            noise += f" +/- {readable(e.gradient_noise_scale_stderr)}"
+        out.append(_efficiency_sentence(efficiency, global_batch))
+    return out
+
+
+def _split_sentences(
+    dp: int,
+    global_batch: int,
+    accumulation: int,
+    groups: tuple[ReplicaGroup, ...],
+    common_micro: int | None,
+    by_throughput: bool,
+) -> list[str]:
+    """How the batch is split, and how each process builds its loader for it."""
+    per_step = global_batch // accumulation
+    if common_micro is not None:
+        # DataParallel's loader batch is one micro-step over all GPUs: the whole batch only
+        # without accumulation.
+        data_parallel = (
+            f"the whole batch per step, {per_step}"
+            if accumulation == 1
+            else f"one micro-step's batch, {common_micro} x {dp} = {per_step}, and {accumulation} "
+            f"accumulated micro-steps make the global batch of {global_batch}"
+        )
+        return [
+            f"Yes, split the batch: each replica takes a micro-batch of {common_micro} and "
+            f"accumulates {accumulation} per optimizer step: {common_micro} x {accumulation} x "
+            f"{dp} = {global_batch}, the global batch.",
+            f"Under DistributedDataParallel every process builds its own loader: "
+            f"DataLoader(dataset, batch_size={common_micro}, sampler=DistributedSampler(dataset, "
+            f"num_replicas={dp}, rank=data_parallel_rank)). Under DataParallel one process "
+            f"feeds all GPUs, so there batch_size is {data_parallel}.",
+        ]
+    listed = ", ".join(
+        f"{_ranks(g)} ({g.node_group}) take {g.micro_batch_size}" for g in groups[:_MAX_LISTED]
+    )
+    more = f", and {len(groups) - _MAX_LISTED} more groups" if len(groups) > _MAX_LISTED else ""
+    basis = "throughput" if by_throughput else "equal shares, largest remainder first"
+    return [
+        f"Each micro-step's {per_step} samples are shared out by {basis}: {listed}{more}; "
+        f"every replica accumulates {accumulation} micro-batch{'es' if accumulation > 1 else ''}, "
+        f"{global_batch} samples "
+        f"in all.",
+        "Under DistributedDataParallel each rank builds its loader with its own "
+        "batch_size from replica_groups and the proportional sampler, so every rank runs "
+        "the same number of micro-steps and no rank waits at the all-reduce.",
+    ]
+
+
+def _scale_sentences(
+    dp: int,
+    global_batch: int,
+    accumulation: int,
+    groups: tuple[ReplicaGroup, ...],
+    common_micro: int | None,
+    reduction: LossReduction,
+) -> list[str]:
+    """What each micro-batch's loss is multiplied by, and why."""
+    # No scales under loss_normalization token: app.core.tokens explains what each rank does.
+    scales = sorted({g.loss_scale for g in groups if g.loss_scale is not None})
+    if not scales:
+        return []
+    scale_text = f"{scales[0]:g}" if len(scales) == 1 else f"{scales[0]:g} to {scales[-1]:g}"
+    if reduction is LossReduction.SUM:
+        return [
+            f"Losses are summed, so multiply each micro-batch loss by data_parallel_size / "
+            f"global batch ({dp}/{global_batch} = {scale_text}): DDP's mean over {dp} replicas "
+            f"then equals the gradient of the mean loss over all {global_batch} samples."
+        ]
+    if common_micro is None:
+        return [
+            f"Replicas see different numbers of samples but DDP weighs their gradients "
+            f"equally; multiplying each replica's mean loss by data_parallel_size x its "
+            f"micro-batch / global batch ({scale_text} here) makes the average exactly the "
+            f"gradient of the mean loss over all {global_batch} samples."
+        ]
+    if accumulation > 1:
+        return [
+            f"Multiply each micro-batch's mean loss by loss_scale = 1/{accumulation} = "
+            f"{scale_text}, so the accumulated gradient is a mean over the step, not a sum."
+        ]
+    return []
+
+
+def _learning_rate_sentences(
+    lr: LearningRatePlan, global_batch: int, sequence_length: int | None
+) -> list[str]:
+    law = {
+        "linear": f"linear rule {lr.base_lr:g} x {global_batch}/{lr.base_batch_size}",
+        "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
+        "none": "no scaling",
+    }[lr.rule]
+    if lr.base_batch_tokens is not None and sequence_length is not None:
+        tokens = f"{global_batch * sequence_length}/{lr.base_batch_tokens} tokens"
+        law = {
+            "linear": f"linear rule {lr.base_lr:g} x {tokens}",
+            "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({tokens})",
+            "none": "no scaling",
+        }[lr.rule]
+    text = (
+        f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
+        f"learning rate is scaled against that, not against one GPU's micro-batch: "
+        f"{law} = {lr.lr:g}"
+    )
+    if lr.warmup_steps:
+        text += (
+            f", warmed up linearly from {lr.warmup_start_lr:g} over {lr.warmup_steps} "
+            f"optimizer steps (Goyal et al. 2017)"
+        )
+    out = [text + "."]
+    if lr.adam is not None:
         out.append(
-            f"A gradient noise scale of {noise} samples puts the critical batch near "
-            f"{readable(e.critical_batch_size)} (McCandlish et al. 2018: (S/S_min - 1)(E/E_min - 1) "
-            f"= 1): global batch {global_batch} needs {readable(e.steps_vs_min)}x the fewest "
-            f"possible optimizer steps and {readable(e.samples_vs_min)}x the fewest possible "
-            f"samples, a step efficiency of {readable(e.step_efficiency * 100)}% and a sample "
-            f"efficiency of {readable(e.sample_efficiency * 100)}%."
+            f"For {lr.optimizer} the square-root rule also moves beta1 to {lr.adam.beta1:g}, "
+            f"beta2 to {lr.adam.beta2:g} and eps to {lr.adam.eps:g} (Malladi et al. 2022)."
         )
     return out
+
+
+def _efficiency_sentence(e: BatchEfficiency, global_batch: int) -> str:
+    noise = readable(e.gradient_noise_scale)
+    if e.gradient_noise_scale_stderr:
+        noise += f" +/- {readable(e.gradient_noise_scale_stderr)}"
+    return (
+        f"A gradient noise scale of {noise} samples puts the critical batch near "
+        f"{readable(e.critical_batch_size)} (McCandlish et al. 2018: (S/S_min - 1)(E/E_min - 1) "
+        f"= 1): global batch {global_batch} needs {readable(e.steps_vs_min)}x the fewest "
+        f"possible optimizer steps and {readable(e.samples_vs_min)}x the fewest possible "
+        f"samples, a step efficiency of {readable(e.step_efficiency * 100)}% and a sample "
+        f"efficiency of {readable(e.sample_efficiency * 100)}%."
+    )
 
 
 def mesh_sentences(mesh: DeviceMeshPlan, dp: int) -> list[str]:

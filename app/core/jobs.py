@@ -51,8 +51,9 @@ class Job:
     id: str
     status: JobStatus
     created_at: str
-    # What was submitted, as stored: the request body, the check spec, timeout, rendezvous.
-    request: dict[str, Any]
+    # What was submitted, as stored: the request body, the check spec, timeout, rendezvous
+    # (the worker's Submission). Its `body` is what the HTTP job shows as `request`.
+    submission: dict[str, Any]
     started_at: str | None = None
     finished_at: str | None = None
     result: dict[str, Any] | None = None
@@ -74,7 +75,7 @@ class Job:
             "created_at": self.created_at,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
-            "request": self.request,
+            "submission": self.submission,
             "result": self.result,
             "error": self.error,
         }
@@ -85,7 +86,7 @@ class Job:
             id=data["id"],
             status=JobStatus(data["status"]),
             created_at=data["created_at"],
-            request=data["request"],
+            submission=data["submission"],
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
             result=data.get("result"),

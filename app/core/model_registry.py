@@ -2,7 +2,7 @@
 
 A request names a model, never an import path: only what the operator listed can run in the
 worker. Each entry is `name=package.module:factory`; the factory returns `(model, dataset,
-loss_fn)` (see `app.worker.workload`). Pure: the web process parses and validates the
+loss_fn)` (see `app.worker.training.workload`). Pure: the web process parses and validates the
 registry without importing torch or the operator's code.
 """
 

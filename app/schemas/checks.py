@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from app.core.jobs import Job
+from app.core.check_options import (
+    DEFAULT_BACKEND,
+    DEFAULT_DTYPE,
+    DEFAULT_FIT_LIMIT,
+    DEFAULT_FIT_OPTIMIZER,
+    DEFAULT_NOISE_STEPS,
+    Backend,
+    CheckWorkload,
+    DType,
+    FitOptimizer,
+)
+from app.core.jobs import Job, JobStatus
 from app.core.model_registry import NAME, SYNTHETIC
+from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
 
-# The values of app.core.jobs.JobStatus; a Literal so the OpenAPI document lists them inline.
-JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+# app.core.jobs.JobStatus's values, listed inline in the OpenAPI document (as a Literal would
+# list them) rather than as a schema of their own: in a job, and as the list's query parameter.
+_STATUSES = [s.value for s in JobStatus]
+Status = Annotated[str, AfterValidator(JobStatus), WithJsonSchema({"type": "string", "enum": _STATUSES})]
+StatusQuery = Annotated[str, AfterValidator(JobStatus), WithJsonSchema({"enum": _STATUSES, "type": "string"})]
 
 
 class RendezvousIn(BaseModel):
@@ -40,7 +55,8 @@ class NoiseScaleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: Annotated[int, Field(ge=0, le=256), WHOLE] = Field(
-        8, description="Optimizer steps, each on a fresh global batch; 0 skips the measurement."
+        DEFAULT_NOISE_STEPS,
+        description="Optimizer steps, each on a fresh global batch; 0 skips the measurement.",
     )
     learning_rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
         0.0, description="Plain SGD between the steps; 0 measures every step at the starting weights."
@@ -64,11 +80,12 @@ class FitMicroBatchIn(BaseModel):
         "of live tensor storage misses convolution scratch space (4-7 % against torch.profiler).",
         examples=[0.1],
     )
-    optimizer: Literal["adam", "sgd", "none"] = Field(
-        "adam", description="Whose state the probe step allocates next to the weights and gradients."
+    optimizer: FitOptimizer = Field(
+        DEFAULT_FIT_OPTIMIZER,
+        description="Whose state the probe step allocates next to the weights and gradients.",
     )
     max_micro_batch_size: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = Field(
-        65536, description="Where the search stops."
+        DEFAULT_FIT_LIMIT, description="Where the search stops."
     )
 
 
@@ -85,14 +102,15 @@ class CheckRequestIn(BaseModel):
     )
     noise_scale: NoiseScaleIn | None = Field(
         None,
-        description="Default: measured over 8 steps for a registered model, not for the synthetic one.",
+        description=f"Default: measured over {DEFAULT_NOISE_STEPS} steps for a registered model, not for "
+        "the synthetic one.",
     )
     fit_micro_batch: FitMicroBatchIn | None = None
-    backend: Literal["auto", "gloo", "nccl"] = Field(
-        "auto",
+    backend: Backend = Field(
+        DEFAULT_BACKEND,
         description="auto: NCCL with one rank per GPU when the host has enough GPUs, else gloo on CPU.",
     )
-    dtype: Literal["float64", "float32"] = "float64"
+    dtype: DType = DEFAULT_DTYPE
     seed: Annotated[int, Field(ge=0, le=2**31 - 1), WHOLE] = Field(
         0, description="Seeds the model's weights, the synthetic data and (without a dataset) the shuffle."
     )
@@ -100,7 +118,7 @@ class CheckRequestIn(BaseModel):
         None, description="Kill the check after this long; default and maximum from the server's settings."
     )
     rendezvous: RendezvousIn | None = None
-    workload: Literal["synthetic", "tokens"] | None = Field(
+    workload: CheckWorkload | None = Field(
         None,
         examples=["tokens"],
         description="synthetic: samples of a small regression model. tokens: a language model on "
@@ -110,158 +128,10 @@ class CheckRequestIn(BaseModel):
     )
 
 
-class ControlOut(BaseModel):
-    name: str
-    description: str = ""
-    rel_l2: float = Field(description="Relative L2 error of the wrong setup's gradient.")
-    max_abs_diff: float | None = None
-    detected: bool = Field(description="Its error is far above the tolerance.")
-
-
-class ControlSkippedOut(BaseModel):
-    name: str = Field(description="The control, as `controls` names them.")
-    reason: str = Field(description="Why the mistake leaves this plan's gradient as it is.")
-
-
-class FindingOut(BaseModel):
-    cause: str = Field(
-        description="batch_norm, dropout, stochastic_depth, stochastic_forward, rank_dependent, "
-        "unused_parameters, loss_over_tokens, rank_dependent_untested or unexplained."
-    )
-    modules: list[str]
-    detail: str
-    fix: str
-    breaks_equivalence: bool
-    fails_with_ddp_defaults: bool = Field(
-        False,
-        description="The gradient is right, but DistributedDataParallel with its default arguments "
-        "fails at the next step (unused parameters need find_unused_parameters=True).",
-        examples=[True],
-    )
-
-
-class EquivalenceOut(BaseModel):
-    equivalent: bool = Field(
-        description="The DDP step equals the single-process step, and nothing known breaks it."
-    )
-    summary: str
-    findings: list[FindingOut]
-    fails_with_ddp_defaults: bool = Field(
-        False,
-        description="A finding says DDP with its default arguments fails at the next step.",
-        examples=[False],
-    )
-
-
-class NoiseStepOut(BaseModel):
-    step: int
-    gradient_sq: float
-    trace: float
-    b_simple: float | None = Field(description="The estimate after this step.")
-
-
-class NoiseScaleOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    b_simple: float | None = Field(description="tr(S)/|G|^2 from the moving averages, in samples.")
-    stderr: float | None = Field(description="Jackknife standard error over the steps.")
-    relative_stderr: float | None
-    steps: int
-    decay: float
-    gradient_sq: float
-    trace: float
-    small_batch: float
-    small_batch_is: Literal["replica", "micro_batch"]
-    big_batch: int
-    learning_rate: float
-    history: list[NoiseStepOut]
-    critical_batch_size: float | None
-    efficiency: dict[str, Any] | None
-    recommendation: str
-    reliable: bool = Field(
-        True,
-        description="The estimate can be acted on: the model is DDP-equivalent at this split, the "
-        "steps agree in sign and it has a standard error. When false, `critical_batch_size`, "
-        "`efficiency` and the recommendation are withheld.",
-        examples=[False],
-    )
-    unreliable_because: list[str] = Field(
-        default_factory=list,
-        description="Why the estimate is not reliable; empty when it is.",
-        examples=[
-            [
-                "the steps disagree in sign: 4 of 8 gave a negative |G|^2 or tr(S) estimate, so the "
-                "averages are mostly noise"
-            ]
-        ],
-    )
-
-
-class MeshOut(BaseModel):
-    names: list[str]
-    sizes: list[int]
-
-
-class CheckResultOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    passed: bool = Field(description="The gradient matched and every control was detected.")
-    backend: str
-    device: str
-    processes: int
-    data_parallel_size: int
-    replicas_per_process: int
-    max_abs_diff: float
-    rel_l2: float
-    tolerance: float
-    controls: list[ControlOut]
-    controls_skipped: list[ControlSkippedOut] = Field(
-        default_factory=list,
-        description="The controls that did not run: on this plan each mistake would give the right "
-        "gradient (decided exactly over the samples it reads), so it proves nothing. With "
-        "`controls`, every control appears once.",
-        examples=[
-            [
-                {
-                    "name": "unweighted_mean",
-                    "reason": "every replica has the same micro-batch, so a plain mean is already right",
-                },
-                {
-                    "name": "accumulation_not_divided",
-                    "reason": "gradient_accumulation_steps is 1, so there is nothing to divide by",
-                },
-            ]
-        ],
-    )
-    sampler_checked: bool | None = Field(
-        None,
-        description="A replica's batches were read through the plan's real sampler "
-        "(DistributedSampler, or the proportional one) and matched the layout; false for an even "
-        "split over more than 262,144 samples, whose layout is derived from the same "
-        "torch.randperm instead of a list of every index.",
-        examples=[True],
-    )
-    timings_s: dict[str, float]
-    model: str = SYNTHETIC
-    ddp_equivalence: EquivalenceOut | None = None
-    noise_scale: NoiseScaleOut | None = None
-    mesh: MeshOut | None = Field(
-        None,
-        description="The device mesh the check ran, one process per mesh rank (torchtitan's order, "
-        "dimensions of size 1 left out); null for a plain DDP check.",
-        examples=[{"names": ["dp_replicate", "tp"], "sizes": [2, 2]}],
-    )
-    wrapper: Literal["ddp", "fsdp", "hsdp"] = Field(
-        "ddp",
-        description="The data-parallel wrapper: ddp (whole replicas, a mean all-reduce), fsdp "
-        "(fully_shard over the data-parallel group) or hsdp (replicas of shard groups).",
-    )
-
-
 class CheckJobOut(BaseModel):
     id: str
-    status: JobStatus = Field(
-        description="succeeded means the check ran; whether the plan held is result.passed."
+    status: Status = Field(
+        title="Status", description="succeeded means the check ran; whether the plan held is result.passed."
     )
     created_at: str
     started_at: str | None
@@ -272,8 +142,16 @@ class CheckJobOut(BaseModel):
 
     @classmethod
     def from_job(cls, job: Job) -> CheckJobOut:
-        stored = job.request or {}
-        return cls.model_validate({**job.to_json(), "request": stored.get("body")})
+        return cls(
+            id=job.id,
+            status=job.status,
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            result=CheckResultOut.model_validate(job.result) if job.result is not None else None,
+            error=job.error,
+            request=job.submission.get("body"),
+        )
 
 
 class CheckModelOut(BaseModel):

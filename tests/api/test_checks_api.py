@@ -6,6 +6,7 @@ paid once, and replacing a killed rank costs tens of milliseconds.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -18,13 +19,13 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app
+from support.apps import warm_client
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
 from app.main import create_app
 from app.schemas.checks import CHECK_EXAMPLES
 from app.settings import Settings
-from app.worker.store import JobStore
+from app.worker.service.store import JobStore
 
 pytestmark = pytest.mark.slow
 
@@ -48,11 +49,8 @@ def run(client: TestClient, plan: dict[str, Any], **options: Any) -> dict[str, A
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
-    with warm_app(
-        db, 4, timeout=60, queue_size=2, max_replicas_per_check=2048, check_timeout_s=60, log_level="warning"
-    ) as test_client:
-        yield test_client
+    limits = {"queue_size": 2, "max_replicas_per_check": 2048, "check_timeout_s": 60}
+    yield from warm_client(tmp_path_factory, 4, timeout=60, log_level="warning", **limits)
 
 
 def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
@@ -293,10 +291,12 @@ def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> 
         done = run(first, EVEN_2)
     # What a server killed mid-check leaves behind: one job running, one queued.
     store = JobStore(db)
-    payload = store.get(done["id"]).request  # type: ignore[union-attr]
+    payload = store.get(done["id"]).submission  # type: ignore[union-attr]
     store.create("was-running", payload)
     store.start("was-running")
     store.create("was-queued", payload)
+    # A version before the spec was stored as an object kept it as a JSON string.
+    store.create("queued-by-an-older-version", {**payload, "spec": json.dumps(payload["spec"])})
     store.close()
     with TestClient(create_app(settings)) as second:
         again = second.get(f"/v1/checks/{done['id']}").json()
@@ -305,3 +305,4 @@ def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> 
         assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
         wait_warm(second, 2)
         assert wait_check(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
+        assert wait_check(second, "/v1/checks/queued-by-an-older-version", ("succeeded",))["result"]["passed"]

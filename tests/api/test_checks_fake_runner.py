@@ -4,6 +4,7 @@ admission and shutdown, without torch or rank processes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,8 @@ from support.fake_runner import FakeRunner
 
 from app.main import create_app
 from app.settings import Settings
-from app.worker.rank_process import RankError
-from app.worker.spec import CheckSpec
+from app.worker.contract.spec import CheckSpec
+from app.worker.service.runner import RankError
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 
@@ -54,7 +55,9 @@ def test_a_check_runs_on_the_runner_and_its_result_is_recorded(
     (order,) = runner.orders
     assert order.job_id == job["id"] and order.timeout_s == 30 and order.rendezvous is None
     assert order.model_target is None  # the built-in model
-    assert CheckSpec.from_json(order.spec_json) == order.spec and order.spec.data_parallel_size == 2
+    # What the ranks receive: the spec through JSON, as the job store and the pipe carry it.
+    assert CheckSpec.from_json(json.loads(json.dumps(order.spec.to_json()))) == order.spec
+    assert order.spec.data_parallel_size == 2
     host = client.get("/v1/host").json()
     assert host["ready"] and host["warm_processes"] == 2 and host["torch_version"] == "fake"
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.apps import fake_client
 from support.fake_runner import FakeRunner
 
 from app.api.problems import NOT_JSON_EXAMPLE
@@ -25,9 +26,7 @@ KEY = "example-key"
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     # A default server: every example Swagger pre-fills must run on one as it is.
-    settings = Settings(jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3", log_level="warning")
-    with TestClient(create_app(settings, runner=FakeRunner()), raise_server_exceptions=False) as test_client:
-        yield test_client
+    yield from fake_client(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

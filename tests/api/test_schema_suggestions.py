@@ -9,10 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.fake_runner import FakeRunner
-
-from app.main import create_app
-from app.settings import Settings
+from support.apps import fake_client
 
 SIXTEEN = {"num_nodes": 2, "gpus_per_node": 8}
 MIXED = {
@@ -47,9 +44,7 @@ BAD_BODIES = [
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    settings = Settings(jobs_db=tmp_path_factory.mktemp("jobs") / "jobs.sqlite3", log_level="warning")
-    with TestClient(create_app(settings, runner=FakeRunner())) as test_client:
-        yield test_client
+    yield from fake_client(tmp_path_factory)
 
 
 def _substituted(body: dict[str, Any], pointer: str, value: int) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) ->
 def test_skeletons_proportional_sampler_reads_the_workers_indices() -> None:
     from torch.utils.data import Sampler
 
-    from app.worker.samplers import ProportionalSampler
+    from app.worker.training.samplers import ProportionalSampler
 
     request = PlanRequestIn.model_validate({**UNEVEN, "dataset": {"num_samples": 53}}).to_core()
     text = export("python", ExportInput(request, plan(request))).text

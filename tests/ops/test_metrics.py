@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from support.apps import warm_app
+from support.apps import warm_client
 from support.polling import FINISHED, hold_ranks, wait_check, wait_warm
 
 from app.logging_setup import configure_logging
@@ -43,12 +43,9 @@ def value(families: dict[str, Any], sample: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
     try:
-        with warm_app(
-            db, 2, timeout=60, queue_size=4, check_timeout_s=60, log_format="json", log_level="info"
-        ) as test_client:
-            yield test_client
+        settings = {"queue_size": 4, "check_timeout_s": 60, "log_format": "json", "log_level": "info"}
+        yield from warm_client(tmp_path_factory, 2, timeout=60, **settings)
     finally:
         configure_logging(Settings(worker_enabled=False))
 

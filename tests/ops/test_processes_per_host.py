@@ -15,7 +15,7 @@ from support.polling import wait_warm
 
 from app.main import create_app
 from app.settings import Settings
-from app.worker.limits import CPU_PROCESSES_PER_HOST, Limits, visible_gpus
+from app.worker.service.limits import CPU_PROCESSES_PER_HOST, Limits, visible_gpus
 
 
 def _dev(tmp_path: Path, gpus: int) -> Path:

@@ -23,7 +23,7 @@ from support.image_targets import process_env, target_argv
 from support.polling import wait_for as _wait
 from support.processes import alive as _alive
 from support.processes import descendants, session_processes, still_there
-from support.servers import HOST, ROOT, free_port, running, wait_until_live
+from support.servers import HOST, ROOT, free_port, running, wait_until_live, worker_env
 from support.servers import request as _request
 
 pytestmark = pytest.mark.slow
@@ -43,16 +43,9 @@ def _exit_code(server: subprocess.Popen[bytes], log: Path) -> int:
 
 
 def _env(db: Path, processes: int) -> dict[str, str]:
-    env = process_env("worker", db.parent)
-    env |= {
-        "BATCHPLAN_JOBS_DB": str(db),
-        "BATCHPLAN_PROCESSES_PER_HOST": str(processes),
-        "BATCHPLAN_LOG_FORMAT": "json",
-        "BATCHPLAN_LOG_LEVEL": "info",
-        "BATCHPLAN_CHECK_TIMEOUT_S": "120",
-    }
-    env.pop("BATCHPLAN_API_KEY", None)
-    return env
+    """The worker image's environment (its API key left out), logging JSON lines to read."""
+    image = {k: v for k, v in process_env("worker", db.parent).items() if k != "BATCHPLAN_API_KEY"}
+    return image | worker_env(db, processes, log_format="json", log_level="info", check_timeout_s="120")
 
 
 def _blocker(port: int) -> dict[str, Any]:

@@ -18,8 +18,8 @@ def queued_only_client(tmp_path: Path) -> Iterator[object]:
 
     from app.main import create_app
     from app.settings import Settings
-    from app.worker.limits import Limits
-    from app.worker.service import CheckService
+    from app.worker.service.limits import Limits
+    from app.worker.service.service import CheckService
 
     settings = Settings(worker_enabled=False, log_level="warning")
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:

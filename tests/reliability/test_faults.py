@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support.polling import hold_ranks, wait_for
 from support.processes import session_processes
-from support.servers import request, serve
+from support.servers import request, serve, worker_env
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -27,13 +27,9 @@ pytestmark = pytest.mark.slow
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 
 
-def _env(db: Path) -> dict[str, str]:
-    return {"BATCHPLAN_JOBS_DB": str(db), "BATCHPLAN_PROCESSES_PER_HOST": "2"}
-
-
 def test_server_sigkilled_mid_check_then_restarted_on_the_same_db(tmp_path: Path) -> None:
     db = tmp_path / "jobs.sqlite3"
-    with serve(_env(db), tmp_path / "first.log") as first:
+    with serve(worker_env(db), tmp_path / "first.log") as first:
         first.wait_warm(2)
         done = first.check({"plan": EVEN_2})
         assert done["status"] == "succeeded" and done["result"]["passed"]
@@ -46,7 +42,7 @@ def test_server_sigkilled_mid_check_then_restarted_on_the_same_db(tmp_path: Path
         orphans = session_processes(first.process.pid)
     assert orphans == [], f"processes left behind by a SIGKILLed server: {orphans}"
 
-    with serve(_env(db), tmp_path / "second.log") as second:
+    with serve(worker_env(db), tmp_path / "second.log") as second:
         second.wait_warm(2)
         interrupted = second.client.get(hung).json()
         assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
@@ -57,7 +53,7 @@ def test_server_sigkilled_mid_check_then_restarted_on_the_same_db(tmp_path: Path
 
 def test_locked_database_delays_then_recovers_and_jobs_end_clearly(tmp_path: Path) -> None:
     db = tmp_path / "jobs.sqlite3"
-    with serve(_env(db), tmp_path / "server.log") as server:
+    with serve(worker_env(db), tmp_path / "server.log") as server:
         server.wait_warm(2)
         before = server.check({"plan": EVEN_2})
         # Another connection holds an exclusive lock briefly: the request waits, then succeeds.

@@ -1,5 +1,5 @@
 """The app in-process (a TestClient) with the worker's rank processes warm, for the tests that
-run real checks without a server subprocess."""
+run real checks without a server subprocess, or with a fake runner."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
 
+from .fake_runner import FakeRunner
 from .polling import wait_warm
 
 
@@ -25,4 +27,24 @@ def warm_app(
     app = create_app(Settings(jobs_db=db, processes_per_host=processes, **settings))
     with TestClient(app, raise_server_exceptions=False) as client:
         wait_warm(client, processes, models=models, timeout=timeout)
+        yield client
+
+
+def warm_client(
+    tmp_path_factory: pytest.TempPathFactory, processes: int, **settings: Any
+) -> Iterator[TestClient]:
+    """A module's client fixture over warm ranks, its jobs in a fresh database:
+    `yield from warm_client(tmp_path_factory, 4, check_models=...)`."""
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    with warm_app(db, processes, **settings) as client:
+        yield client
+
+
+def fake_client(
+    tmp_path_factory: pytest.TempPathFactory, runner: FakeRunner | None = None, **settings: Any
+) -> Iterator[TestClient]:
+    """A module's client fixture whose checks run on a fake runner (no torch, no processes)."""
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    app = create_app(Settings(jobs_db=db, log_level="warning", **settings), runner=runner or FakeRunner())
+    with TestClient(app, raise_server_exceptions=False) as client:
         yield client

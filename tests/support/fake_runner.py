@@ -7,8 +7,10 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from app.worker.protocol import HostInfo
-from app.worker.runner import CheckOrder
+from app.worker.contract.check_result import CheckResult, Comparison, Layout, Setup
+from app.worker.contract.protocol import HostInfo
+from app.worker.contract.timings import Timings
+from app.worker.service.runner import CheckOrder
 
 
 @dataclass
@@ -16,26 +18,35 @@ class FakeRank:
     busy: bool = False
 
 
-def passing_result(order: CheckOrder) -> dict[str, Any]:
-    """What a passing check returns, in the shape /v1/checks serves."""
-    return {
-        "passed": True,
-        "backend": "gloo",
-        "device": "cpu",
-        "processes": 1,
-        "data_parallel_size": order.spec.data_parallel_size,
-        "replicas_per_process": order.spec.data_parallel_size,
-        "max_abs_diff": 0.0,
-        "rel_l2": 0.0,
-        "tolerance": 1e-12,
-        "controls": [],
-        "timings_s": {},
-        "model": order.spec.model,
-    }
+def passing_result(order: CheckOrder) -> CheckResult:
+    """What a passing check returns, typed as the real runner's is."""
+    spec = order.spec
+    return CheckResult(
+        model=spec.model,
+        ddp_equivalence={"equivalent": True, "fails_with_ddp_defaults": False, "summary": "", "findings": []},
+        setup=Setup(backend="gloo", device="cpu", device_name="cpu", dtype=spec.dtype, nnodes=1, processes=1),
+        layout=Layout(
+            data_parallel_size=spec.data_parallel_size,
+            replicas_per_process=spec.data_parallel_size,
+            global_batch_size=spec.global_batch_size,
+            micro_batch_sizes=tuple(sorted(set(spec.micro_batch_sizes()))),
+            gradient_accumulation_steps=spec.gradient_accumulation_steps,
+            split=spec.split,
+        ),
+        gradient=Comparison(max_abs_diff=0.0, rel_l2=0.0, tolerance=1e-12),
+        controls=(),
+        controls_skipped=(),
+        sampler_checked=True,
+        noise_scale=None,
+        micro_batch_search=None,
+        timings=Timings(laps={}, rank_total=0.0),
+        torch_version="fake",
+        node_rank=0,
+    )
 
 
 class FakeRunner:
-    """Satisfies app.worker.runner.CheckRunner."""
+    """Satisfies app.worker.service.runner.CheckRunner."""
 
     def __init__(self, size: int = 2, models_info: dict[str, dict[str, Any]] | None = None) -> None:
         self.size = size
@@ -65,7 +76,7 @@ class FakeRunner:
     def describe(self) -> list[dict[str, Any]]:
         return [{"pid": None, "state": "busy" if r.busy else "idle"} for r in self._ranks]
 
-    async def run_check(self, order: CheckOrder) -> dict[str, Any]:
+    async def run_check(self, order: CheckOrder) -> CheckResult:
         self.orders.append(order)
         rank = self._ranks[0]
         rank.busy = True

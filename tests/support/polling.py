@@ -100,6 +100,14 @@ def run_check(client: httpx.Client, body: Any, timeout: float = 60) -> dict[str,
     return wait_check(client, response.headers["location"], FINISHED, timeout)
 
 
+def check_result(client: httpx.Client, body: Any, timeout: float = 120) -> dict[str, Any]:
+    """Submit a check, wait until it finished, and the result of a check that ran."""
+    job = run_check(client, body, timeout)
+    assert job["status"] == "succeeded", job
+    result: dict[str, Any] = job["result"]
+    return result
+
+
 def hold_ranks(client: httpx.Client, plan: Any, *, timeout: float = 60, **options: Any) -> str:
     """Submit a check whose second node never joins its rendezvous: it holds its ranks,
     running, until cancelled or timed out. Its location, once it runs."""

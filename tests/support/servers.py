@@ -40,7 +40,15 @@ __all__ = [
     "server_argv",
     "stop",
     "wait_until_live",
+    "worker_env",
 ]
+
+
+def worker_env(db: Path, processes: int = 2, **settings: str) -> dict[str, str]:
+    """A worker server's environment: its job database, its warm ranks, then `settings`
+    (`check_timeout_s="120"` is BATCHPLAN_CHECK_TIMEOUT_S)."""
+    env = {"BATCHPLAN_JOBS_DB": str(db), "BATCHPLAN_PROCESSES_PER_HOST": str(processes)}
+    return env | {f"BATCHPLAN_{name.upper()}": value for name, value in settings.items()}
 
 
 def server_argv(port: int, *extra: str) -> list[str]:

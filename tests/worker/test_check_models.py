@@ -5,7 +5,6 @@ micro-batch search feeding a re-plan."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +13,13 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.apps import warm_app
-from support.polling import run_check
+from support.apps import warm_client
+from support.polling import check_result
 
-from app.worker import example_models
-from app.worker.memory import probe
-from app.worker.synthetic_model import build_model
-from app.worker.workload import Registered
+from app.worker.measure.memory import probe
+from app.worker.training.synthetic_model import build_model
+from app.worker.training.workload import Registered
+from app.worker.zoo import example_models
 
 pytestmark = pytest.mark.slow
 
@@ -45,16 +44,9 @@ FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 6
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     registry = [f"{name}={EXAMPLES}:{name}" for name in GOOD] + [f"{n}={t}" for n, t in BROKEN.items()]
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
-    with warm_app(db, 4, models=True, log_level="warning", check_models=",".join(registry)) as test_client:
-        yield test_client
-
-
-def check(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    job = run_check(client, body, timeout=120)
-    assert job["status"] == "succeeded", job
-    result: dict[str, Any] = job["result"]
-    return result
+    yield from warm_client(
+        tmp_path_factory, 4, models=True, log_level="warning", check_models=",".join(registry)
+    )
 
 
 def problem(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +78,7 @@ def test_models_are_listed_with_what_their_factory_built(client: TestClient) -> 
 
 
 def test_a_clean_model_is_ddp_equivalent_and_measures_its_noise_scale(client: TestClient) -> None:
-    result = check(client, {"plan": FOUR, "model": "mlp"})
+    result = check_result(client, {"plan": FOUR, "model": "mlp"})
     assert result["model"] == "mlp"
     assert result["passed"] and result["gradient_matches"]
     assert result["ddp_equivalence"]["equivalent"] is True
@@ -110,7 +102,7 @@ def test_a_clean_model_is_ddp_equivalent_and_measures_its_noise_scale(client: Te
 def test_each_known_cause_is_found_and_explained(
     client: TestClient, model: str, cause: str, gradient_matches: bool
 ) -> None:
-    result = check(client, {"plan": FOUR, "model": model, "noise_scale": {"steps": 0}})
+    result = check_result(client, {"plan": FOUR, "model": model, "noise_scale": {"steps": 0}})
     assert result["gradient_matches"] is gradient_matches
     assert result["ddp_equivalence"]["equivalent"] is False
     assert result["passed"] is False
@@ -126,7 +118,9 @@ def test_each_known_cause_is_found_and_explained(
 def test_unused_parameters_keep_the_gradient_and_fail_ddp_defaults(client: TestClient) -> None:
     """The gradient matches (the check used find_unused_parameters=True), so the split is
     equivalent; what fails is DDP's default, at the next step: a separate flag."""
-    result = check(client, {"plan": FOUR, "model": "unused_parameter_mlp", "noise_scale": {"steps": 0}})
+    result = check_result(
+        client, {"plan": FOUR, "model": "unused_parameter_mlp", "noise_scale": {"steps": 0}}
+    )
     equivalence = result["ddp_equivalence"]
     assert result["gradient_matches"] and equivalence["equivalent"] and result["passed"]
     [finding] = [f for f in equivalence["findings"] if f["cause"] == "unused_parameters"]
@@ -138,7 +132,7 @@ def test_unused_parameters_keep_the_gradient_and_fail_ddp_defaults(client: TestC
 
 def test_batch_norm_is_equivalent_when_one_micro_batch_is_the_whole_batch(client: TestClient) -> None:
     one = {"topology": {"num_nodes": 1, "gpus_per_node": 1}, "global_batch_size": 32}
-    result = check(client, {"plan": one, "model": "batchnorm_mlp"})
+    result = check_result(client, {"plan": one, "model": "batchnorm_mlp"})
     assert result["gradient_matches"] and result["ddp_equivalence"]["equivalent"]
     [finding] = [f for f in result["ddp_equivalence"]["findings"] if f["cause"] == "batch_norm"]
     assert finding["breaks_equivalence"] is False
@@ -152,7 +146,7 @@ def test_the_noise_scale_matches_its_closed_form(client: TestClient) -> None:
     truth = example_models.quadratic_noise_scale(data, torch.zeros(example_models.QUADRATIC_DIM))
     assert truth == pytest.approx(example_models.QUADRATIC_NOISE_SCALE, rel=0.02)
     plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 128}
-    result = check(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 32}})
+    result = check_result(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 32}})
     noise = result["noise_scale"]
     assert noise["steps"] == 32
     assert abs(noise["b_simple"] - truth) < 4 * noise["stderr"], noise
@@ -168,7 +162,7 @@ def test_one_replica_measures_across_its_accumulation_steps(client: TestClient) 
         "global_batch_size": 128,
         "micro_batch_size": 32,
     }
-    result = check(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 16}})
+    result = check_result(client, {"plan": plan, "model": "quadratic", "noise_scale": {"steps": 16}})
     noise = result["noise_scale"]
     assert noise["small_batch_is"] == "micro_batch" and noise["small_batch"] == 32
     assert noise["b_simple"] > 0
@@ -177,7 +171,7 @@ def test_one_replica_measures_across_its_accumulation_steps(client: TestClient) 
 def test_the_micro_batch_search_replans_through_accumulation(client: TestClient) -> None:
     plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 512}
     memory = 4 << 20
-    result = check(
+    result = check_result(
         client,
         {
             "plan": plan,
@@ -234,7 +228,7 @@ def test_requests_name_models_and_get_422s_that_say_what_to_change(client: TestC
 
 
 def test_the_synthetic_default_is_unchanged(client: TestClient) -> None:
-    result = check(client, {"plan": FOUR})
+    result = check_result(client, {"plan": FOUR})
     assert result["model"] == "synthetic" and result["passed"]
     assert result["ddp_equivalence"]["equivalent"] and result["noise_scale"] is None
     assert result["micro_batch_search"] is None

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app
+from support.apps import warm_app, warm_client
 from support.polling import run_check
 
 pytestmark = pytest.mark.slow
@@ -31,9 +31,7 @@ def imagenet(num_samples: int = IMAGENET, shuffle: bool = True) -> dict[str, Any
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
-    with warm_app(db, 2, timeout=60, check_timeout_s=120, log_level="warning") as test_client:
-        yield test_client
+    yield from warm_client(tmp_path_factory, 2, timeout=60, check_timeout_s=120, log_level="warning")
 
 
 def _rank_pids(client: TestClient) -> list[int]:
@@ -121,7 +119,7 @@ def test_a_shuffled_dataset_over_the_permutation_limit_names_the_largest_that_wo
 
 def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
     from app.schemas.checks import CheckResultOut
-    from app.worker.shards import REAL_SAMPLER_MAX_SAMPLES
+    from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES
 
     description = CheckResultOut.model_fields["sampler_checked"].description or ""
     assert f"{REAL_SAMPLER_MAX_SAMPLES:,} samples" in description
@@ -129,7 +127,7 @@ def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
 
 def test_the_documented_permutation_limit_is_the_one_a_worker_applies() -> None:
     from app.settings import Settings
-    from app.worker.limits import Limits
+    from app.worker.service.limits import Limits
 
     # The operator's setting reaches the worker, and its default is the one the docs document.
     assert Limits.from_settings(Settings()).max_shuffled_samples == Settings().max_shuffled_samples

@@ -21,9 +21,9 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
-from app.worker.memory import is_out_of_memory, probe
-from app.worker.memory_meter import LiveTensorTracker, PeakMemory
-from app.worker.micro_batch_fit import find_max_micro_batch
+from app.worker.measure.memory import is_out_of_memory, probe
+from app.worker.measure.memory_meter import LiveTensorTracker, PeakMemory
+from app.worker.measure.micro_batch_fit import find_max_micro_batch
 
 MIB = 1024 * 1024
 CPU = torch.device("cpu")

@@ -20,11 +20,11 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app
-from support.polling import run_check
+from support.apps import warm_client
+from support.polling import check_result, run_check
 
-from app.worker.controls import CONTROLS
-from app.worker.mesh_spec import CONTEXT_PARALLEL_REFUSAL
+from app.worker.checks.controls import CONTROLS
+from app.worker.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
 pytestmark = pytest.mark.slow
 
@@ -50,16 +50,12 @@ def four(parallelism: dict[str, int], accumulation: int = 2, **more: Any) -> dic
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
     registry = "mlp=app.worker.example_models:mlp,mesh_mlp=app.worker.example_mesh_models:mesh_mlp"
-    with warm_app(db, 4, models=True, log_level="warning", check_models=registry) as test_client:
-        yield test_client
+    yield from warm_client(tmp_path_factory, 4, models=True, log_level="warning", check_models=registry)
 
 
 def mesh_result(client: TestClient, plan: dict[str, Any], **options: Any) -> dict[str, Any]:
-    job = run_check(client, {"plan": plan, **options}, timeout=120)
-    assert job["status"] == "succeeded", job
-    result: dict[str, Any] = job["result"]
+    result = check_result(client, {"plan": plan, **options})
     assert result["passed"], result
     assert result["processes"] == 4 and result["replicas_per_process"] == 1
     assert result["rel_l2"] < 1e-13  # float64: the whole gradient is the single-process one

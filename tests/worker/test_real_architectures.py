@@ -23,18 +23,20 @@ pytest.importorskip("torch")
 import torch
 import torch.distributed as dist
 from fastapi.testclient import TestClient
-from support.apps import warm_app
+from support.apps import warm_app, warm_client
 from support.polling import run_check
 from torch import nn
 from torch._C._distributed_c10d import HashStore
 from torch.nn.parallel import DistributedDataParallel
 
-from app.worker import equivalence_probes, example_architectures, example_models
-from app.worker.ddp_check import run_check as run_check_here
-from app.worker.memory import probe
-from app.worker.request import spec_from_request
-from app.worker.sync_batch_norm import as_batch_norm
-from app.worker.workload import Registered, raised_by_model
+from app.worker.checks import equivalence_probes
+from app.worker.checks.ddp_check import run_ddp_check
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.contract.request import build_spec, check_request
+from app.worker.measure.memory import probe
+from app.worker.training.sync_batch_norm import as_batch_norm
+from app.worker.training.workload import Registered, raised_by_model
+from app.worker.zoo import example_architectures, example_models
 
 pytestmark = pytest.mark.slow
 
@@ -67,8 +69,8 @@ def check_here(target: str, noise_steps: int = 0) -> dict[str, Any]:
     """The check of `target` at FOUR's split, on the gloo group of this process."""
     built = workload(target)
     request = {"plan": FOUR, "model": built.name, "noise_scale": {"steps": noise_steps}}
-    spec = dataclasses.replace(spec_from_request(request), model=built.name)
-    result = run_check_here(spec, 0, 1, CPU, "gloo", workload=built)
+    spec = dataclasses.replace(build_spec(check_request(request)), model=built.name)
+    result = run_ddp_check(spec, CheckGroup(0, 1, CPU, "gloo"), built)
     assert result is not None
     return result.to_json()
 
@@ -229,9 +231,7 @@ SERVED = ["resnet_sync_bn", "fixed_batch", "wrong_head"]
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     registry = ",".join(f"{name}={ARCH}:{name}" for name in SERVED)
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
-    with warm_app(db, 2, models=True, log_level="warning", check_models=registry) as test_client:
-        yield test_client
+    yield from warm_client(tmp_path_factory, 2, models=True, log_level="warning", check_models=registry)
 
 
 def test_a_model_that_fails_on_two_samples_is_not_loaded_and_says_why(client: TestClient) -> None:

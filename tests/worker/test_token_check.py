@@ -17,13 +17,13 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.apps import warm_app
-from support.polling import run_check
+from support.apps import warm_client
+from support.polling import check_result
 
 from app.ports import free_port
-from app.worker.gradcheck import torchrun_argv
-from app.worker.token_check import TOKEN_CONTROLS, changes_gradient
-from app.worker.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
+from app.worker.checks.token_check import TOKEN_CONTROLS, changes_gradient
+from app.worker.contract.rank_command import torchrun_argv
+from app.worker.training.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +42,9 @@ TOKEN_PLAN: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
-    with warm_app(db, 4, models=True, log_level="warning", check_models=f"tiny_lm={FACTORY}") as test_client:
-        yield test_client
-
-
-def _result(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    job = run_check(client, body, timeout=120)
-    assert job["status"] == "succeeded", job
-    result: dict[str, Any] = job["result"]
-    return result
+    yield from warm_client(
+        tmp_path_factory, 4, models=True, log_level="warning", check_models=f"tiny_lm={FACTORY}"
+    )
 
 
 def test_the_synthetic_batch_has_uneven_lengths_and_padding() -> None:
@@ -60,7 +53,7 @@ def test_the_synthetic_batch_has_uneven_lengths_and_padding() -> None:
 
 
 def test_the_token_normalised_step_passes_and_every_control_is_detected(client: TestClient) -> None:
-    result = _result(client, {"plan": TOKEN_PLAN})  # the plan's token normalisation picks the workload
+    result = check_result(client, {"plan": TOKEN_PLAN})  # the plan's token normalisation picks the workload
     assert result["model"] == "tokens" and result["processes"] == 4 and result["backend"] == "gloo"
     assert result["gradient_accumulation_steps"] == 2 and result["micro_batch_sizes"] == [2]
     assert result["rel_l2"] <= result["tolerance"] == 1e-10
@@ -71,7 +64,9 @@ def test_the_token_normalised_step_passes_and_every_control_is_detected(client: 
 
 
 def test_sample_normalisation_on_uneven_lengths_is_shown_wrong(client: TestClient) -> None:
-    result = _result(client, {"plan": {**TOKEN_PLAN, "loss_normalization": "sample"}, "workload": "tokens"})
+    result = check_result(
+        client, {"plan": {**TOKEN_PLAN, "loss_normalization": "sample"}, "workload": "tokens"}
+    )
     assert not result["passed"] and not result["gradient_matches"]
     by_name = {c["name"]: c for c in result["controls"]}
     # Under sample each micro-batch averages its own tokens: exactly the Transformers bug.
@@ -79,7 +74,7 @@ def test_sample_normalisation_on_uneven_lengths_is_shown_wrong(client: TestClien
 
 
 def test_a_registered_token_model_passes(client: TestClient) -> None:
-    result = _result(client, {"plan": TOKEN_PLAN, "model": "tiny_lm", "workload": "tokens"})
+    result = check_result(client, {"plan": TOKEN_PLAN, "model": "tiny_lm", "workload": "tokens"})
     assert result["model"] == "tiny_lm" and result["passed"]
     assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
 

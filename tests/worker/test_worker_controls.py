@@ -6,13 +6,13 @@ from fractions import Fraction
 
 import pytest
 
-from app.worker.controls import CONTROLS, changes_gradient, split_controls
-from app.worker.request import spec_from_request
-from app.worker.spec import CheckSpec, SpecError, replica_range
+from app.worker.checks.controls import CONTROLS, changes_gradient, split_controls
+from app.worker.contract.request import build_spec, check_request
+from app.worker.contract.spec import CheckSpec, SpecError, replica_range
 
 
 def _spec(body: dict[str, object]) -> CheckSpec:
-    return spec_from_request({"plan": body})
+    return build_spec(check_request({"plan": body}))
 
 
 def test_reference_weights_equal_themselves() -> None:
@@ -119,7 +119,7 @@ MIXED = {
 )
 def test_every_control_runs_or_says_why_not(plan: dict[str, object], skipped: dict[str, str]) -> None:
     pytest.importorskip("torch")
-    from app.worker.shards import Shards
+    from app.worker.checks.shards import Shards
 
     spec = _spec(plan)
     shards = Shards(spec)
@@ -132,7 +132,7 @@ def test_a_control_no_rule_covers_still_says_why_it_did_not_run() -> None:
     # Two replicas over a one-sample dataset read the same sample: the unsharded read is the
     # sharded one, though two replicas have shards.
     pytest.importorskip("torch")
-    from app.worker.shards import Shards
+    from app.worker.checks.shards import Shards
 
     spec = _spec(
         {

@@ -14,10 +14,10 @@ import pytest
 from support.bodies import fast_and_slow
 from support.polling import wait_check, wait_for
 from support.processes import alive
-from support.servers import Server, serve
+from support.servers import Server, serve, worker_env
 
 from app.ports import free_port
-from app.worker.gradcheck import torchrun_argv
+from app.worker.contract.rank_command import torchrun_argv
 
 pytest.importorskip("torch")
 
@@ -27,16 +27,14 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 2}, "global_batch_size": 32, "micro_batch_size": 4}
 
 
-def _env(db: Path) -> dict[str, str]:
-    return {"BATCHPLAN_JOBS_DB": str(db), "BATCHPLAN_PROCESSES_PER_HOST": "2"}
-
-
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[list[Server]]:
     """Two servers, started together; each test waits for their ranks."""
     with contextlib.ExitStack() as stack:
         yield [
-            stack.enter_context(serve(_env(tmp_path / f"{n}.sqlite3"), tmp_path / f"{n}.log", live=False))
+            stack.enter_context(
+                serve(worker_env(tmp_path / f"{n}.sqlite3"), tmp_path / f"{n}.log", live=False)
+            )
             for n in "ab"
         ]
 
@@ -75,7 +73,7 @@ def test_two_servers_join_one_two_node_check_and_a_killed_server_leaves_nothing(
     a.process.kill()
     a.process.wait()
     wait_for(lambda: not [pid for pid in ranks if alive(pid)], "rank processes to end with their server", 10)
-    with serve(_env(tmp_path / "a.sqlite3"), tmp_path / "restarted.log", limit_s=60) as restarted:
+    with serve(worker_env(tmp_path / "a.sqlite3"), tmp_path / "restarted.log", limit_s=60) as restarted:
         job = restarted.client.get(location).json()
         assert job["status"] == "failed" and "server stopped while this check was running" in job["error"]
         assert restarted.client.get(locations[0]).json()["result"] == results[0]

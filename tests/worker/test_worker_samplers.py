@@ -12,7 +12,7 @@ from torch.utils.data import DistributedSampler  # noqa: E402
 
 from app.core.plan_types import DatasetSpec  # noqa: E402
 from app.core.sampler import proportional_sampler  # noqa: E402
-from app.worker.samplers import EpochOrder, IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
+from app.worker.training.samplers import EpochOrder, IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
 
 
 @pytest.mark.parametrize("n, replicas", [(10, 3), (10, 4), (7, 7), (5, 8), (1, 3), (100, 16)])
@@ -126,12 +126,13 @@ def test_an_unshuffled_epoch_of_any_size_is_read_without_building_it() -> None:
 def test_a_check_derives_distributed_samplers_batches_beyond_the_size_it_reads_them(shuffle: bool) -> None:
     """Above REAL_SAMPLER_MAX_SAMPLES a check derives each replica's batches instead of running
     DistributedSampler: the derivation is DistributedSampler's first step there too."""
-    from app.worker.request import spec_from_request
-    from app.worker.shards import REAL_SAMPLER_MAX_SAMPLES, Shards
+    from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES, Shards
+    from app.worker.contract.request import build_spec, check_request
 
     n = REAL_SAMPLER_MAX_SAMPLES + 3
     plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}
-    spec = spec_from_request({"plan": {**plan, "dataset": {"num_samples": n, "shuffle": shuffle, "seed": 9}}})
+    dataset = {"num_samples": n, "shuffle": shuffle, "seed": 9}
+    spec = build_spec(check_request({"plan": {**plan, "dataset": dataset}}))
     shards = Shards(spec)
     assert not shards.sampler_checked and spec.gradient_accumulation_steps == 2
     for replica in range(4):

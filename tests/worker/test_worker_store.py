@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.core.jobs import IllegalTransition, Job, JobStatus
-from app.worker.store import INTERRUPTED, JobStore
+from app.worker.service.store import INTERRUPTED, JobStore
 
 
 def test_jobs_survive_reopening_and_running_ones_fail_on_recovery(tmp_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_a_cancelled_job_is_not_started_or_overwritten(tmp_path: Path) -> None:
 def test_a_job_refuses_a_move_its_status_does_not_allow(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "jobs.sqlite3")
     job = store.create("a", {"body": {}})
-    assert job.status is JobStatus.QUEUED and job.request == {"body": {}}
+    assert job.status is JobStatus.QUEUED and job.submission == {"body": {}}
     job.check_transition(JobStatus.RUNNING)
     job.check_transition(JobStatus.CANCELLED)
     with pytest.raises(IllegalTransition, match="cannot become succeeded"):

@@ -1,5 +1,5 @@
-"""What every export format shares: its input and output types, the plan summary written at
-the top of each file, facts about the node groups, and the refusals.
+"""What every export format shares: its input and output types (from export_types), the plan
+summary written at the top of each file, facts about the node groups, and the refusals.
 
 Uneven (proportional) plans give replicas different micro-batches. DeepSpeed, the HF
 Trainer, Lightning and Accelerate take one per-device batch size, so writing such a plan in
@@ -9,58 +9,21 @@ their formats would silently run a different, biased split: those exports refuse
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import PlanError
+
+# `X as X`: re-exported (PEP 484), the formats import their types from here.
+from app.core.exports.export_types import Export as Export  # noqa: PLC0414
+from app.core.exports.export_types import Exporter as Exporter  # noqa: PLC0414
+from app.core.exports.export_types import ExportInput as ExportInput  # noqa: PLC0414
+from app.core.exports.export_types import ExportOptions as ExportOptions  # noqa: PLC0414
+from app.core.exports.export_types import ExportUnsupported as ExportUnsupported  # noqa: PLC0414
 from app.core.exports.training import optimizer_sentence, schedule_sentence
 from app.core.integers import divisors
-from app.core.plan_types import Divisibility, Plan, PlanRequest
+from app.core.plan_types import Divisibility, PlanRequest
 from app.core.planner import plan as run_plan
-
-# ----------------------------------------------------------------------------- types
-
-
-@dataclass(frozen=True, slots=True)
-class ExportOptions:
-    script: str = "train.py"  # what torchrun starts on every node
-    job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
-    image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
-    port: int = 29500  # rendezvous / master port
-    # Megatron's --rampup-batch-size: start, increment, ramp-up samples (the megatron export).
-    rampup: tuple[int, int, int] | None = None
-    # The launch exports (slurm, torchrun, kubernetes): see preflight.py and slurm.py.
-    preflight: bool = False  # run the gradient check of the plan before training
-    model_factory: str | None = None  # package.module:factory the preflight trains
-    setup: str | None = None  # a shell line that activates the job's environment
-    cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
-
-
-@dataclass(frozen=True, slots=True)
-class ExportInput:
-    request: PlanRequest
-    plan: Plan
-    options: ExportOptions = ExportOptions()
-
-
-@dataclass(frozen=True, slots=True)
-class Export:
-    format: str
-    media_type: str
-    filename: str
-    text: str
-
-
-@dataclass(eq=False)
-class ExportUnsupported(PlanError):
-    """The plan is valid but this format cannot express it."""
-
-    slug: str = "export-unsupported"
-    title: str = "This plan cannot be written in the requested format"
-
-
-Exporter = Callable[[ExportInput], Export]
 
 # ----------------------------------------------------------------------------- text pieces
 

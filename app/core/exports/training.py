@@ -6,12 +6,9 @@ epoch's end."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from app.core.exports.export_types import ExportInput
 from app.core.recipe import DEFAULT_MOMENTUM
-
-if TYPE_CHECKING:  # common imports this module for the summary it writes
-    from app.core.exports.common import ExportInput
 
 # torch has no LARS or LAMB: the formats that build a torch optimizer use these stand-ins, and
 # say so (the reference run does the same).

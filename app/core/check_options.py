@@ -1,0 +1,24 @@
+"""What a gradient check takes besides the plan, and its defaults, stated once: the HTTP
+schema, the CLI, the rank program and the worker all read them here."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Backend = Literal["auto", "gloo", "nccl"]
+DType = Literal["float64", "float32"]
+CheckWorkload = Literal["synthetic", "tokens"]
+# Whose state the memory probe's optimizer step allocates ("none": weights and gradients only).
+FitOptimizer = Literal["adam", "adamw", "sgd", "none"]
+
+BACKENDS: tuple[str, ...] = get_args(Backend)
+DTYPES: tuple[str, ...] = get_args(DType)
+FIT_OPTIMIZERS: tuple[str, ...] = get_args(FitOptimizer)
+
+DEFAULT_BACKEND: Backend = "auto"
+DEFAULT_DTYPE: DType = "float64"
+# Optimizer steps a registered model's noise scale is measured over unless the request says.
+DEFAULT_NOISE_STEPS = 8
+# Where the search for the largest micro-batch stops, and the optimizer its probe runs.
+DEFAULT_FIT_LIMIT = 65536
+DEFAULT_FIT_OPTIMIZER: FitOptimizer = "adam"

@@ -1,0 +1,51 @@
+"""The types every export format shares: its options, its input (the request and the plan),
+its output, the refusal of a plan the format cannot express, and an exporter's signature."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.core.errors import PlanError
+from app.core.plan_types import Plan, PlanRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    script: str = "train.py"  # what torchrun starts on every node
+    job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
+    image: str = "pytorch/pytorch:2.4.0-cuda12.1-cudnn9-runtime"
+    port: int = 29500  # rendezvous / master port
+    # Megatron's --rampup-batch-size: start, increment, ramp-up samples (the megatron export).
+    rampup: tuple[int, int, int] | None = None
+    # The launch exports (slurm, torchrun, kubernetes): see preflight.py and slurm.py.
+    preflight: bool = False  # run the gradient check of the plan before training
+    model_factory: str | None = None  # package.module:factory the preflight trains
+    setup: str | None = None  # a shell line that activates the job's environment
+    cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportInput:
+    request: PlanRequest
+    plan: Plan
+    options: ExportOptions = ExportOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    format: str
+    media_type: str
+    filename: str
+    text: str
+
+
+@dataclass(eq=False)
+class ExportUnsupported(PlanError):
+    """The plan is valid but this format cannot express it."""
+
+    slug: str = "export-unsupported"
+    title: str = "This plan cannot be written in the requested format"
+
+
+Exporter = Callable[[ExportInput], Export]

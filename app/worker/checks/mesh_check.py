@@ -1,0 +1,265 @@
+"""The mesh check: one training step of a plan on its own device mesh (tensor parallel with
+DTensor, FSDP2 / HSDP with `fully_shard`, pipeline parallel with torch.distributed.pipelining
+and the plan's micro-batches as the schedule's), every parameter's `full_tensor()` gradient
+compared with the single-process gradient of the mean loss over the same global batch.
+
+Runs on an initialised default process group of exactly one process per mesh rank: the warm
+ranks call `run_mesh_check` with a fresh group per check, as for DDP, and so does the rank
+program under torchrun (`app.worker.gradcheck`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import cycle, islice
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.utils.data import DistributedSampler
+
+from app.core.device_mesh import ORDER
+from app.worker.checks.controls import Control, split_controls
+from app.worker.checks.mesh_controls import (
+    PIPELINE_LOSS_NOT_SCALED,
+    REPLICAS_FROM_SHARD_GROUP,
+    SAMPLER_BY_GLOBAL_RANK,
+    TENSOR_PEERS_DIFFERENT_DATA,
+    split_mesh_controls,
+)
+from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
+from app.worker.checks.shards import Shards
+from app.worker.contract.check_result import CheckResult, SkippedControl
+from app.worker.contract.mesh_spec import mesh_world, wrapper_of
+from app.worker.contract.spec import CheckSpec
+from app.worker.contract.timings import Timer
+from app.worker.training.mesh_models import (
+    Parallelize,
+    build_mesh,
+    full_gradients,
+    shard_data_parallel,
+    synthetic_parallelize,
+)
+from app.worker.training.samplers import IndexDataset
+from app.worker.training.synthetic_model import backward
+from app.worker.training.workload import Workload, load
+
+Reads = list[list[int]]  # a rank's micro-batches of sample indices
+
+
+class _Rank:
+    """This rank's place in the mesh and what it reads."""
+
+    def __init__(self, spec: CheckSpec, sizes: dict[str, int], rank: int) -> None:
+        place: dict[str, int] = {}
+        rest = rank
+        for name in reversed(ORDER):
+            rest, place[name] = divmod(rest, sizes[name])
+        self.spec, self.sizes, self.rank, self.place = spec, sizes, rank, place
+        self.dp_rank = place["dp_replicate"] * sizes["dp_shard"] + place["dp_shard"]
+        self.micro = spec.micro_batch_sizes()[self.dp_rank]
+        self.scale = spec.loss_scales()[self.dp_rank]
+
+    def sampler(self, num_replicas: int, rank: int, seed: int) -> Reads:
+        """The first step's micro-batches of a DistributedSampler built this way (read around
+        again if its shard is shorter than a step, as the next epoch would)."""
+        spec = self.spec
+        sampler: DistributedSampler[int] = DistributedSampler(
+            IndexDataset(spec.num_samples),
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=spec.shuffle,
+            seed=seed,
+            drop_last=spec.drop_last,
+        )
+        sampler.set_epoch(0)
+        g, m = spec.gradient_accumulation_steps, self.micro
+        flat = list(islice(cycle(iter(sampler)), g * m))
+        return [flat[k * m : (k + 1) * m] for k in range(g)]
+
+    def reads(self, control: Control | None, plan_reads: Reads) -> Reads:
+        dp, seed = self.spec.data_parallel_size, self.spec.data_seed
+        if control is SAMPLER_BY_GLOBAL_RANK:
+            return self.sampler(mesh_world(self.sizes), self.rank, seed)
+        if control is TENSOR_PEERS_DIFFERENT_DATA:
+            return self.sampler(dp, self.dp_rank, seed + self.place["tp"])
+        if control is REPLICAS_FROM_SHARD_GROUP:
+            return self.sampler(self.sizes["dp_shard"], self.place["dp_shard"], seed)
+        return plan_reads
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One step to run on the mesh: the plan's (no control), or a control's mistake."""
+
+    control: Control | None
+    reads: Reads
+    scale: float
+    reduction: str
+    scale_grads: bool = True
+
+
+def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_Run], list[SkippedControl]]:
+    """Today's DDP controls (they change sample weights, whatever the mesh) where they change
+    this plan's gradient, then the mesh's own."""
+    spec = me.spec
+    applicable, skipped = split_controls(spec, shards.every_replica, shards.epoch[: spec.global_batch_size])
+    runs = [
+        _Run(
+            c,
+            shards.control_batches(c, me.dp_rank, plan_reads),
+            float(c.loss_scale(spec, me.micro)),
+            c.loss_reduction(spec),
+        )
+        for c in applicable
+    ]
+    mesh_applicable, mesh_skipped = split_mesh_controls(
+        me.sizes, spec.gradient_accumulation_steps, spec.shuffle
+    )
+    runs += [
+        _Run(
+            c,
+            me.reads(c, plan_reads),
+            me.scale,
+            spec.loss_reduction,
+            scale_grads=c is not PIPELINE_LOSS_NOT_SCALED,
+        )
+        for c in mesh_applicable
+    ]
+    return runs, skipped + mesh_skipped
+
+
+def _step(
+    module: nn.Module,
+    mesh: DeviceMesh,
+    me: _Rank,
+    workload: Workload,
+    run: _Run,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """One optimizer step's gradient on this rank's share, gathered whole and by name."""
+    g, reads, scale, reduction = me.spec.gradient_accumulation_steps, run.reads, run.scale, run.reduction
+    module.zero_grad(set_to_none=True)
+    if me.sizes["pp"] > 1:
+        pp = me.sizes["pp"]
+        stage = PipelineStage(module, me.place["pp"], pp, device, group=mesh["pp"].get_group())
+
+        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            # The schedule divides by its micro-batches (scale_grads): undo it in the plan's scale.
+            return _loss_of(workload, output, target, reduction) * (scale * g)
+
+        kind = Schedule1F1B if g >= pp else ScheduleGPipe
+        schedule = kind(stage, n_microbatches=g, loss_fn=loss_fn, scale_grads=run.scale_grads)
+        x, y = workload.batch([i for batch in reads for i in batch], dtype, device)
+        if me.place["pp"] == 0:
+            schedule.step(x, target=y if pp == 1 else None)
+        elif me.place["pp"] == pp - 1:
+            schedule.step(target=y)
+        else:
+            schedule.step()
+    else:
+        for k, batch in enumerate(reads):
+            sync = getattr(module, "set_requires_gradient_sync", None)
+            if sync is not None:
+                sync(k == g - 1)  # FSDP: reduce once per step, like DDP's no_sync
+            x, y = workload.batch(batch, dtype, device)
+            backward(workload.loss(module, x, y, reduction) * scale)
+    return full_gradients(module)
+
+
+def _loss_of(workload: Workload, output: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
+    """The workload's loss of an output the schedule computed (its loss_fn is a mean)."""
+    if workload.loss_fn is None:
+        # The schedule calls the loss on the last stage's output; a model's own outputs.loss
+        # has no place in it.
+        raise ValueError(
+            f"model {workload.name!r}: a pipeline-parallel check needs a loss_fn from its factory"
+        )
+    mean: torch.Tensor = workload.loss_fn(output, target)
+    return mean if reduction == "mean" else mean * output.shape[0]
+
+
+def _everyone(local: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
+    """The named gradients of every stage, on every rank (a stage holds only its layers)."""
+    gathered: list[dict[str, torch.Tensor] | None] = [None] * world
+    dist.all_gather_object(gathered, local)
+    merged: dict[str, torch.Tensor] = {}
+    for part in gathered:
+        merged.update(part or {})
+    return merged
+
+
+def _flat(named: dict[str, torch.Tensor], order: Sequence[str]) -> torch.Tensor:
+    return torch.cat([named[n].reshape(-1) for n in order])
+
+
+def _reference(
+    workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, list[str]]:
+    model = workload.module(dtype, device)
+    x, y = workload.batch(batch, dtype, device)
+    backward(workload.loss(model, x, y, "mean"))
+    named = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+    order = [n for n, _ in model.named_parameters()]
+    return _flat(named, order), order
+
+
+def run_mesh_check(
+    spec: CheckSpec,
+    group: CheckGroup,
+    workload: Workload | None = None,
+    parallelize: Parallelize | None = None,
+) -> CheckResult | None:
+    """Run the plan's mesh on an initialised default group of one process per mesh rank."""
+    sizes, world, device = spec.mesh, group.world, group.device
+    if sizes is None or mesh_world(sizes) != world:
+        raise ValueError(f"a mesh check needs one process per mesh rank ({sizes}); it has {world}")
+    timer = Timer()
+    dtype = getattr(torch, spec.dtype)
+    workload = workload or load(spec.model, None, spec.seed)
+    me = _Rank(spec, sizes, group.rank)
+    mesh = build_mesh(sizes, device)
+    timer.lap("mesh")
+    base = workload.module(dtype, device)
+    split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize
+
+    def fresh() -> nn.Module:
+        # A control's step must not inherit the plan's FSDP state: every run wraps its own copy.
+        return shard_data_parallel(split(copy.deepcopy(base), mesh), mesh, sizes)
+
+    def step(module: nn.Module, run: _Run) -> dict[str, torch.Tensor]:
+        return _everyone(_step(module, mesh, me, workload, run, dtype=dtype, device=device), world)
+
+    module = fresh()
+    timer.lap("parallelize")
+    shards = Shards(spec)
+    plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
+    timer.lap("data")
+    grad = step(module, _Run(None, plan_reads, me.scale, spec.loss_reduction))
+    timer.lap("step")
+    runs, skipped = _control_runs(me, shards, plan_reads)
+    control_grads = [step(fresh(), run) for run in runs]
+    timer.lap("controls")
+    if group.rank != 0:
+        return None
+    reference, order = _reference(workload, shards.epoch[: spec.global_batch_size], dtype, device)
+    timer.lap("reference")
+    controls = [(r.control, _flat(g, order)) for r, g in zip(runs, control_grads, strict=True) if r.control]
+    measured = Measured(_flat(grad, order), reference, controls, skipped, [], True, spec.micro_batch_sizes())
+    dims = [(n, sizes[n]) for n in ORDER if sizes[n] > 1]
+    return judged_result(
+        spec,
+        group,
+        workload.name,
+        measured,
+        timer,
+        replicas_per_rank=1,
+        mesh={"names": [n for n, _ in dims], "sizes": [s for _, s in dims]},
+        wrapper=wrapper_of(sizes),
+    )

@@ -1,0 +1,169 @@
+"""The `tokens` check: one DDP step of a language model on sequences of varying valid length,
+against the single-process gradient of the mean per-token loss over every valid token of the
+step, with the token-normalisation mistakes as controls.
+
+Under `loss_normalization: token` each micro-batch's summed token loss is multiplied by
+data_parallel_size / N, where N, the step's valid tokens over all micro-batches and replicas,
+is all-reduced over the process group as torchtitan does; DDP's mean over replicas then gives
+every token the weight 1/N. Under `sample` the plan's loss scale multiplies each micro-batch's
+mean over its own tokens, which is what the `mean_per_micro_batch` control also does: the
+check shows what that costs on this data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from app.worker.checks import equivalence
+from app.worker.checks.controls import Control, partition
+from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
+from app.worker.checks.shards import Shards
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.spec import CheckSpec, replica_range
+from app.worker.contract.timings import Timer
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
+from app.worker.training.token_model import TokenWorkload
+from app.worker.training.workload import Registered, Workload
+
+Counts = dict[int, list[tuple[int, int]]]  # replica -> (valid tokens, label positions) per micro-batch
+Scale = Callable[[int, int, Counts], Fraction]  # (replica, micro-step, counts) -> multiplier of the token sum
+
+
+@dataclass(frozen=True, slots=True)
+class TokenControl(Control):
+    """A mistake in how a step's token losses are normalised."""
+
+    scale: Scale
+    harmless_when: str  # why it does not change this plan's gradient, when it does not
+
+
+def _total(counts: Counts, which: int) -> int:
+    return sum(c[which] for batches in counts.values() for c in batches)
+
+
+def _per_micro_batch(r: int, k: int, counts: Counts) -> Fraction:
+    valid = counts[r][k][0]
+    return Fraction(1, len(counts[r]) * valid) if valid else Fraction(0)
+
+
+def _per_replica(r: int, k: int, counts: Counts) -> Fraction:
+    valid = sum(c[0] for c in counts[r])
+    return Fraction(1, valid) if valid else Fraction(0)
+
+
+def _padding_counted(r: int, k: int, counts: Counts) -> Fraction:
+    return Fraction(len(counts), _total(counts, 1))
+
+
+TOKEN_CONTROLS = (
+    TokenControl(
+        "mean_per_micro_batch",
+        "each micro-batch averages its loss over its own valid tokens, divided by the accumulation "
+        "steps (Hugging Face Transformers' gradient-accumulation bug until num_items_in_batch)",
+        _per_micro_batch,
+        "every micro-batch of the step holds the same number of valid tokens",
+    ),
+    TokenControl(
+        "mean_per_replica",
+        "each rank averages its loss over its own valid tokens of the step; DDP averages the ranks",
+        _per_replica,
+        "every replica's share of the step holds the same number of valid tokens",
+    ),
+    TokenControl(
+        "padding_counted",
+        "the loss is divided by all token positions of the step, padding included",
+        _padding_counted,
+        "the step has no padding: every position is a valid token",
+    ),
+)
+
+
+def _weights(scale: Scale, counts: Counts) -> set[Fraction]:
+    """Each valid token's weight in the DDP-averaged gradient (scale / replicas)."""
+    return {
+        scale(r, k, counts) / len(counts)
+        for r, batches in counts.items()
+        for k, c in enumerate(batches)
+        if c[0]
+    }
+
+
+def changes_gradient(scale: Scale, counts: Counts) -> bool:
+    """Whether a scaling weighs any valid token other than 1/N: the gradient is linear in the
+    per-token weights, so equal weights are exactly where it does no harm."""
+    return _weights(scale, counts) != {Fraction(1, _total(counts, 0))}
+
+
+def _workload(spec: CheckSpec, workload: Workload | None) -> TokenWorkload:
+    if isinstance(workload, TokenWorkload):
+        return workload
+    base = workload if isinstance(workload, Registered) else None
+    return TokenWorkload(spec.seed, spec.sequence_length, base)
+
+
+def run_token_check(
+    spec: CheckSpec, group: CheckGroup, workload: Workload | None = None
+) -> CheckResult | None:
+    """Run the token check on an initialised default process group; rank 0 returns the result."""
+    timer = Timer()
+    dtype, device = getattr(torch, spec.dtype), group.device
+    tokens = _workload(spec, workload)
+    dp = spec.data_parallel_size
+    local = replica_range(group.rank, group.world, dp)
+    module = tokens.module(dtype, device)
+    model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+    shards = Shards(spec)
+    sampled = shards.local(local)
+    every = {r: sampled.get(r) or shards.derived(r) for r in range(dp)}
+    counts: Counts = {r: [tokens.counts(b, device) for b in every[r]] for r in range(dp)}
+    timer.lap("data")
+    global_valid = _all_reduced_valid_tokens(counts, local, device)
+    factor = group.world / dp
+
+    def plan_scale(r: int, k: int, c: Counts) -> Fraction:
+        if spec.loss_normalization == "token":
+            return Fraction(dp, global_valid)
+        # The plan's sample scale on each micro-batch's own token mean.
+        return Fraction(spec.loss_scales()[r]) / c[r][k][0] if c[r][k][0] else Fraction(0)
+
+    def step(scale: Scale) -> torch.Tensor:
+        batches: list[Batch] = [
+            (b, float(scale(r, k, counts)), "sum") for r in local for k, b in enumerate(sampled[r])
+        ]
+        return ddp_gradient(model, batches, factor=factor, workload=tokens, dtype=dtype, device=device)
+
+    grad = step(plan_scale)
+    timer.lap("step")
+    applicable, skipped = partition(
+        TOKEN_CONTROLS, lambda c: None if changes_gradient(c.scale, counts) else c.harmless_when
+    )
+    control_grads = [(c, step(c.scale)) for c in applicable]
+    timer.lap("controls")
+    if group.rank != 0:
+        return None
+    reference_batch = [i for r in range(dp) for b in every[r] for i in b]
+    reference = reference_gradient(tokens, reference_batch, dtype, device)
+    timer.lap("reference")
+    findings = equivalence.static_findings(module, spec)
+    measured = Measured(
+        grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes
+    )
+    return judged_result(spec, group, tokens.name, measured, timer)
+
+
+def _all_reduced_valid_tokens(counts: Counts, local: range, device: torch.device) -> int:
+    """The step's valid tokens as a training job gets them: each process counts its replicas'
+    micro-batches, and an all-reduce sums the counts (torchtitan's global_valid_tokens)."""
+    valid = torch.tensor([sum(c[0] for r in local for c in counts[r])], dtype=torch.int64, device=device)
+    dist.all_reduce(valid)
+    if int(valid) != _total(counts, 0):
+        raise RuntimeError(
+            f"the all-reduced valid tokens {int(valid)} differ from the step's {_total(counts, 0)}"
+        )
+    return int(valid)

@@ -1,0 +1,227 @@
+"""A warm rank process: torch imported and DDP built once, then checks on demand.
+
+Each process has its own pipe to the pool (a shared queue could hand two ranks of one check
+to the same process, which would deadlock). The messages are those of
+`contract.protocol`, plain dicts on the pipe:
+
+- `Join` to a node's leader: meet the other nodes, answer the assignment (`Joined`);
+- `Run`: form a fresh process group, run the check, tear the group down (`Result` or `Done`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
+from torch.nn.parallel import DistributedDataParallel
+
+from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.contract import protocol
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.targets import FactoryError
+from app.worker.rank import rendezvous
+from app.worker.rank.backend import choose_backend
+from app.worker.rank.model_errors import model_traceback
+from app.worker.training import mesh_models
+from app.worker.training.synthetic_model import backward, batch_loss, build_model, synthetic_batch
+from app.worker.training.workload import Registered, Workload, load, raised_by_model
+
+PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
+
+
+def _exit_with_parent() -> None:
+    """Die with the process that forked us (the pool's fork server, which exits with the
+    app), even in the middle of a collective that holds the GIL: the kernel's parent-death
+    signal where there is one, and a watching thread as well."""
+    # Every fork holds the fork server's "alive" pipe, which keeps the fork server (our
+    # parent) running as long as any fork lives; let go of it so that the fork server
+    # exits with the app, and the parent-death signal below reaches us.
+    from multiprocessing import forkserver
+
+    server: Any = forkserver._forkserver  # private: the fd has no public handle
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
+        server._forkserver_alive_fd = None
+    parent = os.getppid()
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent went before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _warm_up() -> None:
+    """The first DDP construction and backward cost seconds; pay them before any check."""
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        model = DistributedDataParallel(build_model(0, torch.float64, torch.device("cpu")))
+        x, y = synthetic_batch(torch.arange(4), 0, torch.float64, torch.device("cpu"))
+        backward(batch_loss(model, x, y, "mean"))
+    finally:
+        dist.destroy_process_group()
+
+
+def _host_info() -> protocol.HostInfo:
+    cuda = torch.cuda.is_available()
+    return protocol.HostInfo(
+        torch_version=torch.__version__,
+        cuda_available=cuda,
+        gpus=torch.cuda.device_count() if cuda else 0,
+        gpu_names=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        backends=[
+            b
+            for b, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available() and cuda))
+            if ok
+        ],
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _workload(name: str, target: str | None, seed: int, rank: int, world: int) -> Workload:
+    """A factory's build, kept for the next check of the same model: a check trains a deep
+    copy of the model, so the build is never changed. Keyed by rank and world as well,
+    since a factory may build per rank."""
+    return load(name, target, seed)
+
+
+class RankServer:
+    def __init__(self) -> None:
+        self.store: TCPStore | None = None  # the leader's, from "join" to the end of "run"
+        self.serving = False
+
+    def join(self, msg: protocol.Join) -> protocol.Joined:
+        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s)
+        assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
+        return protocol.Joined(**assignment.as_dict())
+
+    def run(self, msg: protocol.Run) -> protocol.Result | protocol.Done:
+        store = (
+            self.store
+            if msg.leader and self.store is not None
+            else rendezvous.join_store(msg.endpoint, msg.timeout_s)
+        )
+        try:
+            return self._run(msg, store)
+        finally:
+            self.store, self.serving = None, False
+
+    def _run(self, msg: protocol.Run, store: TCPStore) -> protocol.Result | protocol.Done:
+        spec = msg.spec
+        run_id, rank, world = msg.run_id, msg.rank, msg.world
+        if msg.local_index >= 0:
+            backend, device = choose_backend(msg.backend, msg.local_processes, msg.local_index)
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            started = time.perf_counter()
+            # A fresh group per check: a group broken by a dead peer never carries over.
+            dist.init_process_group(
+                backend,
+                store=PrefixStore(f"{run_id}/pg", store),
+                rank=rank,
+                world_size=world,
+                timeout=timedelta(seconds=msg.timeout_s),
+            )
+            setup = time.perf_counter() - started
+            try:
+                # Built once the group exists: a factory may ask for its rank.
+                workload = _workload(spec.model, msg.model_target, spec.seed, rank, world)
+                group = CheckGroup(rank, world, device, backend, msg.nnodes)
+                check = run_spec(spec, group, workload, msg.model_target)
+            finally:
+                dist.destroy_process_group()
+            if check is not None:
+                rendezvous.publish_result(store, run_id, check.with_setup_time(setup).to_json())
+        if not msg.leader:
+            return protocol.Done()
+        result = rendezvous.collect_result(store, run_id, msg.nnodes, self.serving, msg.timeout_s)
+        return protocol.Result(CheckResult.from_json(result))
+
+
+def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each registered model as its factory builds it, or why it cannot be built or trained
+    (a smoke forward and backward on two samples)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, target in models.items():
+        try:
+            workload = Registered(name, target, 0)
+        except FactoryError as err:
+            out[name] = {"name": name, "loaded": False, "error": str(err)}
+            continue
+        try:
+            workload.smoke_test()
+        except Exception as err:
+            out[name] = {
+                "name": name,
+                "loaded": False,
+                "error": f"a forward and backward pass on two samples failed: {type(err).__name__}: {err}\n"
+                + model_traceback(err),
+            }
+            continue
+        out[name] = {"loaded": True, "error": None, **workload.describe()}
+    for name, target in models.items():  # a tensor- or pipeline-parallel check needs it
+        if out.get(name, {}).get("loaded"):
+            out[name]["parallelize"] = mesh_models.registered_parallelize(target) is not None
+    return out
+
+
+def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
+    _exit_with_parent()
+    if "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun does for several ranks on one host: they share the cores, and a
+        # thread pool per rank oversubscribes them (a tiny matmul took 10 ms with two
+        # threads per rank here, 0.02 ms with one).
+        torch.set_num_threads(1)
+    _warm_up()
+    conn.send(protocol.Ready(os.getpid(), _host_info()).to_dict())
+    if describe:
+        # After "ready": a slow factory must not count against the warm-up deadline.
+        conn.send(protocol.Models(describe_models(describe)).to_dict())
+    server = RankServer()
+    while True:
+        try:
+            raw = conn.recv()
+        except (EOFError, OSError):
+            return
+        reply: protocol.FromRank
+        try:
+            msg = protocol.from_dict(raw)
+            if isinstance(msg, protocol.Exit):
+                return
+            if isinstance(msg, protocol.Join):
+                reply = server.join(msg)
+            elif isinstance(msg, protocol.Run):
+                reply = server.run(msg)
+            else:
+                raise ValueError(f"a rank does not take {msg.op!r} messages")
+        except Exception as err:  # reported to the pool, which decides whether to keep this process
+            by_model = raised_by_model(err)
+            reply = protocol.Error(
+                f"{type(err).__name__}: {err}",
+                traceback=model_traceback(err) if by_model else None,
+                model_raised=by_model,
+            )
+        conn.send(reply.to_dict())

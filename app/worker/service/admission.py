@@ -1,0 +1,174 @@
+"""Whether this worker takes a check: the request planned and held against its limits,
+its registered models and its host. Runs before a job exists (blocking: call it in a thread)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from app.core.errors import DomainError
+from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
+from app.core.plan_types import PlanRequest
+from app.core.planner import plan
+from app.worker.contract.mesh_spec import refusal as mesh_refusal
+from app.worker.contract.request import build_spec, check_request
+from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
+from app.worker.service.limits import Limits
+from app.worker.service.runner import CheckRunner
+from app.worker.service.submission import Submission
+
+
+class Admission:
+    def __init__(self, limits: Limits, models: dict[str, str], runner: CheckRunner) -> None:
+        self.limits = limits
+        self.models = models  # registered check models: name -> package.module:factory
+        self.runner = runner
+
+    def prepare(self, body: dict[str, Any]) -> Submission:
+        """The job to submit for a check request as JSON (POST /v1/checks, as its schema
+        validated it): the spec every rank runs (`build_spec`, as the rank program builds
+        it), held against this worker's limits, registered models and host."""
+        request = check_request(body)
+        spec = build_spec(request)
+        self._check_model(spec, has_dataset=request.plan.dataset is not None)
+        if spec.data_parallel_size > self.limits.max_replicas_per_check:
+            raise SpecError(
+                f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
+                f"checks at most {self.limits.max_replicas_per_check}",
+                "/plan/topology",
+            )
+        self._check_memory(request.plan, spec)
+        nnodes = request.rendezvous.nnodes if request.rendezvous else 1
+        if spec.mesh is not None:
+            self._check_mesh(spec, nnodes)
+        if nnodes > spec.data_parallel_size:
+            raise SpecError(
+                f"{nnodes} nodes for {spec.data_parallel_size} replicas: every node needs one",
+                "/rendezvous/nnodes",
+            )
+        if spec.backend == "nccl" and self.runner.host_info.gpus == 0:
+            raise SpecError("backend nccl needs GPUs; this host has none (use gloo or auto)", "/backend")
+        timeout = self.limits.check_timeout_s if request.timeout_s is None else request.timeout_s
+        if timeout > self.limits.check_timeout_s:
+            raise SpecError(
+                f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
+            )
+        if request.rendezvous is not None:
+            self.limits.check_rendezvous_endpoint(request.rendezvous.endpoint)
+        return Submission(body, spec, timeout, request.rendezvous)
+
+    def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
+        """What grows with the request: the global batch, and a shuffled dataset's permutation.
+        An unshuffled dataset of any size costs nothing (its order is arithmetic)."""
+        cap = self.limits.max_check_samples
+        if spec.global_batch_size > cap:
+            largest = largest_checkable_batch(request, spec, cap)
+            fix = (
+                f"use global_batch_size at most {largest}, the largest this plan takes here"
+                if largest
+                else "no global batch within it plans on this topology: check fewer replicas"
+            )
+            raise SpecError(
+                f"a check materialises the global batch: {spec.global_batch_size} samples is more than "
+                f"this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself has no such "
+                f"limit: {fix}",
+                "/plan/global_batch_size",
+                suggestions={"global_batch_size": [largest]} if largest else {},
+            )
+        shuffled_cap = self.limits.max_shuffled_samples
+        if (
+            request.dataset is not None
+            and request.dataset.shuffle
+            and request.dataset.num_samples > shuffled_cap
+        ):
+            smaller = dataclasses.replace(request.dataset, num_samples=shuffled_cap)
+            works = _checked_size(dataclasses.replace(request, dataset=smaller)) is not None
+            raise SpecError(
+                f"a shuffled dataset's order is torch.randperm(num_samples), drawn on every rank as "
+                f"DistributedSampler draws it: dataset.num_samples {spec.num_samples} is more than this "
+                f"worker's limit of {shuffled_cap}; use at most {shuffled_cap}, or check with "
+                f"dataset.shuffle false, which has no limit",
+                "/plan/dataset/num_samples",
+                suggestions={"num_samples": [shuffled_cap]} if works else {},
+            )
+
+    def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
+        """One warm process per mesh rank, on this host; the model must split as the mesh does."""
+        assert spec.mesh is not None
+        if nnodes > 1:
+            raise SpecError(
+                "a mesh check runs on this worker's own processes; across hosts, run the rank program "
+                "under torchrun on every node (python -m app.worker.gradcheck), which runs the mesh too",
+                "/rendezvous/nnodes",
+            )
+        info = self.runner.models_info.get(spec.model) or {}
+        why = mesh_refusal(
+            spec.mesh,
+            processes=self.runner.size,
+            synthetic=spec.model == SYNTHETIC,
+            parallelize=bool(info.get("parallelize")),
+        )
+        if why is not None:
+            raise SpecError(why[0], why[1])
+
+    def _check_model(self, spec: CheckSpec, *, has_dataset: bool) -> None:
+        if spec.model != SYNTHETIC and spec.model not in self.models:
+            raise SpecError(unknown_model(spec.model, list(self.models)), "/model")
+        info = self.runner.models_info.get(spec.model)
+        if info is not None and not info.get("loaded"):
+            raise SpecError(
+                f"check model {spec.model!r} cannot be built on this worker: {info['error']}", "/model"
+            )
+        synced = info.get("sync_batch_norm") if info else None
+        if synced and (self.runner.host_info.gpus == 0 or spec.backend == "gloo"):
+            pointer = "/backend" if self.runner.host_info.gpus else "/model"
+            raise SpecError(sync_batch_norm_refusal(list(synced)), pointer)
+        size = info.get("dataset_size") if info else None
+        if isinstance(size, int) and spec.num_samples > size:
+            pointer = "/plan/dataset/num_samples" if has_dataset else "/plan/global_batch_size"
+            raise SpecError(
+                f"check model {spec.model!r} has {size} samples; the check's epoch needs {spec.num_samples} "
+                f"(without a dataset it is one global batch): use at most {size}",
+                pointer,
+            )
+        if spec.fit is not None and spec.fit.memory_bytes is None:
+            gpus = self.runner.host_info.gpus
+            if gpus == 0 or spec.backend == "gloo":
+                raise SpecError(
+                    "the search for the largest micro-batch runs on this worker's CPU here, whose "
+                    "memory torch cannot size: give the memory of one GPU of the cluster, e.g. "
+                    "85899345920 for 80 GiB",
+                    "/fit_micro_batch/memory_bytes",
+                )
+        if spec.noise_steps and spec.data_parallel_size == 1 and spec.gradient_accumulation_steps == 1:
+            raise SpecError(
+                "the noise scale compares a small batch with a big one: it needs at least 2 data-parallel "
+                "replicas or 2 accumulation steps; send noise_scale.steps 0 to skip it",
+                "/noise_scale/steps",
+            )
+
+
+def _checked_size(request: PlanRequest) -> int | None:
+    """The global batch a check of `request` runs, or None if the planner or the check's own
+    rules refuse it."""
+    try:
+        planned = plan(request)
+        spec_from_plan(planned, dataset=request.dataset)
+    except DomainError:
+        return None
+    return planned.global_batch_size
+
+
+def largest_checkable_batch(request: PlanRequest, spec: CheckSpec, cap: int) -> int | None:
+    """The largest global batch at most `cap` that plans when it alone replaces the request's
+    (the same micro-step with fewer accumulation steps first, then any multiple of the
+    replicas), re-planned to be sure; None if none does."""
+    per_step = spec.global_batch_size // spec.gradient_accumulation_steps
+    steps = cap // per_step
+    candidates = [k * per_step for k in range(steps, max(steps - 8, 0), -1)]
+    candidates.append(cap // spec.data_parallel_size * spec.data_parallel_size)
+    for candidate in filter(None, candidates):
+        size = _checked_size(dataclasses.replace(request, global_batch_size=candidate))
+        if size is not None and size <= cap:
+            return size
+    return None

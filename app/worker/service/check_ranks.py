@@ -1,0 +1,81 @@
+"""One check on the warm ranks the pool gave it: the node's leader meets the other nodes (if
+any) at the rendezvous, every rank that takes part runs its share of the replicas, and rank
+0's result comes back, typed, with this node's place in the check."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from app.ports import free_port
+from app.worker.contract import protocol
+from app.worker.contract.check_result import CheckResult
+from app.worker.service.rank_process import RankProcess
+from app.worker.service.runner import CheckOrder, RankError
+
+# After a rank reports that the model raised, how long the check's other ranks have to
+# report too (each then has left the check and torn its process group down) for all of them
+# to be kept warm; one that does not is stuck, and every rank is replaced.
+MODEL_ERROR_GRACE_S = 5.0
+
+
+async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protocol.FromRank]:
+    """Every rank's reply, or the first failure. When that failure is the model's own
+    exception and every other rank answers within the grace, each with a reply or the model's
+    exception too, the error says the ranks can be kept (`ranks_kept`)."""
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [e for t in tasks if t in done and (e := t.exception()) is not None]
+        if not failed:
+            return [t.result() for t in tasks]
+        first = failed[0]
+        if isinstance(first, RankError) and first.model_raised and pending:
+            _, pending = await asyncio.wait(pending, timeout=MODEL_ERROR_GRACE_S)
+        if isinstance(first, RankError):
+            errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+            first.ranks_kept = not pending and all(
+                e is None or (isinstance(e, RankError) and e.model_raised) for e in errors
+            )
+        raise first
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_on_ranks(
+    ranks: list[RankProcess], order: CheckOrder, *, backend: str, replicas: int
+) -> CheckResult:
+    """Run `order` on `ranks` (this node's); raises RankError (with `ranks_kept`) or RankDied."""
+    rendezvous = order.rendezvous
+    endpoint = rendezvous.endpoint if rendezvous else f"127.0.0.1:{free_port()}"
+    run_id = rendezvous.run_id if rendezvous else order.job_id
+    nnodes = rendezvous.nnodes if rendezvous else 1
+    join = protocol.Join(endpoint, run_id, nnodes, order.timeout_s, offered=len(ranks), replicas=replicas)
+    joined = await ranks[0].request(join, protocol.Joined)
+    count = joined.local_count
+    tasks = [
+        asyncio.create_task(
+            rank.request(
+                protocol.Run(
+                    endpoint,
+                    run_id,
+                    nnodes,
+                    order.timeout_s,
+                    spec=order.spec,
+                    world=joined.world,
+                    backend=backend,
+                    local_processes=count,
+                    model_target=order.model_target,
+                    rank=joined.offset + i,
+                    local_index=i if i < count else -1,
+                    leader=i == 0,
+                ),
+                protocol.Result if i == 0 else protocol.Done,
+            )
+        )
+        for i, rank in enumerate(ranks[: max(count, 1)])
+    ]
+    leader = (await _replies(tasks))[0]
+    assert isinstance(leader, protocol.Result)
+    return dataclasses.replace(leader.result, node_rank=joined.node_rank)

@@ -1,0 +1,266 @@
+"""Warm rank processes, forked from a fork server that has already imported torch: the
+check runner of a worker (runner.CheckRunner).
+
+Importing torch and building the first DDP module cost seconds per process; the fork
+server pays the import once and each fork then warms up in tens of milliseconds, so a dead
+or stuck rank is replaced almost at once. Each process has its own pipe (rank_process).
+All pool state is touched only from the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from app.worker.contract import protocol
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.mesh_spec import mesh_world
+from app.worker.service.check_ranks import run_on_ranks
+from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
+from app.worker.service.rank_process import RankProcess
+from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError
+
+log = logging.getLogger("batchplan.worker")
+
+# A fork warms up in tens of milliseconds once start() returns (the fork server has done the
+# imports by then); one that takes this long is stuck and gets replaced.
+WARM_UP_TIMEOUT_S = 15.0
+
+
+class RankPool:
+    def __init__(self, size: int, models: dict[str, str] | None = None) -> None:
+        self.size = size
+        # Registered check models: one rank builds each to describe it (models_info).
+        self.models = dict(models or {})
+        self.models_info: dict[str, dict[str, Any]] = {}
+        self._describing = False
+        self.processes: list[RankProcess] = []
+        self.stopping = False
+        self.changed = asyncio.Condition()
+        self.host_info = protocol.HostInfo()  # empty until the first rank is warm
+        self.spawn_error: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._starting: set[BaseProcess] = set()
+        # Killed before they joined the pool: stop() waits for these too.
+        self._ended: list[BaseProcess] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        use_fork_server(self)
+        for _ in range(self.size):
+            self._spawn_soon()
+
+    def _spawn_soon(self, delay: float = 0.0) -> None:
+        # A fresh context: a replacement is not part of the check (job id) that asked for it.
+        task = asyncio.get_running_loop().create_task(self._spawn(delay), context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _spawn(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        if self.stopping:
+            return
+        loop = asyncio.get_running_loop()
+        ctx = fork_context()
+        parent_conn, child_conn = ctx.Pipe(duplex=True)
+        describe = self.models if self.models and not self.models_info and not self._describing else None
+        self._describing = self._describing or describe is not None
+        process = ctx.Process(
+            target=serve_rank, args=(child_conn, describe), daemon=True, name="batchplan-rank"
+        )
+        # The first start launches the fork server and waits for its imports: seconds. It
+        # runs in a thread that a cancelled task cannot stop, so its process is tracked here
+        # and ended by stop() even when the task that asked for it is gone.
+        starting = asyncio.ensure_future(asyncio.to_thread(process.start))
+        self._starting.add(process)
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            await asyncio.wait([starting])
+            with contextlib.suppress(Exception):
+                process.kill()
+            self._ended.append(process)
+            raise
+        except Exception as err:
+            self.spawn_error = f"could not start a rank process: {err}"
+            log.exception("rank process start failed")
+            return
+        finally:
+            self._starting.discard(process)
+            child_conn.close()
+        rank = RankProcess(process, parent_conn, loop)
+        rank.on_ready.append(self._ready)
+        rank.on_death.append(self._dead)
+        if describe is not None:
+            rank.on_models.append(self._described)
+            rank.on_death.append(self._describer_died)
+        if self.stopping:
+            rank.kill()
+            self._ended.append(process)
+            return
+        self.processes.append(rank)
+        rank.start_reader()
+        await asyncio.sleep(WARM_UP_TIMEOUT_S)
+        if not rank.ready and not rank.dead and rank in self.processes and not self.stopping:
+            log.warning(
+                "rank process %s did not warm up within %s s; replacing it", rank.pid, WARM_UP_TIMEOUT_S
+            )
+            self._remove(rank)
+            self._spawn_soon()
+
+    def _ready(self, rank: RankProcess) -> None:
+        if rank.info is not None:
+            self.host_info = rank.info.host
+        self._notify()
+
+    def _described(self, info: dict[str, dict[str, Any]]) -> None:
+        self.models_info = info
+        self._describing = False
+        self._notify()
+
+    def _describer_died(self, rank: RankProcess) -> None:
+        if not self.models_info:
+            self._describing = False  # the next spawn describes them
+
+    def _dead(self, rank: RankProcess) -> None:
+        if rank in self.processes and not rank.busy:
+            # Died while idle: replace it now. A busy one is replaced when its check releases it.
+            self._remove(rank)
+            if not self.stopping:
+                death = rank.describe_death()
+                log.warning("idle %s; replacing it", death)
+                # A SIGTERM or SIGINT usually reached the whole process group (Ctrl-C, a
+                # container stop): the server itself is about to shut down, and a rank
+                # forked now would outlive it. Replace it only if the server stays up.
+                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
+        self._notify()
+
+    def _remove(self, rank: RankProcess) -> None:
+        if rank in self.processes:
+            self.processes.remove(rank)
+        rank.kill()
+        rank.close()
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self.changed:
+                self.changed.notify_all()
+
+        task = asyncio.get_running_loop().create_task(notify(), context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def begin_stop(self) -> None:
+        """Start no more rank processes (a shutdown has begun)."""
+        self.stopping = True
+
+    async def stop(self) -> None:
+        """End every rank process, then the fork server, and reap them all: nothing of the
+        pool outlives it, not even as a zombie."""
+        self.stopping = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        # Each cancelled spawn ends the process it was starting before it finishes.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for process in list(self._starting):
+            with contextlib.suppress(Exception):
+                process.kill()
+            self._ended.append(process)
+        ranks = list(self.processes)
+        for rank in ranks:
+            rank.send_exit()
+        await asyncio.to_thread(self._reap, ranks, list(self._ended))
+        self.processes.clear()
+        self._ended.clear()
+        # Last: the fork server reports (and reaps) the ranks until they are gone.
+        await asyncio.to_thread(stop_fork_server, self)
+
+    @staticmethod
+    def _reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
+        for rank in ranks:
+            rank.process.join(timeout=1.0)
+            if rank.process.is_alive():
+                rank.kill()
+                rank.process.join(timeout=2.0)
+            rank.close()
+        for process in killed:
+            with contextlib.suppress(Exception):  # one that never started has nothing to join
+                process.join(timeout=2.0)
+
+    # ------------------------------------------------------------------ use
+
+    def warm(self) -> list[RankProcess]:
+        return [r for r in self.processes if r.ready and not r.dead]
+
+    def idle(self) -> list[RankProcess]:
+        return [r for r in self.warm() if not r.busy]
+
+    async def acquire(self, count: int) -> list[RankProcess]:
+        """`count` warm idle processes, all at once so that two checks never deadlock
+        holding half each. Callers bound the wait with their own timeout."""
+        count = min(count, self.size)
+        async with self.changed:
+            while len(self.idle()) < count:
+                if self.stopping:
+                    raise RuntimeError("the worker is shutting down")
+                await self.changed.wait()
+            ranks = self.idle()[:count]
+            for rank in ranks:
+                rank.busy = True
+            return ranks
+
+    def release(self, ranks: list[RankProcess], healthy: bool) -> None:
+        """Healthy ranks go back to the pool; after a failure, timeout or cancel every rank
+        of the check is killed (some may be stuck in a collective) and replaced."""
+        for rank in ranks:
+            rank.busy = False
+            if healthy and not rank.dead:
+                continue
+            self._remove(rank)
+            if not self.stopping:
+                # As in _dead: a rank that a SIGTERM/SIGINT ended waits out the grace.
+                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
+        self._notify()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "pid": r.pid,
+                "state": "dead" if r.dead else "busy" if r.busy else "idle" if r.ready else "warming",
+            }
+            for r in self.processes
+        ]
+
+    # ------------------------------------------------------------------ checks
+
+    async def run_check(self, order: CheckOrder) -> CheckResult:
+        """Run one check on min(replicas, size) warm ranks (one per mesh rank for a mesh)."""
+        spec = order.spec
+        dp = spec.data_parallel_size
+        wanted = min(dp, self.size)
+        if spec.mesh is not None:
+            # Every mesh rank is a real process (admission holds the mesh within the pool).
+            dp = wanted = mesh_world(spec.mesh)
+        ranks = await self.acquire(wanted)
+        gpus = int(self.host_info.gpus or 0)
+        backend = "gloo"
+        if spec.backend == "nccl" or (spec.backend == "auto" and gpus >= wanted):
+            backend = "nccl"
+        local = ranks[: min(len(ranks), gpus)] if backend == "nccl" else ranks
+        healthy = False
+        try:
+            result = await run_on_ranks(local, order, backend=backend, replicas=dp)
+            healthy = True
+            return result
+        except RankError as err:
+            healthy = err.ranks_kept
+            raise
+        finally:
+            self.release(ranks, healthy)

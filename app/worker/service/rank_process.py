@@ -1,0 +1,131 @@
+"""One warm rank process as the pool sees it: its pipe, its reader thread, its state.
+
+The reader thread turns the rank's replies (or its death) into messages on the event loop;
+everything else here runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
+
+from app.worker.contract import protocol
+from app.worker.service.runner import RankDied, RankError
+
+# The exit code multiprocessing reports for a fork when the fork server that would have
+# told its real status is gone (popen_forkserver.Popen.poll).
+FORK_SERVER_GONE = 255
+
+Reply = TypeVar("Reply", bound=protocol.FromRank)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dead:
+    """Put in the inbox when the pipe closes: not a message the rank sends."""
+
+
+class RankProcess:
+    def __init__(self, process: BaseProcess, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
+        self.process = process
+        self.conn = conn
+        self.loop = loop
+        self.inbox: asyncio.Queue[protocol.FromRank | _Dead] = asyncio.Queue()
+        self.info: protocol.Ready | None = None
+        self.busy = False
+        self.dead = False
+        self.on_ready: list[Callable[[RankProcess], None]] = []
+        self.on_death: list[Callable[[RankProcess], None]] = []
+        self.on_models: list[Callable[[dict[str, dict[str, Any]]], None]] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def ready(self) -> bool:
+        return self.info is not None
+
+    def start_reader(self) -> None:
+        threading.Thread(target=self._read, daemon=True, name=f"rank-reader-{self.pid}").start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                raw = self.conn.recv()
+            except (EOFError, OSError):
+                with contextlib.suppress(RuntimeError):  # the loop may already be closed
+                    self.loop.call_soon_threadsafe(self._died)
+                return
+            try:
+                msg: protocol.Message = protocol.from_dict(raw)
+            except (ValueError, TypeError, KeyError) as err:
+                msg = protocol.Error(f"rank process {self.pid} sent an unreadable message: {err}")
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._deliver, msg)
+
+    def _deliver(self, msg: protocol.Message) -> None:
+        if isinstance(msg, protocol.Ready):
+            if not self.ready:
+                self.info = msg
+                for callback in self.on_ready:
+                    callback(self)
+            return
+        if isinstance(msg, protocol.Models):
+            for describe in self.on_models:
+                describe(msg.models)
+            return
+        if isinstance(msg, protocol.Joined | protocol.Done | protocol.Result | protocol.Error):
+            self.inbox.put_nowait(msg)
+
+    def _died(self) -> None:
+        if self.dead:
+            return
+        self.dead = True
+        self.inbox.put_nowait(_Dead())
+        for callback in self.on_death:
+            callback(self)
+
+    async def request(self, msg: protocol.ToRank, expect: type[Reply]) -> Reply:
+        """Send `msg` and wait for the reply, which must be an `expect`."""
+        if self.dead:
+            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
+        await asyncio.to_thread(self.conn.send, msg.to_dict())
+        reply = await self.inbox.get()
+        if isinstance(reply, _Dead):
+            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
+        if isinstance(reply, protocol.Error):
+            raise RankError(reply.error, reply.traceback, reply.model_raised)
+        if not isinstance(reply, expect):
+            raise RankError(f"rank process {self.pid} answered {reply.op!r} to {msg.op!r}")
+        return reply
+
+    def send_exit(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.send(protocol.Exit().to_dict())
+
+    def describe_death(self) -> str:
+        self.process.join(timeout=0.5)
+        code = self.process.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        return f"rank process {self.pid} {how}"
+
+    def killed_by_shutdown_signal(self) -> bool:
+        """Ended by SIGTERM/SIGINT, or with its status lost because the fork server (which
+        reports it) died first: what a signal to the whole process group looks like."""
+        code = self.process.exitcode
+        return code is not None and (-code in (signal.SIGTERM, signal.SIGINT) or code == FORK_SERVER_GONE)
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.kill()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()

@@ -1,0 +1,101 @@
+"""The seam between the check service and what runs its checks.
+
+The service queues, records and times jobs; a `CheckRunner` runs one check and reports
+on the machinery that does it. The warm rank pool (app.worker.service.pool.RankPool) is the real
+one; API tests use a fake that needs no torch and no processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.options import Rendezvous
+from app.worker.contract.protocol import HostInfo
+from app.worker.contract.spec import CheckSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOrder:
+    """One check to run, as the service hands it over."""
+
+    job_id: str
+    spec: CheckSpec
+    timeout_s: float
+    rendezvous: Rendezvous | None  # None: this host alone
+    # The registered model's package.module:factory, from the service's registry (None for
+    # the built-in model): the runner never resolves a name a request sent.
+    model_target: str | None
+
+
+# How long a rank killed by SIGTERM/SIGINT waits before it is replaced: a signal to the
+# whole process group is most likely the server's own shutdown, which follows within it.
+SHUTDOWN_GRACE_S = 2.0
+
+
+class RankDied(RuntimeError):
+    """A rank process of the check died (or was dead when asked)."""
+
+    def __init__(self, message: str, by_shutdown_signal: bool = False) -> None:
+        super().__init__(message)
+        # Killed by SIGTERM/SIGINT: most likely the whole process group is being stopped.
+        self.by_shutdown_signal = by_shutdown_signal
+
+
+class RankError(RuntimeError):
+    """A rank reported that the check failed (its exception, as text)."""
+
+    def __init__(self, message: str, traceback: str | None = None, model_raised: bool = False) -> None:
+        super().__init__(message)
+        self.traceback = traceback
+        # The model's own code raised it: the rank left the check cleanly.
+        self.model_raised = model_raised
+        self.ranks_kept = False  # set by the pool when every rank of the check was kept
+
+
+class RankState(Protocol):
+    @property
+    def busy(self) -> bool: ...
+
+
+class CheckRunner(Protocol):
+    @property
+    def size(self) -> int:
+        """The processes it runs; a check takes min(replicas, size) of them."""
+        ...
+
+    @property
+    def host_info(self) -> HostInfo:
+        """What the host reports (empty until the runner is warm)."""
+        ...
+
+    @property
+    def models_info(self) -> dict[str, dict[str, Any]]:
+        """Each registered model as its factory built it, once one was built."""
+        ...
+
+    @property
+    def spawn_error(self) -> str | None: ...
+
+    def start(self) -> None:
+        """Begin warming up (returns at once)."""
+
+    def begin_stop(self) -> None:
+        """A shutdown has begun: start nothing new."""
+
+    async def stop(self) -> None:
+        """End everything it started, and wait until it has."""
+
+    def warm(self) -> Sequence[RankState]:
+        """The processes ready to run checks."""
+        ...
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Each process: pid and state."""
+        ...
+
+    async def run_check(self, order: CheckOrder) -> CheckResult:
+        """Run the check: rank 0's result. Raises RankDied or RankError when it could not."""
+        ...

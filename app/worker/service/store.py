@@ -1,0 +1,143 @@
+"""Check jobs in SQLite, so that results outlive the process that computed them."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from app.core.jobs import Job, JobStatus
+
+INTERRUPTED = "the server stopped while this check was running; submit it again"
+
+# `request` holds the job's Submission as JSON (the column keeps its first name: databases
+# outlive versions).
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    started_at TEXT,
+    finished_at TEXT,
+    request TEXT NOT NULL,
+    result TEXT,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+"""
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JobStore:
+    """One connection behind a lock: calls are short, and the service makes them from
+    worker threads so the event loop never waits on the disk."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def _job(row: sqlite3.Row | None) -> Job | None:
+        if row is None:
+            return None
+        return Job(
+            id=row["id"],
+            status=JobStatus(row["status"]),
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            submission=json.loads(row["request"]),
+            result=json.loads(row["result"]) if row["result"] else None,
+            error=row["error"],
+        )
+
+    def create(self, job_id: str, submission: dict[str, Any]) -> Job:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
+                (job_id, JobStatus.QUEUED.value, now(), json.dumps(submission)),
+            )
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._job(row)
+
+    def recent(self, limit: int, status: JobStatus | None = None) -> list[Job]:
+        query = (
+            "SELECT * FROM jobs"
+            + (" WHERE status = ?" if status else "")
+            + " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        )
+        with self._lock:
+            rows = self._db.execute(query, (status.value, limit) if status else (limit,)).fetchall()
+        return [job for job in map(self._job, rows) if job is not None]
+
+    def start(self, job_id: str) -> bool:
+        """queued → running; False when it is no longer queued (cancelled meanwhile)."""
+        (source,) = JobStatus.RUNNING.sources()
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE jobs SET status = ?, started_at = ? WHERE id = ? AND status = ?",
+                (JobStatus.RUNNING.value, now(), job_id, source.value),
+            )
+        return cursor.rowcount == 1
+
+    def finish(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Move the job to finished `status` if its status allows it; a job already finished
+        (cancelled while its result came in) keeps what it has."""
+        if not status.finished:
+            raise ValueError(f"{status} is not a finished status")
+        sources = [s.value for s in status.sources()]
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET status = ?, finished_at = ?, result = ?, error = ? "
+                f"WHERE id = ? AND status IN ({', '.join('?' * len(sources))})",
+                (
+                    status.value,
+                    now(),
+                    json.dumps(result) if result is not None else None,
+                    error,
+                    job_id,
+                    *sources,
+                ),
+            )
+
+    def recover(self) -> list[str]:
+        """After a restart: running jobs failed (their ranks died with the server); the ids
+        of queued ones, oldest first, to run again."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET status = ?, finished_at = ?, error = ? WHERE status = ?",
+                (JobStatus.FAILED.value, now(), INTERRUPTED, JobStatus.RUNNING.value),
+            )
+            rows = self._db.execute(
+                "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid", (JobStatus.QUEUED.value,)
+            ).fetchall()
+        return [row["id"] for row in rows]

@@ -1,0 +1,101 @@
+"""A mesh rank's share of the model: the device mesh as torchtitan builds it, the pipeline
+stage's layers, tensor parallel on the synthetic model's linear pair, and `fully_shard` over
+the data-parallel dimensions.
+
+DDP under a mesh is `fully_shard` over (dp_replicate, dp_shard = 1): HSDP with one-rank shards
+keeps the whole model on every replica and all-reduces the mean across them, which is DDP's
+arithmetic, and it composes with DTensor parameters where DistributedDataParallel does not.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from app.worker.contract.targets import FactoryError, resolve
+
+ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+Parallelize = Callable[[nn.Module, DeviceMesh], nn.Module]
+
+
+def mesh_names(sizes: dict[str, int]) -> list[str]:
+    """Dimensions above 1, plus both data-parallel ones when there is data parallelism (the
+    wrapper needs them by name, size 1 or not)."""
+    dp = sizes["dp_replicate"] * sizes["dp_shard"]
+    keep = {n for n in ORDER if sizes[n] > 1} | ({"dp_replicate", "dp_shard"} if dp > 1 else set())
+    return [n for n in ORDER if n in keep] or ["dp_replicate"]
+
+
+def build_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
+    names = mesh_names(sizes)
+    return init_device_mesh(device.type, tuple(sizes[n] for n in names), mesh_dim_names=tuple(names))
+
+
+def data_parallel_mesh(mesh: DeviceMesh, sizes: dict[str, int]) -> DeviceMesh | None:
+    """What `fully_shard` takes: 1-D for FSDP, 2-D (replicate, shard) for HSDP and DDP."""
+    if sizes["dp_replicate"] * sizes["dp_shard"] == 1:
+        return None
+    if sizes["dp_replicate"] == 1:
+        return mesh["dp_shard"]
+    return mesh["dp_replicate", "dp_shard"]
+
+
+def stage_names(layers: list[str], stages: int, stage: int) -> list[str]:
+    """Stage `stage`'s contiguous share of the layers, earlier stages one longer when uneven."""
+    return layers[stage * len(layers) // stages : (stage + 1) * len(layers) // stages]
+
+
+def synthetic_parallelize(model: nn.Module, mesh: DeviceMesh) -> nn.Module:
+    """The synthetic model's share on this rank: its pipeline stage (child names kept, so
+    gradients are named as in the whole model), the linear pair column- then row-wise."""
+    names = mesh.mesh_dim_names or ()
+    children = list(model.named_children())
+    if "pp" in names:
+        keep = stage_names([n for n, _ in children], mesh["pp"].size(), mesh["pp"].get_local_rank())
+        model = nn.Sequential(OrderedDict((n, c) for n, c in children if n in keep))
+    if "tp" in names:
+        plan: dict[str, Any] = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+        present = {n for n, _ in model.named_children()}
+        parallelize_module(model, mesh["tp"], {k: v for k, v in plan.items() if k in present})
+    return model
+
+
+def registered_parallelize(target: str | None) -> Parallelize | None:
+    """A registered factory's `parallelize(model, mesh)`, defined next to it, if any."""
+    if not target:
+        return None
+    # Through the one dynamic import (contract.targets.resolve): `parallelize` in the factory's module.
+    try:
+        found: Parallelize = resolve(f"{target.partition(':')[0]}:parallelize")
+    except FactoryError:
+        return None
+    return found
+
+
+def shard_data_parallel(model: nn.Module, mesh: DeviceMesh, sizes: dict[str, int]) -> nn.Module:
+    dp_mesh = data_parallel_mesh(mesh, sizes)
+    if dp_mesh is not None:
+        fully_shard(model, mesh=dp_mesh)
+    return model
+
+
+def full_gradients(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter's whole gradient by name: `full_tensor()` gathers a sharded one over
+    its mesh (every rank of that mesh calls it, in the same order)."""
+    out = {}
+    for name, parameter in model.named_parameters():
+        grad = parameter.grad
+        if grad is None:
+            grad = torch.zeros_like(parameter)
+        if isinstance(grad, DTensor):
+            grad = grad.full_tensor()
+        out[name] = grad.detach().to("cpu").clone()
+    return out

@@ -1,0 +1,107 @@
+"""The result a rank writes is the result the HTTP API documents: every key of a real check's
+CheckResult.to_json() (with a noise-scale measurement and a micro-batch search, so that
+every section is filled) is a field of the OpenAPI models, none is left over, and the result
+survives the trips it makes between processes (the TCPStore and the pipe: from_json) and
+through the served model unchanged.
+
+The checks run in this process, on a real gloo process group of one process.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel
+from torch._C._distributed_c10d import HashStore
+
+from app.schemas.check_results import (
+    CheckResultOut,
+    MicroBatchSearchOut,
+    NoiseEfficiencyOut,
+    NoiseScaleOut,
+    NoiseStepOut,
+    ReplannedSplitOut,
+    SearchedSplitOut,
+    TrialOut,
+)
+from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.contract import protocol
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.request import build_spec, check_request
+from app.worker.training.workload import load
+
+pytestmark = pytest.mark.slow
+
+FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 128}
+MODELS = {"quadratic": "app.worker.example_models:quadratic", "mlp": "app.worker.example_models:mlp"}
+
+
+@pytest.fixture(scope="module")
+def group() -> Iterator[CheckGroup]:
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        yield CheckGroup(0, 1, torch.device("cpu"), "gloo")
+    finally:
+        dist.destroy_process_group()
+
+
+def checked(group: CheckGroup, body: dict[str, Any]) -> dict[str, Any]:
+    spec = build_spec(check_request(body))
+    workload = load(spec.model, MODELS.get(spec.model), spec.seed)
+    result = run_spec(spec, group, workload, MODELS.get(spec.model))
+    assert result is not None
+    return result.to_json()
+
+
+def keys(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+@pytest.fixture(scope="module")
+def measured(group: CheckGroup) -> dict[str, Any]:
+    """quadratic's noise scale is known and measured reliably: its efficiency is filled."""
+    return checked(group, {"plan": FOUR, "model": "quadratic", "noise_scale": {"steps": 32}})
+
+
+@pytest.fixture(scope="module")
+def searched(group: CheckGroup) -> dict[str, Any]:
+    fit = {"memory_bytes": 1 << 30, "optimizer": "adamw"}
+    return checked(group, {"plan": FOUR, "model": "mlp", "fit_micro_batch": fit, "noise_scale": {"steps": 0}})
+
+
+def test_every_key_of_a_result_is_documented_and_none_is_left_over(
+    measured: dict[str, Any], searched: dict[str, Any]
+) -> None:
+    for result in (measured, searched):
+        assert set(result) == keys(CheckResultOut)
+    noise = measured["noise_scale"]
+    assert set(noise) == keys(NoiseScaleOut)
+    assert noise["reliable"], noise  # else there is no efficiency to hold against its model
+    assert set(noise["efficiency"]) == keys(NoiseEfficiencyOut)
+    assert all(set(step) == keys(NoiseStepOut) for step in noise["history"])
+    search = searched["micro_batch_search"]
+    assert set(search) == keys(MicroBatchSearchOut)
+    assert search["optimizer"] == "adamw"  # the probe's optimizer the schema now offers
+    assert search["trials"] and all(set(t) == keys(TrialOut) for t in search["trials"])
+    assert set(search["requested"]) == keys(SearchedSplitOut)
+    assert set(search["planned"]) == keys(ReplannedSplitOut)
+
+
+def test_a_result_crosses_processes_and_the_api_unchanged(
+    measured: dict[str, Any], searched: dict[str, Any]
+) -> None:
+    for result in (measured, searched):
+        wire = json.loads(json.dumps(result))  # as the TCPStore and the job store hold it
+        typed = CheckResult.from_json(wire)
+        assert typed.to_json() == result
+        assert protocol.from_dict(protocol.Result(typed).to_dict()) == protocol.Result(typed)
+        assert CheckResultOut.model_validate(wire).model_dump(mode="json") == wire

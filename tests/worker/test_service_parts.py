@@ -1,0 +1,162 @@
+"""The worker's web side part by part, without HTTP: Admission turns a check request into the
+job to submit and refuses what the rank program refuses; Execution runs a stored job on a
+runner and records how it ended; RankPool runs a check on real warm ranks and leaves no
+process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.bodies import fast_and_slow
+from support.fake_runner import FakeRunner, passing_result
+from support.processes import alive
+
+from app.core.check_options import DEFAULT_NOISE_STEPS
+from app.core.errors import DomainError
+from app.core.jobs import Job, JobStatus
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.request import build_spec, check_request
+from app.worker.service.admission import Admission
+from app.worker.service.execution import Execution
+from app.worker.service.limits import Limits
+from app.worker.service.runner import CheckOrder, CheckRunner, RankError
+from app.worker.service.store import JobStore
+
+LIMITS = Limits(
+    max_replicas_per_check=64, processes_per_host=4, queue_size=4, check_timeout_s=60, concurrent_checks=1
+)
+MODELS = {"mlp": "app.worker.example_models:mlp"}
+FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 32, "micro_batch_size": 4}
+MESH = {**FOUR, "parallelism": {"tensor": 2}}
+TOKENS = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+    "sequence_length": 16,
+    "global_batch_tokens": 256,
+    "micro_batch_tokens": 32,
+    "loss_normalization": "token",
+}
+FIT = {"memory_bytes": 1 << 30}
+
+
+def admission(runner: CheckRunner | None = None) -> Admission:
+    return Admission(LIMITS, MODELS, runner or FakeRunner(size=LIMITS.processes_per_host))
+
+
+def test_admission_submits_the_spec_the_rank_program_builds() -> None:
+    body = {"plan": FOUR, "model": "mlp", "seed": 3, "timeout_s": 30}
+    submission = admission().prepare(body)
+    assert submission.spec == build_spec(check_request(body))
+    assert submission.body == body and submission.timeout_s == 30 and submission.rendezvous is None
+    # A registered model over four replicas measures its noise scale by default.
+    assert submission.spec.model == "mlp" and submission.spec.noise_steps == DEFAULT_NOISE_STEPS
+    # The job store keeps it as JSON; what comes back is the same submission.
+    stored = json.loads(json.dumps(submission.to_json()))
+    assert type(submission).from_json(stored) == submission
+
+
+REFUSED = {
+    "mesh_searching_a_micro_batch": ({"plan": MESH, "fit_micro_batch": FIT}, "/fit_micro_batch"),
+    "mesh_measuring_noise": ({"plan": MESH, "noise_scale": {"steps": 4}}, "/noise_scale/steps"),
+    "mesh_of_tokens": ({"plan": {**TOKENS, "parallelism": {"tensor": 2}}}, "/workload"),
+    "tokens_searching_a_micro_batch": ({"plan": TOKENS, "fit_micro_batch": FIT}, "/fit_micro_batch"),
+    "tokens_measuring_noise": ({"plan": TOKENS, "noise_scale": {"steps": 2}}, "/noise_scale/steps"),
+    "an_infeasible_plan": ({"plan": {**FOUR, "global_batch_size": 30}}, "/plan/global_batch_size"),
+}
+
+
+@pytest.mark.parametrize("body,pointer", REFUSED.values(), ids=list(REFUSED))
+def test_the_rank_program_refuses_what_admission_refuses(
+    body: dict[str, Any], pointer: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP and under torchrun alike: before, a mesh plan with fit_micro_batch was refused
+    over HTTP but ran under torchrun, where the mesh check never reads it."""
+    pytest.importorskip("torch")
+    from app.worker.rank import program
+
+    with pytest.raises(DomainError) as refused:
+        admission().prepare(body)
+    assert refused.value.pointer == pointer
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert program.main(["--request", json.dumps(body)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {pointer}: {refused.value.detail}")
+
+
+def run_jobs(store: JobStore, runner: FakeRunner, bodies: dict[str, dict[str, Any]]) -> dict[str, Job]:
+    """Each body submitted as its job id, then run by an Execution until every job finished."""
+
+    async def scenario() -> dict[str, Job]:
+        runner.start()
+        execution = Execution(store, runner, LIMITS, MODELS)
+        for job_id, body in bodies.items():
+            store.create(job_id, admission(runner).prepare(body).to_json())
+            execution.submitted[job_id] = time.monotonic()
+            execution.enqueue(job_id)
+        execution.start()
+        async with asyncio.timeout(30):
+            while not all(store.get(j).status.finished for j in bodies):  # type: ignore[union-attr]
+                await asyncio.sleep(0.01)
+        execution.begin_shutdown()
+        await execution.wait()
+        return {j: store.get(j) for j in bodies}  # type: ignore[misc]
+
+    return asyncio.run(scenario())
+
+
+def test_execution_runs_a_stored_job_and_records_its_result_and_times(tmp_path: Path) -> None:
+    store, runner = JobStore(tmp_path / "jobs.sqlite3"), FakeRunner()
+    job = run_jobs(store, runner, {"a": {"plan": FOUR, "model": "mlp"}})["a"]
+    (order,) = runner.orders
+    assert job.status is JobStatus.SUCCEEDED and job.error is None
+    assert order.spec == admission().prepare({"plan": FOUR, "model": "mlp"}).spec  # through the store
+    assert order.model_target == MODELS["mlp"] and order.job_id == "a"
+    result = CheckResult.from_json(job.result)  # type: ignore[arg-type]
+    timings = result.timings
+    assert timings.check is not None and timings.queued is not None and timings.end_to_end is not None
+    assert timings.end_to_end >= timings.check
+    expected = passing_result(order).to_json()
+    assert {k: v for k, v in job.result.items() if k != "timings_s"} == {  # type: ignore[union-attr]
+        k: v for k, v in expected.items() if k != "timings_s"
+    }
+
+
+def test_execution_records_a_rank_error_and_a_timeout(tmp_path: Path) -> None:
+    store, runner = JobStore(tmp_path / "jobs.sqlite3"), FakeRunner()
+    runner.error = RankError("rank 1 fell over")
+    failed = run_jobs(store, runner, {"b": {"plan": FOUR}})["b"]
+    assert failed.status is JobStatus.FAILED and failed.result is None
+    assert failed.error is not None and failed.error.startswith("rank 1 fell over")
+    runner.error, runner.gate = None, asyncio.Event()  # never set: the check waits past its timeout
+    late = run_jobs(store, runner, {"c": {"plan": FOUR, "timeout_s": 0.2}})["c"]
+    assert late.status is JobStatus.FAILED and "did not finish within timeout_s=0.2" in str(late.error)
+
+
+@pytest.mark.slow
+def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> None:
+    pytest.importorskip("torch")
+    from app.worker.service.pool import RankPool
+
+    body = {"plan": fast_and_slow(2.0, 24)}
+
+    async def scenario() -> tuple[CheckResult, list[int]]:
+        pool = RankPool(2)
+        pool.start()
+        try:
+            async with asyncio.timeout(90):
+                while len(pool.warm()) < 2:
+                    await asyncio.sleep(0.05)
+            submission = Admission(LIMITS, {}, pool).prepare(body)
+            result = await pool.run_check(CheckOrder("direct", submission.spec, 60, None, None))
+            return result, [r.pid for r in pool.processes if r.pid is not None]
+        finally:
+            await pool.stop()
+
+    result, pids = asyncio.run(scenario())
+    assert result.passed and result.gradient.rel_l2 <= result.gradient.tolerance
+    assert result.setup.processes == 2 and result.layout.split == "proportional"
+    assert result.node_rank == 0 and result.timings.check is None  # the service, not the pool, times
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids)
