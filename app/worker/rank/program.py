@@ -105,7 +105,9 @@ def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
     if target is None and name != SYNTHETIC:
         raise _Refused(f"model {name!r} is not in BATCHPLAN_CHECK_MODELS here; give --model-factory")
     try:
-        spec = build_spec(dataclasses.replace(request, model=name))
+        spec = build_spec(
+            dataclasses.replace(request, model=name), factory=target, factory_flag=bool(args.model_factory)
+        )
     except DomainError as err:
         raise _Refused(f"{err.pointer}: {err.detail}" if err.pointer else err.detail) from None
     if spec.mesh is not None and world != mesh_world(spec.mesh):

@@ -29,7 +29,7 @@ class Admission:
         validated it): the spec every rank runs (`build_spec`, as the rank program builds
         it), held against this worker's limits, registered models and host."""
         request = check_request(body)
-        spec = build_spec(request)
+        spec = build_spec(request, factory=self.models.get(request.model))
         self._check_model(spec, has_dataset=request.plan.dataset is not None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
