@@ -164,7 +164,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
     from app.worker.contract.mesh_spec import mesh_world
-    from app.worker.contract.request import build_spec, check_request
+    from app.worker.contract.request import build_spec, check_request, echoed
 
     try:
         check = CheckRequestIn.model_validate(body)
@@ -196,4 +196,4 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
         fail(domain_problem(err))
     # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.
     ranks = mesh_world(spec.mesh) if spec.mesh is not None else spec.data_parallel_size
-    return stored, ranks
+    return echoed(stored, spec), ranks

@@ -138,7 +138,11 @@ class CheckJobOut(BaseModel):
     finished_at: str | None
     result: CheckResultOut | None
     error: str | None
-    request: dict[str, Any] | None = None
+    request: dict[str, Any] | None = Field(
+        None,
+        description="The check request as its schema read it, with `workload` set to the one that "
+        "runs (a token-normalised plan runs tokens unless the request says otherwise).",
+    )
 
     @classmethod
     def from_job(cls, job: Job) -> CheckJobOut:
@@ -172,6 +176,12 @@ class CheckModelOut(BaseModel):
     description: str | None
     parameters: int | None
     dataset_size: int | None
+    sequence_length: int | None = Field(
+        None,
+        description="Tokens per sample when the dataset yields token ids (what a tokens check "
+        "compares with the plan's sequence_length); null otherwise, and while pending.",
+        examples=[16],
+    )
     default: bool
 
 

@@ -75,6 +75,7 @@ def test_models_are_listed_with_what_their_factory_built(client: TestClient) -> 
     assert models["missing"]["loaded"] is False and "cannot import" in models["missing"]["error"]
     assert {n: m["status"] for n, m in models.items() if not m["loaded"]} == dict.fromkeys(BROKEN, "failed")
     assert all(m["status"] == "loaded" and m["status_detail"] is None for m in models.values() if m["loaded"])
+    assert models["mlp"]["sequence_length"] is None  # features, not token ids
     assert models["not_callable"]["loaded"] is False and "not callable" in models["not_callable"]["error"]
     assert "(model, dataset, loss_fn)" in models["wrong_return"]["error"]
     # The API names models; it never shows where their code lives.

@@ -87,6 +87,12 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     return _with_noise(spec, request.noise_scale)
 
 
+def echoed(body: dict[str, Any], spec: CheckSpec) -> dict[str, Any]:
+    """The request as a job shows it: as sent, with the workload that runs where the plan
+    chose it (a token-normalised plan runs tokens), so that no one reads a null and guesses."""
+    return {**body, "workload": spec.workload}
+
+
 def _refuse_a_missing_factory(model: str, factory: str, flag: bool) -> None:
     why = missing_module(factory)
     if why is None:

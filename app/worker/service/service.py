@@ -214,6 +214,7 @@ class CheckService:
                 "description": "the built-in model: an 8-16-4 tanh MLP on synthetic samples, one per index",
                 "parameters": 212,
                 "dataset_size": None,
+                "sequence_length": None,
                 "default": True,
             }
         ]
@@ -230,6 +231,7 @@ class CheckService:
                     "description": info.get("description"),
                     "parameters": info.get("parameters"),
                     "dataset_size": info.get("dataset_size"),
+                    "sequence_length": info.get("sequence_length"),
                     "default": False,
                 }
             )
