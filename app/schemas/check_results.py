@@ -206,8 +206,8 @@ class CheckResultOut(BaseModel):
             [
                 "the model's sequences have 16 tokens, the plan's sequence_length is 32: the check ran the "
                 "model's sequences (the split in samples is the plan's), but the plan's token figures "
-                "(tokens per step and per micro-batch) assume 32; plan with sequence_length 16 for this "
-                "model's"
+                "(tokens per step and per micro-batch) assume 32; give sequence_length 16 for figures that "
+                "count this model's tokens"
             ]
         ],
     )

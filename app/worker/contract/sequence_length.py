@@ -40,8 +40,8 @@ def sequence_length_warning(spec: CheckSpec, model_length: int | None) -> str | 
     return (
         f"the model's sequences have {model_length} tokens, the plan's sequence_length is {planned}: "
         f"the check ran the model's sequences (the split in samples is the plan's), but the plan's "
-        f"token figures (tokens per step and per micro-batch) assume {planned}; plan with "
-        f"sequence_length {model_length} for this model's"
+        f"token figures (tokens per step and per micro-batch) assume {planned}; give sequence_length "
+        f"{model_length} for figures that count this model's tokens"
     )
 
 
