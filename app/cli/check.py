@@ -17,7 +17,7 @@ from app.cli.output import client_errors, fail, show_check
 from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
 from app.client import BatchplanError, CheckTimeout, Json
-from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, DType
+from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType
 
 CheckRequestFile = Annotated[
     Path | None,
@@ -59,6 +59,14 @@ class CheckFlags:
         str | None,
         typer.Option(
             help="Local only: train package.module:factory's (model, dataset, loss_fn) in this environment.",
+            show_default=False,
+        ),
+    ] = None
+    workload: Annotated[
+        CheckWorkload | None,
+        typer.Option(
+            help="synthetic: samples of the model; tokens: a language model's token-normalised step "
+            "and its controls (default: tokens when the plan's loss normalisation is token).",
             show_default=False,
         ),
     ] = None
@@ -109,6 +117,8 @@ def check_body(request: Path | None, flags: BatchFlags, run: CheckFlags) -> Json
         body["timeout_s"] = run.timeout
     if run.model is not None:
         body["model"] = run.model
+    if run.workload is not None:
+        body["workload"] = run.workload
     if run.noise_steps is not None or run.noise_lr is not None:
         noise = body.setdefault("noise_scale", {})
         if run.noise_steps is not None:

@@ -102,6 +102,8 @@ class CheckResult:
     wrapper: str = "ddp"
     # The worker's node in a check across hosts (set by the pool; None under torchrun).
     node_rank: int | None = None
+    workload: str = "synthetic"  # what ran: the spec's, never left for the reader to infer
+    warnings: tuple[str, ...] = ()  # what holds for the check but not for the plan as written
 
     @property
     def gradient_matches(self) -> bool:
@@ -144,6 +146,8 @@ class CheckResult:
             "mesh": self.mesh,
             "wrapper": self.wrapper,
             "node_rank": self.node_rank,
+            "workload": self.workload,
+            "warnings": list(self.warnings),
         }
 
     @classmethod
@@ -167,6 +171,8 @@ class CheckResult:
             mesh=data["mesh"],
             wrapper=data["wrapper"],
             node_rank=data.get("node_rank"),
+            workload=data.get("workload", "synthetic"),
+            warnings=tuple(data.get("warnings", ())),
         )
 
 
