@@ -72,10 +72,15 @@ def start_server(port: int, cpu: int | None, env: dict[str, str] | None = None) 
         cmd = ["taskset", "-c", str(cpu), *cmd]
     # The server logs every request (access lines, as deployed); they go to a file, not
     # into the figures.
-    log = open(Path(tempfile.gettempdir()) / f"bench-server-{port}.log", "wb")  # noqa: SIM115
+    log = open(server_log(port), "wb")  # noqa: SIM115
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT
     )
+
+
+def server_log(port: int) -> Path:
+    """Where the server on `port` writes its log (access lines included)."""
+    return Path(tempfile.gettempdir()) / f"bench-server-{port}.log"
 
 
 def stop_server(proc: subprocess.Popen[bytes] | None) -> None:
@@ -101,16 +106,17 @@ def raw_request(port: int, data: bytes, timeout: float = 2.0) -> tuple[int, byte
             if not chunk:
                 break
             buf += chunk
-        head, _, body = buf.partition(b"\r\n\r\n")
+        head, _, first = buf.partition(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
         length = int(m.group(1)) if m else 0
+        body = bytearray(first)  # grows in place: a 10 MB answer is not copied per chunk
         while len(body) < length:
-            chunk = s.recv(65536)
+            chunk = s.recv(1 << 20)
             if not chunk:
                 break
             body += chunk
-        return status, body
+        return status, bytes(body)
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], limit_s: float = 30.0) -> None:
@@ -230,15 +236,22 @@ def _ms(text: str) -> float:
 
 
 def _wrk_script(endpoint: str, workdir: Path) -> Path:
-    """A Lua script that formats every body once and then cycles through them."""
-    lua = ", ".join(json.dumps(b.decode()) for b in bodies(endpoint))
+    """A Lua script that formats every request once and then cycles through them. livez gets
+    one too (a table of one GET): the generator then does the same work per request for
+    every endpoint, and its share of the machine is no different under plans."""
+    payloads = bodies(endpoint)
+    if payloads:
+        lua = ", ".join(json.dumps(b.decode()) for b in payloads)
+        method, headers = "POST", "{['Content-Type'] = 'application/json'}"
+    else:
+        lua, method, headers = "nil", "GET", "{}"
     script = workdir / f"{endpoint}.lua"
     script.write_text(
         f"local bodies = {{{lua}}}\nlocal requests = {{}}\nlocal i = 0\n"
         "function init(args)\n"
-        "  local headers = {['Content-Type'] = 'application/json'}\n"
-        "  for k, b in ipairs(bodies) do\n"
-        f"    requests[k] = wrk.format('POST', '{PATHS[endpoint]}', headers, b)\n"
+        f"  local headers = {headers}\n"
+        f"  for k = 1, math.max(#bodies, 1) do\n"
+        f"    requests[k] = wrk.format('{method}', '{PATHS[endpoint]}', headers, bodies[k])\n"
         "  end\n"
         "end\n"
         "function request()\n  i = i % #requests + 1\n  return requests[i]\nend\n"
@@ -251,8 +264,7 @@ def run_wrk(
 ) -> Phase:
     url = f"http://{HOST}:{port}{PATHS[endpoint]}"
     cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "--timeout", "5s"]
-    if endpoint != "livez":
-        cmd += ["-s", str(_wrk_script(endpoint, workdir))]
+    cmd += ["-s", str(_wrk_script(endpoint, workdir))]
     if cpu is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(cpu), *cmd]
     out = subprocess.run(
