@@ -23,6 +23,7 @@ from app.api.deps import require_planner_key
 from app.api.docs import install_docs
 from app.api.metrics import Metrics
 from app.api.middleware import ServiceMiddleware
+from app.api.plan_fast_path import PlanFastPath
 from app.api.problems import install_problem_handlers
 from app.logging_setup import configure_logging
 from app.settings import Settings
@@ -163,6 +164,10 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
     app.include_router(plans.router, dependencies=planner_auth)
     app.include_router(ops.router)
     app.include_router(checks.router)
+    if settings.plan_fast_path and not settings.protect_planner:
+        # Added first, so innermost: the request-id, metrics, access-log and CORS middleware
+        # see the requests it answers as the route's.
+        app.add_middleware(PlanFastPath, route=plans.plan_route(), exception_handlers=app.exception_handlers)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]

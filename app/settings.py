@@ -22,6 +22,12 @@ class Settings(BaseSettings):
     protect_planner: bool = Field(False, description="Also require the API key on /v1/plans*.")
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    plan_fast_path: bool = Field(
+        True,
+        description="Answer valid POST /v1/plans bodies in pure ASGI before FastAPI's routing "
+        "(app.api.plan_fast_path): the same bytes for less server time. false: every "
+        "request takes the FastAPI route.",
+    )
 
     # The worker (gradient checks).
     jobs_db: Path = Field(Path("batchplan-jobs.sqlite3"), description="SQLite job database.")

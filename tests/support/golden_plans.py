@@ -182,10 +182,15 @@ def load() -> list[dict[str, Any]]:
     return [json.loads(line) for line in GOLDEN.read_text().splitlines() if line.strip()]
 
 
+def request_of(entry: dict[str, Any]) -> Sent:
+    """The request of a recorded entry."""
+    r = entry["request"]
+    return Sent(r["method"], r["path"], tuple(tuple(h) for h in r["headers"]), _bytes(r["body"]), r["chunks"])
+
+
 def replay(entry: dict[str, Any], app: Any) -> dict[str, Any]:
     """Send a recorded request again; the answer in the recorded shape."""
-    r = entry["request"]
-    sent = Sent(r["method"], r["path"], tuple(tuple(h) for h in r["headers"]), _bytes(r["body"]), r["chunks"])
+    sent = request_of(entry)
     return record(sent, call(app, sent))
 
 
