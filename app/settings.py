@@ -28,6 +28,11 @@ class Settings(BaseSettings):
         "(app.api.plan_fast_path): the same bytes for less server time. false: every "
         "request takes the FastAPI route.",
     )
+    gc_freeze: bool = Field(
+        True,
+        description="Move everything built at startup out of the garbage collector's way "
+        "(gc.freeze), so that large plans do not pay for walking the app's own objects.",
+    )
 
     # The worker (gradient checks).
     jobs_db: Path = Field(Path("batchplan-jobs.sqlite3"), description="SQLite job database.")
