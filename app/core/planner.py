@@ -7,7 +7,7 @@ import math
 
 from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, feasible_as_given, solve
-from app.core.errors import InvalidValue, TopologyError
+from app.core.errors import InvalidValue, PlanError, TopologyError
 from app.core.explain import explain, mesh_sentences
 from app.core.integers import nearest
 from app.core.noise_scale import efficiency, readable
@@ -23,7 +23,7 @@ from app.core.plan_types import (
     SamplerPlan,
 )
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
-from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointers
+from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
 from app.core.topology import Layout, resolve_layout, uniform_layout, validate_topology
 
 _WORLD_SEARCH = 256
@@ -62,8 +62,9 @@ def _check_counts(request: PlanRequest) -> None:
             raise InvalidValue(
                 "warmup_epochs must be finite and >= 0", pointer="/learning_rate/warmup_epochs"
             )
-        if not all(0 <= b < 1 for b in lr.betas):
-            raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
+        for beta in lr.betas:
+            if not 0 <= beta < 1:
+                raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
     noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
     if noise is not None and not (math.isfinite(noise) and noise > 0):
         raise InvalidValue("gradient_noise_scale must be finite and > 0", pointer="/gradient_noise_scale")
@@ -80,7 +81,8 @@ def _check_counts(request: PlanRequest) -> None:
                 pointer="/gradient_noise_scale_stderr",
             )
     for pointer, number, low in counts:
-        if number is None:
+        # A plain int in range, the usual case, is one type test and one comparison.
+        if number is None or (type(number) is int and low <= number <= MAX_SAFE_INTEGER):
             continue
         if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
             name = pointer.rsplit("/", 1)[1]
@@ -201,8 +203,13 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
 
 def plan(request: PlanRequest) -> Plan:
     """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens)."""
-    with token_pointers(request):
+    try:
         return _plan(in_samples(request, plan))
+    except PlanError as err:
+        pointed = token_pointed(request, err)
+        if pointed is None:
+            raise
+        raise pointed from None
 
 
 def _plan(request: PlanRequest) -> Plan:
