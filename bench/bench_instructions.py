@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -33,22 +34,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT, machine_line, table
+from plan_bodies import varied_bodies
 
 STAGES = ("all", "loads", "validate", "to_core", "plan", "json")
 KINDS = ("plans", "mixed")
 
-# Runs in a fresh interpreter with the tree to measure first on sys.path.
+# Runs in a fresh interpreter with only the measured tree's `app` on sys.path (the bodies come
+# from a file: bench's own modules would put this tree first).
 PROGRAM = """
 import functools, json, sys
-root, kind, stage, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-sys.path[:0] = [root, root + "/bench"]
-from plan_bodies import varied_bodies
+root, kind, stage, n, bodies_file = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+sys.path.insert(0, root)
 from app.schemas.plan_requests import PlanRequestIn
 from app.core.planner import plan
 from app.schemas.plan_responses import plan_json
-from app.api.plans import plan_answer
+def plan_answer(model):  # as app.api.plans has it (older revisions lack the name)
+    return plan_json(plan(model.to_core()))
 validate = PlanRequestIn.__pydantic_validator__.validate_python
-bodies = [json.dumps(b).encode() for b in varied_bodies(kind)]
+bodies = [json.dumps(b).encode() for b in json.load(open(bodies_file))[kind]]
+assert __import__("app").__file__.startswith(root), "measuring the wrong tree"
 data = [json.loads(b) for b in bodies]
 models = [validate(d, from_attributes=True) for d in data]
 requests = [m.to_core() for m in models]
@@ -67,7 +71,7 @@ functools.reduce(lambda _, i: run(i % len(bodies)), range(n), None)
 """
 
 
-def count(tree: Path, kind: str, stage: str, requests: int, program: Path) -> float:
+def count(tree: Path, kind: str, stage: str, requests: int, program: Path, bodies: Path) -> float:
     """Instructions per request of `stage` for `kind` bodies, with `tree`'s code."""
     cmd = [
         "valgrind",
@@ -80,11 +84,13 @@ def count(tree: Path, kind: str, stage: str, requests: int, program: Path) -> fl
         kind,
         stage,
         str(requests),
+        str(bodies),
     ]
     env = dict(os.environ, PYTHONHASHSEED="0")
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=tree).stderr
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=tree)
+    out = done.stderr
     m = re.search(r"Collected : (\d+)", out)
-    if not m:
+    if done.returncode or not m or not int(m.group(1)):
         raise RuntimeError(f"callgrind said nothing for {tree} {kind} {stage}:\n{out[-2000:]}")
     return int(m.group(1)) / requests
 
@@ -111,10 +117,14 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
         program = Path(tmp) / "program.py"
         program.write_text(PROGRAM)
+        bodies = Path(tmp) / "bodies.json"
+        bodies.write_text(json.dumps({kind: varied_bodies(kind) for kind in KINDS}))
         trees = {"base": base, "tree": ROOT}
         jobs = [(k, s, t) for k in KINDS for s in args.stages for t in trees]
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = {j: pool.submit(count, trees[j[2]], j[0], j[1], args.requests, program) for j in jobs}
+            futures = {
+                j: pool.submit(count, trees[j[2]], j[0], j[1], args.requests, program, bodies) for j in jobs
+            }
             results = {}
             for job, future in futures.items():
                 try:
