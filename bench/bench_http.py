@@ -16,7 +16,7 @@ Load generator: `wrk` when it is on PATH, else bench/http_load.py's asyncio clie
 (`--generator asyncio` forces it). On a machine with >= 2 CPUs the server is pinned to CPU 0
 and the generator to CPU 1 (`--no-pin` to disable).
 
-    .venv/bin/python bench/bench_http.py             # full: 5 rounds x 3 x 4 s, ~75 s
+    .venv/bin/python bench/bench_http.py             # full: 7 rounds x 3 x 3 s, ~75 s
     .venv/bin/python bench/bench_http.py --quick     # smoke: 2 rounds x 3 x 1 s, ~15 s
 
 Always exits 0; prints PASS/MISS. The server subprocess is killed on every exit path.
@@ -91,14 +91,14 @@ def summarise(phases: list[Phase], rounds: int) -> dict[str, list[float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run, ~15 s")
-    ap.add_argument("--seconds", type=float, help="seconds per measured phase (default 4, quick 1)")
-    ap.add_argument("--rounds", type=int, help="rounds of livez, plans, mixed (default 5, quick 2)")
+    ap.add_argument("--seconds", type=float, help="seconds per measured phase (default 3, quick 1)")
+    ap.add_argument("--rounds", type=int, help="rounds of livez, plans, mixed (default 7, quick 2)")
     ap.add_argument("--connections", type=int, default=8, help="concurrent keep-alive connections")
     ap.add_argument("--generator", choices=("auto", "wrk", "asyncio"), default="auto")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server and generator to CPUs")
     args = ap.parse_args()
-    seconds = args.seconds or (1.0 if args.quick else 4.0)
-    rounds = args.rounds or (2 if args.quick else 5)
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rounds = args.rounds or (2 if args.quick else 7)
     warm_s = 1.0 if args.quick else 2.0
     generator = args.generator
     if generator == "auto":
