@@ -46,9 +46,10 @@ def warmup_steps(spec: LearningRateSpec, optimizer_steps_per_epoch: int | None) 
                 "add dataset.num_samples or give warmup_steps",
                 pointer="/learning_rate/warmup_epochs",
             )
-        if spec.warmup_epochs.is_integer() and spec.warmup_epochs < 2**53:
-            # Whole epochs, the usual case: below 2**53 the float is the integer written.
-            return int(spec.warmup_epochs) * optimizer_steps_per_epoch
+        epochs = spec.warmup_epochs
+        if type(epochs) is int or (isinstance(epochs, float) and epochs.is_integer() and epochs < 2**53):
+            # Whole epochs, the usual case: below 2**53 a float is the integer written.
+            return int(epochs) * optimizer_steps_per_epoch
         # The decimal the user wrote, not its binary float: 1.1 epochs x 50 steps is 55,
         # where float arithmetic gives 55.00000000000001 and would round up to 56.
         with localcontext(prec=64):

@@ -81,6 +81,7 @@ def test_auto_picks_the_rule_by_optimizer(optimizer: Optimizer, rule: LRRule) ->
         st.sampled_from([0.1, 0.55, 1.1, 2.3, 1e-3, 7.7]),
         # Whole epochs up to and past 2**53, where a float stops being the integer written.
         st.integers(2**53 - 4, 2**53 + 4).map(float),
+        st.integers(0, 2**60),  # the core takes a Python int as well (the CLI, bench_core)
         st.sampled_from([1e16, 1.2345678901234567e25, 3e300]),
     ),
 )
