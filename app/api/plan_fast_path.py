@@ -5,8 +5,8 @@ read through `Request`, a content-type parse through `email.message`): bench/pro
 shows where. This middleware sits innermost, inside the request-id, metrics and access-log
 middleware, so they see every request as before. For `POST /v1/plans` with one JSON body of a
 stated length it reads the body, validates it with the route's own model and answers with
-the route's own function (`plans.plan_answer`) and response class; a planner refusal goes to
-the app's own handler for it. Anything else goes to the FastAPI route with the body replayed,
+the route's own function (`plans.plan_answer`) and the headers of its response; a planner
+refusal goes to the app's own handler for it. Anything else goes to the FastAPI route with the body replayed,
 untouched: a schema error, a body that is not JSON, a chunked upload, any other content type,
 the API key on the planner, FastAPI's telemetry, any failure of its own. The route stays the
 one that OpenAPI documents, and tests/api/test_plan_fast_path.py holds the two to the same

@@ -77,6 +77,23 @@ def test_the_fast_path_is_on_by_default_and_answers_valid_bodies_itself() -> Non
     assert PlanFastPath in [m.cls for m in create_app(Settings(worker_enabled=False)).user_middleware]
 
 
+def test_in_the_app_valid_and_infeasible_bodies_are_answered_without_routing() -> None:
+    """Routing leaves its mark in the scope (the endpoint it picked); the fast path does not,
+    and a schema error still goes to the route, which computes its checked suggestions."""
+    bodies = {
+        "valid": (VALID, 200, False),
+        "infeasible": ({**VALID, "global_batch_size": 1000, "micro_batch_size": 32}, 422, False),
+        "schema error": ({**VALID, "global_batch_size": -1}, 422, True),
+    }
+    for fast in (True, False):
+        app = create_app(Settings(worker_enabled=False, plan_fast_path=fast))
+        for name, (body, status, routed) in bodies.items():
+            answer = call(app, json_request(dumps(body), request_id=name))
+            assert answer.status == status, name
+            assert ("endpoint" in answer.scope) is (routed or not fast), (name, fast)
+            assert answer.scope["route"] is plan_route()
+
+
 @pytest.fixture(scope="module")
 def variants() -> dict[str, tuple[Any, Any]]:
     return {variant: pair(**APPS[variant]) for variant in APPS}
