@@ -23,6 +23,17 @@ class Settings(BaseSettings):
     protect_planner: bool = Field(False, description="Also require the API key on /v1/plans*.")
     cors_origins: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    plan_fast_path: bool = Field(
+        True,
+        description="Answer valid POST /v1/plans bodies in pure ASGI before FastAPI's routing "
+        "(app.api.plan_fast_path): the same bytes for less server time. false: every "
+        "request takes the FastAPI route.",
+    )
+    gc_freeze: bool = Field(
+        True,
+        description="Move everything built at startup out of the garbage collector's way "
+        "(gc.freeze), so that large plans do not pay for walking the app's own objects.",
+    )
 
     # The worker (gradient checks).
     jobs_db: Path = Field(Path("batchplan-jobs.sqlite3"), description="SQLite job database.")

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ROOT, machine_line, table, verdict
-from bench_http import HOST, Phase, free_port, raw_request, run_asyncio, run_wrk, stop_server, wait_ready
+from http_load import HOST, Phase, free_port, raw_request, run_asyncio, run_wrk, stop_server, wait_ready
 
 P99_TARGET_MS = 50.0
 CHECK_PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
+from fastapi.routing import APIRoute
 
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import PlanError
@@ -76,4 +77,17 @@ async def create_plan(
     less than a thread hand-off would cost. The JSON is written straight from the core's
     dataclass (`plan_json`), the hot path's largest saving (bench/bench_http.py).
     """
-    return Response(plan_json(plan(request.to_core())), media_type="application/json")
+    # Most valid bodies never get here: app.api.plan_fast_path answers them first, with
+    # plan_answer and this response's headers (tests/api/test_plan_fast_path.py).
+    return Response(plan_answer(request), media_type="application/json")
+
+
+def plan_answer(request: PlanRequestIn) -> bytes:
+    """The 200 body of a validated plan request, for the route and its fast path alike. The
+    JSON is written straight from the core's dataclass (`plan_json`)."""
+    return plan_json(plan(request.to_core()))
+
+
+def plan_route() -> APIRoute:
+    """The route of POST /v1/plans, as routing puts it in scope["route"]."""
+    return next(r for r in router.routes if isinstance(r, APIRoute) and r.endpoint is create_plan)

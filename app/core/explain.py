@@ -150,18 +150,18 @@ def _scale_sentences(
 def _learning_rate_sentences(
     lr: LearningRatePlan, global_batch: int, sequence_length: int | None
 ) -> list[str]:
-    law = {
-        "linear": f"linear rule {lr.base_lr:g} x {global_batch}/{lr.base_batch_size}",
-        "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({global_batch}/{lr.base_batch_size})",
-        "none": "no scaling",
-    }[lr.rule]
+    ratio = f"{global_batch}/{lr.base_batch_size}"
     if lr.base_batch_tokens is not None and sequence_length is not None:
-        tokens = f"{global_batch * sequence_length}/{lr.base_batch_tokens} tokens"
-        law = {
-            "linear": f"linear rule {lr.base_lr:g} x {tokens}",
-            "sqrt": f"square-root rule {lr.base_lr:g} x sqrt({tokens})",
-            "none": "no scaling",
-        }[lr.rule]
+        ratio = f"{global_batch * sequence_length}/{lr.base_batch_tokens} tokens"
+    # Only the sentence of the rule in force is written.
+    if lr.rule == "linear":
+        law = f"linear rule {lr.base_lr:g} x {ratio}"
+    elif lr.rule == "sqrt":
+        law = f"square-root rule {lr.base_lr:g} x sqrt({ratio})"
+    elif lr.rule == "none":
+        law = "no scaling"
+    else:
+        raise KeyError(lr.rule)
     text = (
         f"DDP's gradient is a mean over the global batch of {global_batch}, so the "
         f"learning rate is scaled against that, not against one GPU's micro-batch: "

@@ -23,7 +23,7 @@ from app.core.plan_types import (
 )
 from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
-from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointers
+from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
 from app.core.topology import Layout, resolve_layout, validate_topology
 
 
@@ -62,8 +62,9 @@ def _check_counts(request: PlanRequest) -> None:
             raise InvalidValue(
                 "warmup_epochs must be finite and >= 0", pointer="/learning_rate/warmup_epochs"
             )
-        if not all(0 <= b < 1 for b in lr.betas):
-            raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
+        for beta in lr.betas:
+            if not 0 <= beta < 1:
+                raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
     noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
     if noise is not None and not (math.isfinite(noise) and noise > 0):
         raise InvalidValue("gradient_noise_scale must be finite and > 0", pointer="/gradient_noise_scale")
@@ -80,7 +81,8 @@ def _check_counts(request: PlanRequest) -> None:
                 pointer="/gradient_noise_scale_stderr",
             )
     for pointer, number, low in counts:
-        if number is None:
+        # A plain int in range, the usual case, is one type test and one comparison.
+        if number is None or (type(number) is int and low <= number <= MAX_SAFE_INTEGER):
             continue
         if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
             name = pointer.rsplit("/", 1)[1]
@@ -172,8 +174,13 @@ def plan(request: PlanRequest) -> Plan:
 
 
 def _plan_or_raise(request: PlanRequest) -> Plan:
-    with token_pointers(request):
+    try:
         return _plan(in_samples(request, _plan_or_raise))
+    except PlanError as err:
+        pointed = token_pointed(request, err)
+        if pointed is None:
+            raise
+        raise pointed from None
 
 
 def _plans(request: PlanRequest) -> bool:

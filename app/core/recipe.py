@@ -27,6 +27,9 @@ _LR = "/learning_rate/"
 def epochs_to_steps(epochs: float, optimizer_steps_per_epoch: int) -> int:
     """ceil(epochs x steps per epoch), on the decimal the user wrote: 1.1 epochs of 50 steps
     is 55, where binary floats give 55.00000000000001 and would round up to 56."""
+    if type(epochs) is int or (isinstance(epochs, float) and epochs.is_integer() and epochs < 2**53):
+        # Whole epochs, the usual case: below 2**53 a float is the integer written.
+        return int(epochs) * optimizer_steps_per_epoch
     with localcontext(prec=64):
         steps = Decimal(repr(epochs)) * optimizer_steps_per_epoch
         return int(steps.to_integral_value(rounding=ROUND_CEILING))

@@ -87,19 +87,24 @@ def proportional_shares(total: int, segments: tuple[Segment, ...]) -> list[Share
     num, den = _solve_mu(total, segments, weights)
 
     base: list[int] = []
-    remainders: list[int] = []  # numerators over the common denominator `den`
-    for cap, w in zip(caps, weights, strict=True):
+    # (-remainder, segment) of each segment with a remainder (a numerator over the common
+    # denominator `den`): sorted, the largest remainder first, ties to the lower rank.
+    by_remainder: list[tuple[int, int]] = []
+    leftover = total
+    for i, (n, cap, w) in enumerate(zip(counts, caps, weights, strict=True)):
         q, r = divmod(num * w, den)
         if q < 1:
             q, r = 1, 0
         elif cap is not None and q >= cap:
             q, r = cap, 0
         base.append(q)
-        remainders.append(r)
+        leftover -= n * q
+        if r:
+            by_remainder.append((-r, i))
+    by_remainder.sort()
 
-    leftover = total - sum(n * q for n, q in zip(counts, base, strict=True))
     extra = [0] * len(segments)
-    for i in sorted((i for i, r in enumerate(remainders) if r), key=lambda i: (-remainders[i], i)):
+    for _, i in by_remainder:
         if leftover <= 0:
             break
         extra[i] = min(counts[i], leftover)

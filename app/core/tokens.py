@@ -18,8 +18,7 @@ gradient-accumulation bug of Hugging Face Transformers until `num_items_in_batch
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from app.core.errors import InfeasiblePlan, InvalidValue, PlanError, field_key
 from app.core.integers import nearest
@@ -113,45 +112,43 @@ def in_samples(request: PlanRequest, plans: Callable[[PlanRequest], object]) -> 
     )
 
 
-@contextmanager
-def token_pointers(request: PlanRequest) -> Iterator[None]:
-    """Planner errors about a batch the request gave in tokens, re-pointed at the token field,
-    with their suggestions (whole sequences) in tokens."""
-    try:
-        yield
-    except PlanError as err:
-        seq = request.sequence_length
-        renamed = {s: t for t, s in TOKEN_FIELDS.items() if getattr(request, t) is not None}
-        if seq is None or not renamed:
-            raise
+def token_pointed(request: PlanRequest, err: PlanError) -> PlanError | None:
+    """A planner error about a batch the request gave in tokens, re-pointed at the token field,
+    with its suggestions (whole sequences) in tokens; None when it is not about one (raise it
+    as it is). A function the planner calls from its `except`, not a context manager: a
+    plan that succeeds, nearly all of them, pays nothing for it."""
+    seq = request.sequence_length
+    renamed = {s: t for t, s in TOKEN_FIELDS.items() if getattr(request, t) is not None}
+    if seq is None or not renamed:
+        return None
 
-        def in_tokens(values: dict[str, list[int]] | dict[str, int]) -> dict[str, object]:
-            return {
-                renamed.get(k, k): (
-                    (
-                        [v * seq for v in value if v * seq <= MAX_SAFE_INTEGER]
-                        if isinstance(value, list)
-                        else value * seq
-                    )
-                    if k in renamed
-                    else value
+    def in_tokens(values: dict[str, list[int]] | dict[str, int]) -> dict[str, object]:
+        return {
+            renamed.get(k, k): (
+                (
+                    [v * seq for v in value if v * seq <= MAX_SAFE_INTEGER]
+                    if isinstance(value, list)
+                    else value * seq
                 )
-                for k, value in values.items()
-            }
+                if k in renamed
+                else value
+            )
+            for k, value in values.items()
+        }
 
-        field = err.pointer.lstrip("/")
-        if field not in renamed and not set(err.suggestions) & set(renamed):
-            raise
-        given = ", ".join(
-            f"{t} {getattr(request, t)} is {getattr(request, t) // seq} sequences" for t in renamed.values()
-        )
-        raise dataclasses.replace(
-            err,
-            detail=f"{given} of {seq} tokens: {err.detail}",
-            pointer=f"/{renamed[field]}" if field in renamed else err.pointer,
-            suggestions=in_tokens(err.suggestions),  # type: ignore[arg-type]
-            combined_suggestions=[in_tokens(c) for c in err.combined_suggestions],  # type: ignore[misc]
-        ) from None
+    field = err.pointer.lstrip("/")
+    if field not in renamed and not set(err.suggestions) & set(renamed):
+        return None
+    given = ", ".join(
+        f"{t} {getattr(request, t)} is {getattr(request, t) // seq} sequences" for t in renamed.values()
+    )
+    return dataclasses.replace(
+        err,
+        detail=f"{given} of {seq} tokens: {err.detail}",
+        pointer=f"/{renamed[field]}" if field in renamed else err.pointer,
+        suggestions=in_tokens(err.suggestions),  # type: ignore[arg-type]
+        combined_suggestions=[in_tokens(c) for c in err.combined_suggestions],  # type: ignore[misc]
+    )
 
 
 def plan_learning_rate_for(

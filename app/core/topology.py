@@ -7,6 +7,7 @@ groups runs at the pace of its slowest GPU and within its smallest cap.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -167,16 +168,19 @@ def validate_topology(topology: Topology) -> None:
     """Checks the core relies on; the HTTP schema enforces the same, earlier."""
     names: set[str] = set()
     for i, group in enumerate(topology.node_groups):
-        for field_name in ("num_nodes", "gpus_per_node"):
-            value = getattr(group, field_name)
-            if not isinstance(value, int) or value < 1:
-                pointer = _group_pointer(topology, i, field_name)
-                raise InvalidValue(
-                    f"{field_name} must be a whole number >= 1",
-                    pointer=pointer,
-                    suggestions={field_key(pointer): [1]},
-                )
-        if not 0 < group.relative_throughput < float("inf"):
+        nodes, gpus = group.num_nodes, group.gpus_per_node
+        # Plain ints of at least 1, nearly always: two type tests, then the field-by-field
+        # look that names the one at fault.
+        if not (type(nodes) is int and nodes >= 1 and type(gpus) is int and gpus >= 1):
+            for field_name, value in (("num_nodes", nodes), ("gpus_per_node", gpus)):
+                if not isinstance(value, int) or value < 1:
+                    pointer = _group_pointer(topology, i, field_name)
+                    raise InvalidValue(
+                        f"{field_name} must be a whole number >= 1",
+                        pointer=pointer,
+                        suggestions={field_key(pointer): [1]},
+                    )
+        if not 0 < group.relative_throughput < math.inf:
             raise InvalidValue(
                 "relative_throughput must be finite and > 0",
                 pointer=_group_pointer(topology, i, "relative_throughput"),

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from app.core import plan_request as core_request
 from app.core import plan_types as core
@@ -26,6 +33,11 @@ from app.schemas.types import (
 )
 
 MAX_NODE_GROUPS = 10_000
+
+SCREEN = {"screen": True}
+"""Validation context for a caller that only asks whether a body is valid and leaves the
+answer to an invalid one to the route (app.api.plan_fast_path): a schema error is then raised
+without its checked suggestions, which cost up to a dozen plans."""
 
 
 class NodeGroupIn(RequestModel):
@@ -339,12 +351,16 @@ class PlanRequestIn(RequestModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _checked_suggestions(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+    def _checked_suggestions(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
+    ) -> Self:
         """On a schema error, suggest only values that plan (app.schemas.checked_suggestions);
         a valid body pays one function call."""
         try:
             return handler(data)
         except ValidationError as err:
+            if info.context is SCREEN:
+                raise
             raise with_checked_suggestions(data, err, handler) from None
 
     def to_core(self) -> core.PlanRequest:

@@ -76,7 +76,14 @@ def test_auto_picks_the_rule_by_optimizer(optimizer: Optimizer, rule: LRRule) ->
 @given(
     per_replica=st.integers(1, 64),
     num_samples=st.integers(1, 200_000),
-    warmup_epochs=st.one_of(st.integers(0, 10).map(float), st.sampled_from([0.1, 0.55, 1.1, 2.3, 1e-3, 7.7])),
+    warmup_epochs=st.one_of(
+        st.integers(0, 10).map(float),
+        st.sampled_from([0.1, 0.55, 1.1, 2.3, 1e-3, 7.7]),
+        # Whole epochs up to and past 2**53, where a float stops being the integer written.
+        st.integers(2**53 - 4, 2**53 + 4).map(float),
+        st.integers(0, 2**60),  # the core takes a Python int as well (the CLI, bench_core)
+        st.sampled_from([1e16, 1.2345678901234567e25, 3e300]),
+    ),
 )
 def test_warmup_steps_are_the_ceiling_of_epochs_times_optimizer_steps(
     per_replica: int, num_samples: int, warmup_epochs: float
