@@ -12,6 +12,8 @@ from app.core.check_options import (
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
     DEFAULT_NOISE_STEPS,
+    DEFAULT_STEPS,
+    MAX_STEPS,
     Backend,
     CheckWorkload,
     DType,
@@ -125,6 +127,17 @@ class CheckRequestIn(BaseModel):
         "sequences of varying valid length (padding ignored by the loss), checked against the mean "
         "per-token loss over the step's valid tokens, with the token-normalisation controls. "
         "Default: tokens when the plan's loss_normalization is token.",
+    )
+    steps: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
+        DEFAULT_STEPS,
+        examples=[20],
+        description="Optimizer steps to train. 1: the first step's gradient against the single-process "
+        "one. More: after that first step the ranks train the plan's recipe (learning_rate: its "
+        "optimizer, schedule, weight decay, clipping; without one, SGD at 0.1) over the plan's sampler "
+        "across epochs, and every step is held against a single-process reference run, with the "
+        "run-level controls (scheduler_per_micro_batch, scheduler_per_process, set_epoch_missing, "
+        "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
+        "optimizer steps, so it crosses an epoch boundary.",
     )
 
 

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.worker.contract.run_result import ONE_STEP, RunOutcome
 from app.worker.contract.timings import Timings
 
 
@@ -102,6 +103,8 @@ class CheckResult:
     wrapper: str = "ddp"
     # The worker's node in a check across hosts (set by the pool; None under torchrun).
     node_rank: int | None = None
+    # A check of several optimizer steps: the run beside the reference run (None: one step).
+    run: RunOutcome | None = None
 
     @property
     def gradient_matches(self) -> bool:
@@ -117,7 +120,27 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
+        first_step = (
+            self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
+        )
+        return first_step and (self.run is None or self.run.matches)
+
+    def with_run(
+        self,
+        run: RunOutcome,
+        controls: tuple[ControlOutcome, ...],
+        skipped: tuple[SkippedControl, ...],
+        laps: dict[str, float],
+    ) -> CheckResult:
+        """This first step's result with the run that followed it: its trajectory, its
+        run-level controls after the first step's, and its phases' times."""
+        return dataclasses.replace(
+            self,
+            run=run,
+            controls=self.controls + controls,
+            controls_skipped=self.controls_skipped + skipped,
+            timings=self.timings.with_laps(laps),
+        )
 
     def with_setup_time(self, seconds: float) -> CheckResult:
         """This result with the time it took to form the process group (its caller formed it)."""
@@ -144,6 +167,7 @@ class CheckResult:
             "mesh": self.mesh,
             "wrapper": self.wrapper,
             "node_rank": self.node_rank,
+            **(self.run.to_json() if self.run is not None else ONE_STEP),
         }
 
     @classmethod
@@ -167,6 +191,7 @@ class CheckResult:
             mesh=data["mesh"],
             wrapper=data["wrapper"],
             node_rank=data.get("node_rank"),
+            run=RunOutcome.from_json(data),
         )
 
 
