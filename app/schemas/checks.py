@@ -250,6 +250,32 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             "workload": "tokens",
         },
     },
+    "run": {
+        "summary": "A run, not one step: 20 optimizer steps of a recipe over two epochs",
+        "description": "The ranks train the plan's recipe (warmup, cosine decay, weight decay, clipping) "
+        "through its sampler across an epoch boundary; every step is held against a single-process "
+        "reference run, beside the run-level controls. The result's `trajectory` lists the steps; "
+        "GET /v1/checks/{id}/trajectory.png draws them.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                "global_batch_size": 32,
+                "micro_batch_size": 4,
+                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
+                "learning_rate": {
+                    "base_lr": 0.1,
+                    "rule": "none",
+                    "warmup_steps": 4,
+                    "warmup_start_lr": 0.0,
+                    "decay": "cosine",
+                    "train_steps": 20,
+                    "weight_decay": 0.01,
+                    "max_grad_norm": 0.5,
+                },
+            },
+            "steps": 20,
+        },
+    },
     "mesh": {
         "summary": "The plan's own mesh: 2 pipeline stages, 4 micro-batches per schedule",
         "description": "One process per mesh rank; the result reports `mesh` and `wrapper`.",

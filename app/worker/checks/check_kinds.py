@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from app.worker.checks.ddp_check import run_ddp_check
 from app.worker.checks.mesh_check import run_mesh_check
+from app.worker.checks.mesh_run import run_mesh_run
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_check import run_ddp_run
 from app.worker.checks.token_check import run_token_check
@@ -23,6 +24,8 @@ def run_spec(
     first = _first_step(spec, group, workload, model_target)
     if spec.steps <= 1:
         return first
+    if spec.mesh is not None:
+        return run_mesh_run(spec, group, workload, registered_parallelize(model_target), first)
     return run_ddp_run(spec, group, workload, first)
 
 

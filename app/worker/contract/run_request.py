@@ -17,6 +17,7 @@ from app.core.errors import InvalidValue
 from app.core.plan_request import plan_request
 from app.core.plan_types import Plan
 from app.core.planner import plan
+from app.worker.contract.mesh_spec import mesh_sizes
 
 DEFAULT_RUN_RECIPE: dict[str, Any] = {"base_lr": 0.1, "rule": "none", "optimizer": "sgd"}
 
@@ -59,4 +60,26 @@ def refuse_for_a_run(planned: Plan, steps: int, *, fit: bool) -> None:
             f"(learning_rate.train_steps, train_samples or dataset.epochs): check at most the whole run",
             pointer="/steps",
             suggestions={"steps": [lr.train_steps]},
+        )
+    _refuse_short_pipeline_steps(planned, steps)
+
+
+def _refuse_short_pipeline_steps(planned: Plan, steps: int) -> None:
+    """A pipeline schedule splits a step's batch into equal micro-batches (tensor_split): a step
+    that reads an epoch's short last micro-batch cannot run as the plan weighs it."""
+    sizes, sampler, micro = mesh_sizes(planned), planned.sampler, planned.micro_batch_size
+    if sizes is None or sizes["pp"] == 1 or sampler is None or not micro or planned.split != "even":
+        return
+    short = (sampler.total_size // planned.data_parallel_size) % micro
+    if short and not sampler.leftover_micro_steps and steps >= sampler.optimizer_steps_per_epoch:
+        whole = sampler.total_size // planned.data_parallel_size // micro * micro
+        raise InvalidValue(
+            f"the epoch's last step reads a micro-batch of {short} of {micro} samples per replica, and a "
+            f"pipeline schedule splits a step into equal micro-batches: give each replica's shard a "
+            f"multiple of micro_batch_size ({whole} samples per replica), or stop before the epoch's last "
+            f"step",
+            pointer="/steps",
+            suggestions={"steps": [sampler.optimizer_steps_per_epoch - 1]}
+            if sampler.optimizer_steps_per_epoch > 1
+            else {},
         )
