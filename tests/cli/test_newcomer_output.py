@@ -18,8 +18,8 @@ from app.core.micro_batch_search import budget_bytes
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.example_models import wide_mlp
-from app.worker.memory import probe
-from app.worker.micro_batch_fit import find_max_micro_batch
+from app.worker.measure.memory import probe
+from app.worker.measure.micro_batch_fit import find_max_micro_batch
 
 
 def test_the_replica_table_counts_data_parallel_ranks_beside_the_global_rank_map(run: Invoke) -> None:
