@@ -61,10 +61,8 @@ class ExportOptionsIn(BaseModel):
         ge=1,
         le=MAX_STEPS,
         examples=[20],
-        description="Optimizer steps the preflight trains: 1, the plan's first step against a "
-        "single-process gradient; more, a run of the plan's recipe (its learning_rate goes into the "
-        "preflight's check request) held step by step against a single-process run, with the run-level "
-        "controls, as POST /v1/checks does with `steps`.",
+        description="Optimizer steps the preflight trains: 1, the first step's gradient; more, a run of "
+        "the plan's recipe checked step by step, as POST /v1/checks does with `steps` (docs/runs.md).",
     )
     model_factory: str | None = Field(
         None,
