@@ -6,9 +6,10 @@ and compared with it after every optimizer step. One referee serves the DDP and 
 Tolerance per step, on the parameters' relative L2 distance and the loss's relative
 difference: float64 1e-12. A DDP step differs from the single-process step by round-off
 (about 1e-16 relative, from summing in another order), and a run carries each step's
-difference into the next; 1e-12 leaves room for that over a thousand steps, where every
-run-level mistake measured moves the parameters by 1e-4 or more within a few steps. float32:
-1e-5, its round-off (about 1e-7 a step) grown over the steps the same way.
+difference into the next: measured on 4 warm ranks, 5e-15 after 1,000 steps of SGD with
+momentum, 1e-15 of Adam with clipping, while every run-level mistake measured moves the
+parameters by 1e-3 or more within a few steps. float32: 1e-5, where 20 steps end about 6e-8
+apart.
 """
 
 from __future__ import annotations
