@@ -183,6 +183,10 @@ def test_a_token_plan_counts_each_steps_valid_tokens(client: TestClient) -> None
     assert {"mean_per_micro_batch", "mean_per_replica", "padding_counted"} <= {
         c["name"] for c in result["controls"]
     }
+    # Checked on the synthetic samples instead, each micro-batch weighs as the mean loss does,
+    # in the run as in its first step.
+    samples = run_result(client, plan, 4, workload="synthetic")
+    assert [s["valid_tokens"] for s in samples["trajectory"]] == [None] * 4
 
 
 @pytest.mark.parametrize(

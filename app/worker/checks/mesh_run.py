@@ -167,7 +167,7 @@ def run_mesh_run(
     """Train the run on the plan's mesh (one process per mesh rank); rank 0 returns `first`
     (the first step's result) with the run."""
     started = time.perf_counter()
-    plan = planned_run(spec.run_plan or {})
+    plan = planned_run(spec.run_plan or {}, on_samples=True)  # a mesh check trains samples
     recipe = plan.learning_rate
     assert recipe is not None
     split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize

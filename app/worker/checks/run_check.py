@@ -82,7 +82,7 @@ def run_ddp_run(
     first step's result) with the run."""
     started = time.perf_counter()
     dtype, device = getattr(torch, spec.dtype), group.device
-    plan: Plan = planned_run(spec.run_plan or {})
+    plan: Plan = planned_run(spec.run_plan or {}, on_samples=spec.workload != "tokens")
     recipe = plan.learning_rate
     assert recipe is not None
     work = run_workload(spec, workload)

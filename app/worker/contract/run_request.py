@@ -11,6 +11,7 @@ what a run needs and the request left out filled in, and the requests it refuses
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from app.core.errors import InvalidValue
@@ -39,9 +40,18 @@ def run_plan_json(plan_json: dict[str, Any], planned: Plan, steps: int, seed: in
     return data
 
 
-def planned_run(run_plan: dict[str, Any]) -> Plan:
-    """The plan a run trains, as every rank plans it from the spec's JSON."""
-    return plan(plan_request(run_plan))
+def planned_run(run_plan: dict[str, Any], *, on_samples: bool = False) -> Plan:
+    """The plan a run trains, as every rank plans it from the spec's JSON. `on_samples`: a
+    token-normalised plan checked on the synthetic samples weighs each micro-batch as the mean
+    loss does (data_parallel_size x micro / global), as its first step does (spec.py)."""
+    planned = plan(plan_request(run_plan))
+    if not on_samples or all(g.loss_scale is not None for g in planned.replica_groups):
+        return planned
+    dp, G = planned.data_parallel_size, planned.global_batch_size
+    groups = tuple(
+        dataclasses.replace(g, loss_scale=dp * g.micro_batch_size / G) for g in planned.replica_groups
+    )
+    return dataclasses.replace(planned, replica_groups=groups)
 
 
 def refuse_for_a_run(planned: Plan, steps: int, *, fit: bool) -> None:
