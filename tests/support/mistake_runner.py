@@ -1,7 +1,9 @@
 """The torchrun program of tests/worker/test_run_mistakes.py: the plan's run with one known
 mistake, made the literal way with torch's own pieces, one replica per process.
 
-    torchrun --nproc-per-node DP mistake_runner.py MISTAKE RUN_PLAN.json STEPS OUT.pt
+    torchrun --nproc-per-node DP mistake_runner.py MISTAKES RUN_PLAN.json STEPS OUT_DIR
+
+MISTAKES is a comma-separated list, trained one after another in one process group.
 
 A DataLoader over DistributedSampler (set_epoch each epoch, unless the mistake is
 set_epoch_missing), DDP with no_sync() on all micro-batches but the last, the plan's loss scale,
@@ -16,7 +18,7 @@ gradient; then the mistake:
 - clip_before_all_reduce: every micro-batch under no_sync(), each process clips its own
   gradient, then the gradients are all-reduced and averaged by hand.
 
-Rank 0 saves each optimizer step's lr and the parameters after it.
+Rank 0 saves each optimizer step's lr and the parameters after it, to OUT_DIR/MISTAKE.pt.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
+from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.contract.run_request import planned_run
 from app.worker.training.samplers import IndexDataset
@@ -38,11 +41,20 @@ from app.worker.training.workload import SyntheticWorkload
 
 
 def main() -> None:
-    mistake, plan_file, steps_text, out = sys.argv[1:5]
-    steps = int(steps_text)
+    mistakes, plan_file, steps_text, out = sys.argv[1:5]
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     plan = planned_run(json.loads(Path(plan_file).read_text()))
+    for mistake in mistakes.split(","):
+        record = train(mistake, plan, int(steps_text))
+        if dist.get_rank() == 0:
+            torch.save(record, Path(out) / f"{mistake}.pt")
+    dist.barrier()  # no rank leaves while a peer's last collective may still be talking to it
+    dist.destroy_process_group()
+
+
+def train(mistake: str, plan: Plan, steps: int) -> list[dict[str, object]]:
+    """The plan's run of `steps` optimizer steps with `mistake` made; each step's lr and params."""
+    rank, world = dist.get_rank(), dist.get_world_size()
     recipe, sampler_plan = plan.learning_rate, plan.sampler
     assert recipe is not None and sampler_plan is not None and plan.data_parallel_size == world
     n = sampler_plan.total_size - sampler_plan.padded_samples + sampler_plan.dropped_samples
@@ -101,10 +113,7 @@ def main() -> None:
             if len(record) == steps:
                 break
         epoch += 1
-    if rank == 0:
-        torch.save(record, out)
-    dist.barrier()  # no rank leaves while a peer's last collective may still be talking to it
-    dist.destroy_process_group()
+    return record
 
 
 if __name__ == "__main__":

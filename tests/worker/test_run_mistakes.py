@@ -59,12 +59,15 @@ PLAN = {
 }
 
 
-def _literal(mistake: str, tmp_path: Path) -> list[dict[str, Any]]:
+@pytest.fixture(scope="module")
+def literal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every mistake made the literal way, one after another in one torchrun of 2 processes."""
+    tmp_path = tmp_path_factory.mktemp("mistakes")
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(PLAN))
-    out = tmp_path / f"{mistake}.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]), "OMP_NUM_THREADS": "1"}
     env["ACCELERATE_USE_CPU"] = "true"
+    names = [c.name for c in RUN_CONTROLS]
     command = [
         sys.executable,
         "-m",
@@ -76,17 +79,16 @@ def _literal(mistake: str, tmp_path: Path) -> list[dict[str, Any]]:
         "--rdzv-endpoint",
         f"127.0.0.1:{free_port()}",
         str(TESTS / "support" / "mistake_runner.py"),
-        mistake,
+        ",".join(names),
         str(plan_file),
         str(STEPS),
-        str(out),
+        str(tmp_path),
     ]
     done = subprocess.run(
-        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    record: list[dict[str, Any]] = torch.load(out)
-    return record
+    return {name: torch.load(tmp_path / f"{name}.pt") for name in names}
 
 
 def _fast(mistake: str) -> list[tuple[float, torch.Tensor]]:
@@ -106,10 +108,12 @@ def _fast(mistake: str) -> list[tuple[float, torch.Tensor]]:
 
 
 @pytest.mark.parametrize("mistake", [c.name for c in RUN_CONTROLS])
-def test_each_controls_run_is_the_mistake_made_the_literal_way(mistake: str, tmp_path: Path) -> None:
-    literal, fast = _literal(mistake, tmp_path), _fast(mistake)
-    assert len(literal) == len(fast) == STEPS
-    for step, (done, (lr, params)) in enumerate(zip(literal, fast, strict=True)):
+def test_each_controls_run_is_the_mistake_made_the_literal_way(
+    mistake: str, literal: dict[str, list[dict[str, Any]]]
+) -> None:
+    made, fast = literal[mistake], _fast(mistake)
+    assert len(made) == len(fast) == STEPS
+    for step, (done, (lr, params)) in enumerate(zip(made, fast, strict=True)):
         assert done["lr"] == pytest.approx(lr, rel=1e-12, abs=1e-15), (mistake, step)
         off = float((done["params"] - params).norm() / params.norm())
         assert off < 1e-12, (mistake, step, off)
