@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.model_registry import EXAMPLE_MODELS, parse_models
+from app.worker.contract.targets import missing_module
 
 
 class Settings(BaseSettings):
@@ -62,6 +63,24 @@ class Settings(BaseSettings):
     def _models_parse(cls, value: str | None) -> str | None:
         parse_models(value or "")  # a bad entry stops the server at startup, naming it
         return value
+
+    @model_validator(mode="after")
+    def _models_are_here(self) -> Settings:
+        """A registered factory whose module is not installed stops start-up, naming it: a
+        server that started would look ready and fail every check of that model. Found without
+        importing anything (no torch, none of the operator's code); a factory that is there
+        but fails is found by the ranks' probe (GET /v1/check-models). Without a worker the
+        registry is never used, so it is not held against this environment."""
+        if not self.worker_enabled:
+            return self
+        for name, target in self.model_registry.items():
+            why = missing_module(target)
+            if why is not None:
+                raise ValueError(
+                    f"BATCHPLAN_CHECK_MODELS: check model {name!r} ({target}): {why} in this environment; "
+                    f"install its package (or add its folder to PYTHONPATH), or drop the entry"
+                )
+        return self
 
     @property
     def model_registry(self) -> dict[str, str]:

@@ -19,7 +19,7 @@ from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
 from app.cli.run_table import chart_format, draw_chart
 from app.client import BatchplanError, CheckTimeout, Json
-from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, DType
+from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType
 
 CheckRequestFile = Annotated[
     Path | None,
@@ -72,6 +72,14 @@ class CheckFlags:
             show_default=False,
         ),
     ] = None
+    workload: Annotated[
+        CheckWorkload | None,
+        typer.Option(
+            help="synthetic: samples of the model; tokens: a language model's token-normalised step "
+            "and its controls (default: tokens when the plan's loss normalisation is token).",
+            show_default=False,
+        ),
+    ] = None
     noise_steps: Annotated[
         int | None,
         typer.Option(
@@ -121,6 +129,8 @@ def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
         body["steps"] = run.steps
     if run.model is not None:
         body["model"] = run.model
+    if run.workload is not None:
+        body["workload"] = run.workload
     if run.noise_steps is not None or run.noise_lr is not None:
         noise = body.setdefault("noise_scale", {})
         if run.noise_steps is not None:

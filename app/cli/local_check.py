@@ -164,7 +164,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
     from app.schemas.checks import CheckRequestIn
     from app.worker.contract.mesh_spec import mesh_world
-    from app.worker.contract.request import build_spec, check_request
+    from app.worker.contract.request import build_spec, check_request, echoed
 
     try:
         check = CheckRequestIn.model_validate(body)
@@ -172,6 +172,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
         fail(validation_problem_of(("body", err)))
     if model_factory is not None and not TARGET.match(model_factory):
         fail({"detail": f"--model-factory {model_factory!r}: write it as package.module:factory"})
+    factory = model_factory
     if check.model != SYNTHETIC:
         try:
             registered = parse_models(os.environ.get("BATCHPLAN_CHECK_MODELS", ""))
@@ -179,14 +180,20 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
             fail({"detail": f"BATCHPLAN_CHECK_MODELS: {err}"})
         if check.model not in registered:
             fail({"detail": unknown_model(check.model, list(registered)) + "; or give --model-factory"})
+        factory = registered[check.model]
     if check.rendezvous is not None:
         fail({"detail": "a multi-node check (rendezvous) needs --url: the worker on every node joins it"})
     stored = check.model_dump(mode="json")
     try:
         # Built as the rank program builds it, so the same requests are refused here, at once.
-        spec = build_spec(check_request({**stored, "model": model_factory or check.model}))
+        # A factory whose module is not here is refused now, not by every rank's traceback.
+        spec = build_spec(
+            check_request({**stored, "model": model_factory or check.model}),
+            factory=factory,
+            factory_flag=model_factory is not None,
+        )
     except DomainError as err:
         fail(domain_problem(err))
     # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.
     ranks = mesh_world(spec.mesh) if spec.mesh is not None else spec.data_parallel_size
-    return stored, ranks
+    return echoed(stored, spec), ranks

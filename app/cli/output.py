@@ -145,12 +145,14 @@ def show_check(job: Json, as_json: bool) -> int:
             f"  rel_l2 {result['rel_l2']:.3g} (tolerance {result['tolerance']:.3g}), "
             f"max abs diff {result['max_abs_diff']:.3g}",
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
-            f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process)",
+            f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process), "
+            f"workload {result.get('workload') or 'synthetic'}",
             *check_mesh_lines(result),
             *run_lines(result),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),
+            *(f"warning: {w}" for w in result.get("warnings") or []),
         ]
         typer.echo("\n".join(line.rstrip() for line in lines))
     return 0 if passed else 1

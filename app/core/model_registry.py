@@ -16,6 +16,11 @@ SYNTHETIC = "synthetic"  # the built-in model, always registered
 # and a default server runs it. It ships with batchplan and builds in milliseconds, in a rank
 # process (the web process never imports it).
 EXAMPLE_MODELS = "mlp=app.worker.example_models:mlp"
+# What GET /v1/check-models says of a registered model until a rank has built it.
+PROBE_PENDING = (
+    "a rank process is building this model and running a forward and backward pass on two samples; "
+    "loaded, error and what it built are null until it has (seconds, or as long as the factory takes)"
+)
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
 TARGET = re.compile(rf"^{_DOTTED}:{_DOTTED}$")

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.core.check_options import DType, FitOptimizer
+from app.core.check_options import CheckWorkload, DType, FitOptimizer
 from app.core.model_registry import SYNTHETIC
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 
@@ -194,6 +194,27 @@ class CheckResultOut(BaseModel):
     )
     timings_s: dict[str, float]
     model: str = SYNTHETIC
+    workload: CheckWorkload = Field(
+        "synthetic",
+        description="What ran: synthetic (samples, the synthetic or registered model's loss) or tokens "
+        "(the token-normalised step and its controls), as the request chose it or, without one, the "
+        "plan's loss_normalization did. The job's `request.workload` says the same.",
+        examples=["tokens"],
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What holds for the check but not for the plan as written: a tokens check of a "
+        "registered model whose sequences are not the plan's sequence_length, planned in samples (the "
+        "split is right, the plan's token figures assume its own length).",
+        examples=[
+            [
+                "the model's sequences have 16 tokens, the plan's sequence_length is 32: the check ran the "
+                "model's sequences (the split in samples is the plan's), but the plan's token figures "
+                "(tokens per step and per micro-batch) assume 32; give sequence_length 16 for figures that "
+                "count this model's tokens"
+            ]
+        ],
+    )
     ddp_equivalence: EquivalenceOut | None = None
     noise_scale: NoiseScaleOut | None = None
     mesh: MeshOut | None = Field(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
@@ -20,7 +20,7 @@ from app.core.check_options import (
     FitOptimizer,
 )
 from app.core.jobs import Job, JobStatus
-from app.core.model_registry import NAME, SYNTHETIC
+from app.core.model_registry import NAME, PROBE_PENDING, SYNTHETIC
 from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
@@ -151,7 +151,11 @@ class CheckJobOut(BaseModel):
     finished_at: str | None
     result: CheckResultOut | None
     error: str | None
-    request: dict[str, Any] | None = None
+    request: dict[str, Any] | None = Field(
+        None,
+        description="The check request as its schema read it, with `workload` set to the one that "
+        "runs (a token-normalised plan runs tokens unless the request says otherwise).",
+    )
 
     @classmethod
     def from_job(cls, job: Job) -> CheckJobOut:
@@ -169,11 +173,28 @@ class CheckJobOut(BaseModel):
 
 class CheckModelOut(BaseModel):
     name: str
-    loaded: bool | None = Field(description="null until a rank has built it.")
+    status: Literal["pending", "loaded", "failed"] = Field(
+        description="pending: a rank is still building the model and running a forward and backward "
+        "pass on two samples (right after start-up; a check of it may already be submitted). loaded: "
+        "it trains. failed: it cannot be built or trained here, `error` says why, and a check of it "
+        "is refused (422 at /model). A factory whose module is not installed stops start-up instead.",
+        examples=["pending"],
+    )
+    status_detail: str | None = Field(
+        description="While pending, a sentence saying so; null otherwise.",
+        examples=[PROBE_PENDING],
+    )
+    loaded: bool | None = Field(description="null while `status` is pending.")
     error: str | None
     description: str | None
     parameters: int | None
     dataset_size: int | None
+    sequence_length: int | None = Field(
+        None,
+        description="Tokens per sample when the dataset yields token ids (what a tokens check "
+        "compares with the plan's sequence_length); null otherwise, and while pending.",
+        examples=[16],
+    )
     default: bool
 
 

@@ -119,3 +119,28 @@ def test_the_shuffled_dataset_limit_is_the_operators_setting(tmp_path: Path, run
         # The same size unshuffled is only indexed: no limit applies.
         unshuffled = {**EVEN_2, "dataset": {"num_samples": 101, "shuffle": False}}
         assert client.post("/v1/checks", json={"plan": unshuffled}).status_code == 202
+
+
+def test_the_job_says_which_workload_runs_where_the_plan_chose_it(
+    client: TestClient, runner: FakeRunner
+) -> None:
+    """A token-normalised plan runs the tokens workload without being asked: the job's request
+    says so (a null would leave the reader guessing), as does what the ranks receive."""
+    tokens = {
+        "topology": {"num_nodes": 1, "gpus_per_node": 2},
+        "sequence_length": 16,
+        "global_batch_tokens": 128,
+        "loss_normalization": "token",
+    }
+    for plan, asked, runs in (
+        (tokens, None, "tokens"),
+        (EVEN_2, None, "synthetic"),
+        (tokens, "synthetic", "synthetic"),
+    ):
+        body = {"plan": plan} if asked is None else {"plan": plan, "workload": asked}
+        response = client.post("/v1/checks", json=body)
+        assert response.status_code == 202, response.text
+        assert response.json()["request"]["workload"] == runs
+        job = wait_status(client, response.headers["location"], "succeeded")
+        assert job["request"]["workload"] == runs
+        assert runner.orders[-1].spec.workload == runs

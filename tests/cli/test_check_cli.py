@@ -222,3 +222,28 @@ def test_a_check_lists_the_controls_that_ran_and_those_skipped_with_why(
     del result["controls_skipped"]
     show_check(job, as_json=False)
     assert "  skipped   whole_global_batch           does not apply to this plan" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_workload_flag_picks_what_runs_and_the_output_says_it(run: Invoke, worker_server: Server) -> None:
+    """--workload over the plan's default: tokens on a plan normalised by samples (which the
+    tokens check shows wrong on uneven lengths: exit 1), synthetic on one normalised by tokens."""
+    server = ["--url", worker_server.url, "--api-key", API_KEY]
+    tokens = [
+        "--gpus-per-node",
+        "2",
+        "--sequence-length",
+        "16",
+        "--global-batch-tokens",
+        "128",
+        "--micro-batch-tokens",
+        "32",
+    ]
+    out = run("check", *tokens, "--workload", "tokens", *server)
+    assert out.exit_code == 1, out.stderr
+    assert "2 processes for 2 replicas (1 per process), workload tokens" in out.stdout
+    assert re.search(r"^  detected +mean_per_micro_batch", out.stdout, re.MULTILINE), out.stdout
+    out = run("check", *tokens, "--loss-normalization", "token", "--workload", "synthetic", *server, "--json")
+    assert out.exit_code == 0, out.stderr
+    job = json.loads(out.stdout)
+    assert job["request"]["workload"] == job["result"]["workload"] == "synthetic"

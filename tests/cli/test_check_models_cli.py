@@ -49,3 +49,34 @@ def test_model_errors_say_what_to_change(run: Invoke) -> None:
     assert both.exit_code == 2 and "not both" in both.stderr
     remote = run("check", *PLAN, "--model-factory", f"{EXAMPLES}:mlp", "--url", "http://127.0.0.1:9")
     assert remote.exit_code == 2 and "registered names" in remote.stderr
+
+
+@pytest.mark.parametrize("launcher", ["direct", "torchrun"])
+def test_a_factory_whose_module_is_not_here_is_refused_before_any_rank_starts(
+    run: Invoke, monkeypatch: pytest.MonkeyPatch, launcher: str
+) -> None:
+    started: list[object] = []
+    monkeypatch.setattr("app.cli.check.run_local_check", lambda *a, **k: started.append(a) or {})
+    factory = run("check", *PLAN, "--model-factory", "no_such_pkg_here.models:f", "--launcher", launcher)
+    assert factory.exit_code == 2, factory.stderr
+    assert factory.stderr.startswith(
+        "error: --model-factory no_such_pkg_here.models:f: no module named 'no_such_pkg_here'"
+    )
+    env = {"BATCHPLAN_CHECK_MODELS": "gone=no_such_pkg_here.models:f"}
+    registered = run("check", *PLAN, "--model", "gone", "--launcher", launcher, env=env)
+    assert registered.exit_code == 2, registered.stderr
+    assert "check model 'gone' cannot be built here" in registered.stderr
+    assert "no module named 'no_such_pkg_here'" in registered.stderr
+    assert started == [], "ranks were started"
+
+
+@pytest.mark.slow
+def test_a_token_factory_of_another_sequence_length_is_refused_by_the_ranks(run: Invoke) -> None:
+    """Here no probe has read the factory's sequences before the ranks start: the rank program
+    (what torchrun starts) reads them and every rank refuses alike, in one line, exit 2."""
+    plan = ["--gpus-per-node", "2", "--sequence-length", "32", "--global-batch-tokens", "128"]
+    factory = ["--model-factory", "app.worker.token_model:tiny_language_model", "--workload", "tokens"]
+    out = run("check", *plan, "--loss-normalization", "token", *factory)
+    assert out.exit_code == 2, out.stderr
+    assert "error: /plan/sequence_length: the model's sequences have 16 tokens" in out.stderr
+    assert "Traceback" not in out.stderr

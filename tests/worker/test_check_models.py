@@ -34,7 +34,9 @@ GOOD = [
     "wide_mlp",
 ]
 BROKEN = {
-    "missing": "app.worker.no_such_module:factory",
+    # A module that is not installed stops start-up (test_check_model_startup.py); one whose
+    # factory is not there is found by the ranks' probe, as the other two are.
+    "missing": f"{EXAMPLES}:no_such_factory",
     "not_callable": f"{EXAMPLES}:FEATURES",
     "wrong_return": f"{EXAMPLES}:quadratic_data",
 }
@@ -71,6 +73,9 @@ def test_models_are_listed_with_what_their_factory_built(client: TestClient) -> 
     assert models["mlp"]["parameters"] == sum(p.numel() for p in example_models.mlp()[0].parameters())
     assert models["quadratic"]["description"].startswith("Gaussian samples")
     assert models["missing"]["loaded"] is False and "cannot import" in models["missing"]["error"]
+    assert {n: m["status"] for n, m in models.items() if not m["loaded"]} == dict.fromkeys(BROKEN, "failed")
+    assert all(m["status"] == "loaded" and m["status_detail"] is None for m in models.values() if m["loaded"])
+    assert models["mlp"]["sequence_length"] is None  # features, not token ids
     assert models["not_callable"]["loaded"] is False and "not callable" in models["not_callable"]["error"]
     assert "(model, dataset, loss_fn)" in models["wrong_return"]["error"]
     # The API names models; it never shows where their code lives.

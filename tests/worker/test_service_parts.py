@@ -51,7 +51,9 @@ def test_admission_submits_the_spec_the_rank_program_builds() -> None:
     body = {"plan": FOUR, "model": "mlp", "seed": 3, "timeout_s": 30}
     submission = admission().prepare(body)
     assert submission.spec == build_spec(check_request(body))
-    assert submission.body == body and submission.timeout_s == 30 and submission.rendezvous is None
+    # The body as sent, with the workload that runs (the plan chose it: the request said none).
+    assert submission.body == {**body, "workload": "synthetic"}
+    assert submission.timeout_s == 30 and submission.rendezvous is None
     # A registered model over four replicas measures its noise scale by default.
     assert submission.spec.model == "mlp" and submission.spec.noise_steps == DEFAULT_NOISE_STEPS
     # The job store keeps it as JSON; what comes back is the same submission.

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 import torch
 from fastapi.testclient import TestClient
 from support.apps import warm_client
-from support.polling import check_result
+from support.polling import check_result, run_check
 
 from app.ports import free_port
 from app.worker.checks.token_check import TOKEN_CONTROLS, changes_gradient
@@ -53,7 +53,10 @@ def test_the_synthetic_batch_has_uneven_lengths_and_padding() -> None:
 
 
 def test_the_token_normalised_step_passes_and_every_control_is_detected(client: TestClient) -> None:
-    result = check_result(client, {"plan": TOKEN_PLAN})  # the plan's token normalisation picks the workload
+    job = run_check(client, {"plan": TOKEN_PLAN})  # the plan's token normalisation picks the workload
+    result = job["result"]
+    assert job["request"]["workload"] == result["workload"] == "tokens"  # said, not left null
+    assert result["warnings"] == []
     assert result["model"] == "tokens" and result["processes"] == 4 and result["backend"] == "gloo"
     assert result["gradient_accumulation_steps"] == 2 and result["micro_batch_sizes"] == [2]
     assert result["rel_l2"] <= result["tolerance"] == 1e-10
@@ -77,6 +80,49 @@ def test_a_registered_token_model_passes(client: TestClient) -> None:
     result = check_result(client, {"plan": TOKEN_PLAN, "model": "tiny_lm", "workload": "tokens"})
     assert result["model"] == "tiny_lm" and result["passed"]
     assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
+
+
+def _refused(client: TestClient, plan: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/checks", json={"plan": plan, "model": "tiny_lm"})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem: dict[str, Any] = response.json()
+    assert [e["pointer"] for e in problem["errors"]] == ["/plan/sequence_length"]
+    return problem
+
+
+def test_a_plan_in_tokens_of_another_sequence_length_than_the_models_is_refused_with_what_works(
+    client: TestClient,
+) -> None:
+    """tiny_lm's sequences have 16 tokens (its probe read them); a plan counted in sequences of
+    32 would run other token counts than it says. Each suggestion, substituted, checks."""
+    models = {m["name"]: m for m in client.get("/v1/check-models").json()["models"]}
+    assert models["tiny_lm"]["sequence_length"] == len(token_sample(0, 0, 16)[0]) == 16
+    problem = _refused(client, {**TOKEN_PLAN, "sequence_length": 32})
+    assert "the model's sequences have 16 tokens" in problem["detail"]
+    assert problem["suggestions"] == {"sequence_length": [16]}
+    fixed = check_result(client, {"plan": {**TOKEN_PLAN, "sequence_length": 16}, "model": "tiny_lm"})
+    assert fixed["passed"] and fixed["warnings"] == []
+    # 192 and 24 tokens are not whole sequences of 16: the same split, counted in the model's.
+    odd = {**TOKEN_PLAN, "sequence_length": 24, "global_batch_tokens": 192, "micro_batch_tokens": 24}
+    problem = _refused(client, odd)
+    assert not problem.get("suggestions")
+    (together,) = problem["combined_suggestions"]
+    assert together == {"sequence_length": 16, "global_batch_tokens": 128, "micro_batch_tokens": 16}
+    job = run_check(client, {"plan": {**odd, **together}, "model": "tiny_lm"})
+    assert job["status"] == "succeeded" and job["result"]["passed"], job
+    assert job["result"]["global_batch_size"] == 8 and job["result"]["micro_batch_sizes"] == [1]
+
+
+def test_a_plan_in_samples_of_another_sequence_length_runs_and_warns(client: TestClient) -> None:
+    """Counted in samples, the split is the same at any length: the check holds, and says the
+    plan's token figures assume 32."""
+    plan = {**TOKEN_PLAN, "sequence_length": 32, "global_batch_size": 16, "micro_batch_size": 2}
+    del plan["global_batch_tokens"], plan["micro_batch_tokens"]
+    result = check_result(client, {"plan": plan, "model": "tiny_lm"})
+    assert result["passed"] and result["workload"] == "tokens" and result["micro_batch_sizes"] == [2]
+    (warning,) = result["warnings"]
+    assert "the model's sequences have 16 tokens, the plan's sequence_length is 32" in warning
 
 
 def test_under_torchrun_through_the_same_rank_program() -> None:

@@ -102,6 +102,7 @@ def judged_result(
     search: dict[str, Any] | None = None,
     mesh: dict[str, list[Any]] | None = None,
     wrapper: str = "ddp",
+    warnings: tuple[str, ...] = (),
 ) -> CheckResult:
     """The check's result: the plan's gradient and each control's against the reference, the
     verdict on DDP equivalence (a noise scale is not trusted without it), where it ran."""
@@ -126,4 +127,6 @@ def judged_result(
         torch_version=torch.__version__,
         mesh=mesh,
         wrapper=wrapper,
+        workload=spec.workload,
+        warnings=warnings,
     )

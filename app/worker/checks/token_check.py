@@ -25,6 +25,7 @@ from app.worker.checks.controls import Control, partition
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.contract.check_result import CheckResult
+from app.worker.contract.sequence_length import sequence_length_warning
 from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.contract.timings import Timer
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
@@ -114,6 +115,9 @@ def run_token_check(
     timer = Timer()
     dtype, device = getattr(torch, spec.dtype), group.device
     tokens = _workload(spec, workload)
+    # Admission compared them when the probe had read the model (a 422 with what works); here
+    # for a check submitted before it had, and under torchrun. Every rank raises alike.
+    warning = sequence_length_warning(spec, tokens.data_sequence_length)
     dp = spec.data_parallel_size
     local = replica_range(group.rank, group.world, dp)
     module = tokens.module(dtype, device)
@@ -154,7 +158,7 @@ def run_token_check(
     measured = Measured(
         grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes
     )
-    return judged_result(spec, group, tokens.name, measured, timer)
+    return judged_result(spec, group, tokens.name, measured, timer, warnings=(warning,) if warning else ())
 
 
 def _all_reduced_valid_tokens(counts: Counts, local: range, device: torch.device) -> int:

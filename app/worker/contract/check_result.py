@@ -103,6 +103,8 @@ class CheckResult:
     wrapper: str = "ddp"
     # The worker's node in a check across hosts (set by the pool; None under torchrun).
     node_rank: int | None = None
+    workload: str = "synthetic"  # what ran: the spec's, never left for the reader to infer
+    warnings: tuple[str, ...] = ()  # what holds for the check but not for the plan as written
     # A check of several optimizer steps: the run beside the reference run (None: one step).
     run: RunOutcome | None = None
 
@@ -167,6 +169,8 @@ class CheckResult:
             "mesh": self.mesh,
             "wrapper": self.wrapper,
             "node_rank": self.node_rank,
+            "workload": self.workload,
+            "warnings": list(self.warnings),
             **(self.run.to_json() if self.run is not None else ONE_STEP),
         }
 
@@ -191,6 +195,8 @@ class CheckResult:
             mesh=data["mesh"],
             wrapper=data["wrapper"],
             node_rank=data.get("node_rank"),
+            workload=data.get("workload", "synthetic"),
+            warnings=tuple(data.get("warnings", ())),
             run=RunOutcome.from_json(data),
         )
 

@@ -22,6 +22,7 @@ from app.core.planner import plan
 from app.worker.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.worker.contract.run_request import refuse_for_a_run, run_plan_json
 from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
+from app.worker.contract.targets import missing_module
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +59,15 @@ def check_request(data: Mapping[str, Any]) -> CheckRequest:
     )
 
 
-def build_spec(request: CheckRequest) -> CheckSpec:
+def build_spec(request: CheckRequest, *, factory: str | None = None, factory_flag: bool = False) -> CheckSpec:
     """What every rank runs for `request`. Raises the core's errors with the pointer of the
-    check request's field (a planner error under /plan)."""
+    check request's field (a planner error under /plan).
+
+    `factory`: the model's `package.module:factory` where the caller knows it (a registered
+    name's, or the command line's --model-factory with `factory_flag`); a module that is not
+    there is refused here, before any rank starts, rather than by every rank's traceback."""
+    if factory is not None:
+        _refuse_a_missing_factory(request.model, factory, factory_flag)
     try:
         planned = plan(request.plan)
         dataset, run_plan = request.plan.dataset, None
@@ -91,6 +98,29 @@ def build_spec(request: CheckRequest) -> CheckSpec:
     if spec.mesh is not None:
         _refuse_for_a_mesh(spec, request.noise_scale)
     return _with_noise(spec, request.noise_scale)
+
+
+def echoed(body: dict[str, Any], spec: CheckSpec) -> dict[str, Any]:
+    """The request as a job shows it: as sent, with the workload that runs where the plan
+    chose it (a token-normalised plan runs tokens), so that no one reads a null and guesses."""
+    return {**body, "workload": spec.workload}
+
+
+def _refuse_a_missing_factory(model: str, factory: str, flag: bool) -> None:
+    why = missing_module(factory)
+    if why is None:
+        return
+    if flag:  # a command-line flag, not a field of the request: no pointer
+        raise SpecError(
+            f"--model-factory {factory}: {why} in this environment; install its package here or add "
+            f"its folder to PYTHONPATH",
+            "",
+        )
+    raise SpecError(
+        f"check model {model!r} cannot be built here: its factory {factory}: {why}; its package must "
+        f"be installed where the ranks run (BATCHPLAN_CHECK_MODELS registers it)",
+        "/model",
+    )
 
 
 def _with_noise(spec: CheckSpec, asked: NoiseOptions | None) -> CheckSpec:

@@ -62,6 +62,7 @@ class CheckSpec:
     workload: str = "synthetic"
     sequence_length: int | None = None
     loss_normalization: str = "sample"
+    batch_unit: str = "samples"  # what the plan request counted its batch in ("tokens": token fields)
     # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
     mesh: dict[str, int] | None = None
     # Optimizer steps to train (1: the one-step check); above 1, the plan request the run trains
@@ -176,6 +177,7 @@ def _token_fields(plan: Plan) -> dict[str, Any]:
         "workload": "tokens" if normalization == "token" else "synthetic",
         "sequence_length": plan.tokens.sequence_length,
         "loss_normalization": normalization,
+        "batch_unit": plan.tokens.unit,
     }
 
 

@@ -97,6 +97,10 @@ class _Refused(Exception):
     """The check cannot run as asked: said on stderr, exit status 2."""
 
 
+def _said(err: DomainError) -> str:
+    return f"{err.pointer}: {err.detail}" if err.pointer else err.detail
+
+
 def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
     """The spec every rank runs (built as the HTTP worker builds it, refusing what it
     refuses) and the model's factory, or _Refused."""
@@ -105,9 +109,11 @@ def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
     if target is None and name != SYNTHETIC:
         raise _Refused(f"model {name!r} is not in BATCHPLAN_CHECK_MODELS here; give --model-factory")
     try:
-        spec = build_spec(dataclasses.replace(request, model=name))
+        spec = build_spec(
+            dataclasses.replace(request, model=name), factory=target, factory_flag=bool(args.model_factory)
+        )
     except DomainError as err:
-        raise _Refused(f"{err.pointer}: {err.detail}" if err.pointer else err.detail) from None
+        raise _Refused(_said(err)) from None
     if spec.mesh is not None and world != mesh_world(spec.mesh):
         raise _Refused(
             f"the plan's device mesh {spec.mesh} has {mesh_world(spec.mesh)} ranks; start exactly "
@@ -152,10 +158,15 @@ def main(argv: Iterator[str] | None = None) -> int:
     args = _parser().parse_args(list(argv) if argv is not None else None)
     try:
         spec, target = _spec(args, int(os.environ.get("WORLD_SIZE", "1")))
+        # What only the model's data shows (a tokens check's sequence length) is refused by
+        # every rank alike once the model is built: said as plainly, not as a traceback.
+        result = _check(spec, target, args)
     except _Refused as refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
-    result = _check(spec, target, args)
+    except DomainError as err:
+        print(f"error: {_said(err)}", file=sys.stderr)
+        return 2
     if result is not None:
         print(json.dumps(result), flush=True)
     return 0

@@ -38,6 +38,7 @@ from app.worker.rank.backend import choose_backend
 from app.worker.rank.model_errors import model_traceback
 from app.worker.training import mesh_models
 from app.worker.training.synthetic_model import backward, batch_loss, build_model, synthetic_batch
+from app.worker.training.token_model import sequence_length_of
 from app.worker.training.workload import Registered, Workload, load, raised_by_model
 
 PR_SET_PDEATHSIG = 1  # from <sys/prctl.h>
@@ -173,6 +174,7 @@ def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
             continue
         try:
             workload.smoke_test()
+            length = sequence_length_of(workload.dataset)  # what a tokens check compares
         except Exception as err:
             out[name] = {
                 "name": name,
@@ -181,7 +183,7 @@ def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
                 + model_traceback(err),
             }
             continue
-        out[name] = {"loaded": True, "error": None, **workload.describe()}
+        out[name] = {"loaded": True, "error": None, **workload.describe(), "sequence_length": length}
     for name, target in models.items():  # a tensor- or pipeline-parallel check needs it
         if out.get(name, {}).get("loaded"):
             out[name]["parallelize"] = mesh_models.registered_parallelize(target) is not None

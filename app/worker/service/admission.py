@@ -11,7 +11,8 @@ from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.contract.mesh_spec import refusal as mesh_refusal
-from app.worker.contract.request import build_spec, check_request
+from app.worker.contract.request import build_spec, check_request, echoed
+from app.worker.contract.sequence_length import refuse_another_sequence_length
 from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
@@ -29,8 +30,11 @@ class Admission:
         validated it): the spec every rank runs (`build_spec`, as the rank program builds
         it), held against this worker's limits, registered models and host."""
         request = check_request(body)
-        spec = build_spec(request)
+        spec = build_spec(request, factory=self.models.get(request.model))
         self._check_model(spec, has_dataset=request.plan.dataset is not None)
+        if spec.workload == "tokens":
+            known = self.runner.models_info.get(spec.model) or {}  # the probe read its sequences
+            refuse_another_sequence_length(request, spec, known.get("sequence_length"))
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
                 f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
@@ -55,7 +59,7 @@ class Admission:
             )
         if request.rendezvous is not None:
             self.limits.check_rendezvous_endpoint(request.rendezvous.endpoint)
-        return Submission(body, spec, timeout, request.rendezvous)
+        return Submission(echoed(body, spec), spec, timeout, request.rendezvous)
 
     def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
         """What grows with the request: the global batch, and a shuffled dataset's permutation.

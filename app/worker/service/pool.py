@@ -121,6 +121,9 @@ class RankPool:
 
     def _described(self, info: dict[str, dict[str, Any]]) -> None:
         self.models_info = info
+        for name, model in info.items():  # start-up cannot know this: the operator reads it here
+            if not model.get("loaded"):
+                log.error("check model %r cannot be built; its checks are refused: %s", name, model["error"])
         self._describing = False
         self._notify()
 

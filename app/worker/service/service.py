@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.errors import Busy, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
-from app.core.model_registry import SYNTHETIC
+from app.core.model_registry import PROBE_PENDING, SYNTHETIC
 from app.logging_setup import job_id_var
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver
@@ -203,28 +203,35 @@ class CheckService:
 
     def describe_models(self) -> ModelList:
         """The built-in model and every registered one, with what its factory built (once a
-        rank has built it: `loaded` null until then)."""
+        rank has built it: `status` pending and `loaded` null until then)."""
         out: ModelList = [
             {
                 "name": SYNTHETIC,
+                "status": "loaded",
+                "status_detail": None,
                 "loaded": True,
                 "error": None,
                 "description": "the built-in model: an 8-16-4 tanh MLP on synthetic samples, one per index",
                 "parameters": 212,
                 "dataset_size": None,
+                "sequence_length": None,
                 "default": True,
             }
         ]
         for name in sorted(self.models):
             info = self.runner.models_info.get(name, {})
+            loaded = info.get("loaded")
             out.append(
                 {
                     "name": name,
-                    "loaded": info.get("loaded"),
+                    "status": "pending" if loaded is None else "loaded" if loaded else "failed",
+                    "status_detail": PROBE_PENDING if loaded is None else None,
+                    "loaded": loaded,
                     "error": info.get("error"),
                     "description": info.get("description"),
                     "parameters": info.get("parameters"),
                     "dataset_size": info.get("dataset_size"),
+                    "sequence_length": info.get("sequence_length"),
                     "default": False,
                 }
             )

@@ -98,6 +98,19 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> to
     )
 
 
+def sequence_length_of(dataset: Dataset[Any]) -> int | None:
+    """Tokens per sample of a dataset of token ids (`(input_ids, labels)` pairs, or dicts
+    with `input_ids`), read from its first sample; None for any other data (images, features)."""
+    sample = dataset[0]
+    if isinstance(sample, dict):
+        ids = sample.get("input_ids")
+    else:
+        ids = sample[0] if isinstance(sample, tuple | list) and sample else None
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.is_complex() or ids.dim() != 1:
+        return None
+    return int(ids.shape[0])
+
+
 class TokenWorkload(Workload):
     """The built-in token model, or a registered one (`base`), with the token loss: `mean` is
     the mean over a batch's valid tokens, `sum` their sum."""
@@ -116,6 +129,12 @@ class TokenWorkload(Workload):
     @property
     def dataset_size(self) -> int | None:
         return None if self.base is None else self.base.dataset_size
+
+    @property
+    def data_sequence_length(self) -> int | None:
+        """Tokens per sample of what this check trains: the registered dataset's own length,
+        which the plan's sequence_length does not change."""
+        return self.sequence_length if self.base is None else sequence_length_of(self.base.dataset)
 
     def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
         if self.base is not None:
