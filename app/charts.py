@@ -1,4 +1,5 @@
-"""Charts of a training schedule, drawn with matplotlib's Agg backend (no display needed).
+"""Charts of a training schedule and of a check's run, drawn with matplotlib's Agg backend (no
+display needed).
 
 Kept out of app.core: matplotlib is a heavy, optional dependency, and the core is pure.
 """
@@ -6,6 +7,8 @@ Kept out of app.core: matplotlib is a heavy, optional dependency, and the core i
 from __future__ import annotations
 
 import io
+from itertools import pairwise
+from typing import Any
 
 import matplotlib
 
@@ -73,3 +76,49 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=100)
     return buffer.getvalue()
+
+
+def trajectory_chart(result: dict[str, Any], fmt: str, title: str) -> bytes:
+    """A check's run (its result's JSON): the loss at every optimizer step of the plan's run, the
+    reference run's and each run-level control's, and the lr each stepped with."""
+    trajectory = result["trajectory"]
+    controls: dict[str, list[dict[str, Any]]] = result.get("control_trajectories") or {}
+    steps = [s["step"] for s in trajectory]
+    fig = Figure(figsize=(9, 7))
+    loss_ax, lr_ax = fig.subplots(2, 1, sharex=True)
+    for name, run in controls.items():
+        loss_ax.plot([s["step"] for s in run], [s["loss"] for s in run], linewidth=1, alpha=0.8, label=name)
+        lr_ax.plot([s["step"] for s in run], [s["lr"] for s in run], linewidth=1, alpha=0.8, label=name)
+    loss_ax.plot(
+        steps, [s["reference_loss"] for s in trajectory], color="black", linewidth=3, label="reference"
+    )
+    loss_ax.plot(
+        steps, [s["loss"] for s in trajectory], color="tab:red", linestyle="--", label="the plan's run"
+    )
+    lr_ax.plot(steps, [s["lr"] for s in trajectory], color="tab:red", linestyle="--", label="the plan's run")
+    for epoch_start in _epoch_starts(trajectory):
+        loss_ax.axvline(epoch_start, color="grey", linestyle=":")
+        lr_ax.axvline(epoch_start, color="grey", linestyle=":")
+    verdict = "matches" if result.get("trajectory_matches") else "does NOT match"
+    loss_ax.set_title(
+        f"Loss per step: the plan's run {verdict} the reference (parameters "
+        f"{result['final_params_rel_l2']:.2g} apart at the end)"
+    )
+    loss_ax.set_ylabel("loss over the global batch")
+    loss_ax.legend(fontsize="small", loc="upper right")
+    loss_ax.grid(alpha=0.3)
+    lr_ax.set_title("Learning rate per optimizer step (dotted lines: epoch boundaries)")
+    lr_ax.set_ylabel("learning rate")
+    lr_ax.set_xlabel("optimizer step")
+    lr_ax.set_ylim(bottom=0)
+    lr_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lr_ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=100)
+    return buffer.getvalue()
+
+
+def _epoch_starts(trajectory: list[dict[str, Any]]) -> list[int]:
+    return [s["step"] for previous, s in pairwise(trajectory) if s["epoch"] != previous["epoch"]]

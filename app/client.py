@@ -227,6 +227,11 @@ class BatchplanClient:
         checks = data.get("checks", [])
         return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
 
+    def check_trajectory(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
+        """GET /v1/checks/{id}/trajectory.{format}: a finished run's chart (404 for a check of
+        one step, 409 while it runs)."""
+        return self.request("GET", f"/v1/checks/{_segment(check_id)}/trajectory.{format}").content
+
     def cancel_check(self, check_id: str) -> Json:
         """DELETE /v1/checks/{id}; 409 (ProblemError) when it already finished."""
         return self._json("DELETE", f"/v1/checks/{_segment(check_id)}")

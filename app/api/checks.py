@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
 
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
-from app.core.errors import Unavailable
+from app.core.errors import Conflict, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
 from app.core.problems import domain_problem, problem_body
 from app.schemas.checks import (
@@ -59,6 +61,60 @@ _FINISHED = problem_response(
         )
     },
 )
+
+
+def no_trajectory(job: Job) -> NotFound:
+    why = (
+        "it trained one optimizer step (steps 1): send steps above 1 for a run"
+        if job.status is JobStatus.SUCCEEDED
+        else f"it {job.status.value} without a result"
+    )
+    return NotFound(f"check {job.id!r} has no trajectory: {why}")
+
+
+def not_finished(job: Job) -> Conflict:
+    return Conflict(
+        f"check {job.id!r} is {job.status.value}: its trajectory is drawn once it has finished "
+        f"(GET /v1/checks/{job.id} says when)"
+    )
+
+
+def _trajectory_of(job: Job) -> dict[str, Any]:
+    """The finished job's result, when it holds a run; else the problem that says why not."""
+    if not job.status.finished:
+        raise not_finished(job)
+    if job.result is None or job.result.get("trajectory") is None:
+        raise no_trajectory(job)
+    return job.result
+
+
+_EXAMPLE_JOB = Job(_EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}, result={"trajectory": None})
+_TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The chart: the loss at every optimizer step of the plan's run, the reference "
+        "run's and each run-level control's, and the lr of each.",
+        "content": {
+            "image/png": {"schema": {"type": "string", "format": "binary"}},
+            "image/svg+xml": {"schema": {"type": "string"}},
+        },
+    },
+    **_PROBLEMS,
+    404: problem_response(
+        "No such check, or it has no trajectory (one step, or no result).",
+        {
+            "unknown_id": domain_problem(no_such_check(_EXAMPLE_ID)),
+            "one_step": domain_problem(no_trajectory(_EXAMPLE_JOB)),
+        },
+    ),
+    409: problem_response(
+        "The check has not finished.",
+        {
+            "running": domain_problem(
+                not_finished(Job(_EXAMPLE_ID, JobStatus.RUNNING, "2026-01-01T00:00:00Z", {}))
+            )
+        },
+    ),
+}
 
 
 def _service(request: Request) -> CheckService:
@@ -110,6 +166,32 @@ async def list_checks(
 async def get_check(check_id: str, service: Service) -> CheckJobOut:
     job = await service.get(check_id)
     return CheckJobOut.from_job(job)
+
+
+@router.get(
+    "/checks/{check_id}/trajectory.{format}",
+    summary="A check's run as a chart: loss and lr per step, beside the reference and the controls",
+    response_class=Response,
+    responses=_TRAJECTORY_PROBLEMS,
+)
+async def check_trajectory(
+    check_id: str,
+    format: Annotated[Literal["png", "svg"], PathParam(description="The image format.")],
+    service: Service,
+) -> Response:
+    """The run of a finished check of several steps (`steps` above 1): the loss of every
+    optimizer step of the plan's run against the single-process reference run's and each
+    run-level control's (the mistakes it must tell apart), and the lr each stepped with."""
+    result = _trajectory_of(await service.get(check_id))
+    from app.charts import MEDIA_TYPES, trajectory_chart  # matplotlib loads only when a chart is asked for
+
+    title = (
+        f"check {check_id}: {result['steps']} optimizer steps, {result['data_parallel_size']} replicas, "
+        f"{'passed' if result['passed'] else 'FAILED'}"
+    )
+    # Drawing takes tens of milliseconds: off the event loop.
+    image = await run_in_threadpool(trajectory_chart, result, format, title)
+    return Response(image, media_type=MEDIA_TYPES[format])
 
 
 @router.delete(

@@ -1,4 +1,5 @@
-"""`batchplan check`: prove a plan with one real DDP step, on a server (--url) or here."""
+"""`batchplan check`: prove a plan with one real DDP step (or a run of --steps), on a server
+(--url) or here."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import typer
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
-from app.cli.options import ApiKey, BatchFlags, Url
+from app.cli.options import ApiKey, PlanFlags, Url
 from app.cli.output import client_errors, fail, show_check
 from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
+from app.cli.run_table import chart_format, draw_chart
 from app.client import BatchplanError, CheckTimeout, Json
 from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType
 
@@ -49,6 +51,14 @@ class CheckFlags:
         ),
     ] = None
     timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Optimizer steps (default 1: the first step's gradient). More train the plan's recipe "
+            "and hold every step against a single-process run, with the run-level controls.",
+            show_default=False,
+        ),
+    ] = None
     model: Annotated[
         str | None,
         typer.Option(
@@ -103,7 +113,7 @@ class CheckFlags:
     ] = None
 
 
-def check_body(request: Path | None, flags: BatchFlags, run: CheckFlags) -> Json:
+def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
     """A check request: --request holds a plan request or a whole check request."""
     if request is None:
         body: Json = {"plan": plan_body(flags)}
@@ -115,6 +125,8 @@ def check_body(request: Path | None, flags: BatchFlags, run: CheckFlags) -> Json
             body[key] = value
     if run.timeout is not None:
         body["timeout_s"] = run.timeout
+    if run.steps is not None:
+        body["steps"] = run.steps
     if run.model is not None:
         body["model"] = run.model
     if run.workload is not None:
@@ -137,7 +149,7 @@ def check_body(request: Path | None, flags: BatchFlags, run: CheckFlags) -> Json
 @with_flag_groups
 def check(
     *,
-    flags: BatchFlags,
+    flags: PlanFlags,
     request: CheckRequestFile = None,
     run: CheckFlags,
     launcher: Annotated[
@@ -153,8 +165,16 @@ def check(
     url: Url = None,
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+    chart: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --steps: save the run's chart (loss and lr per step) to this .png or .svg file.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Prove a plan with one real DDP step against a single-process gradient.
+    """Prove a plan with one real DDP step against a single-process gradient; with --steps N,
+    a run of N optimizer steps of its recipe against a single-process run (--chart draws it).
 
     Exit status: 0 passed, 1 failed, 2 did not run (an error)."""
     body = check_body(request, flags, run)
@@ -166,7 +186,27 @@ def check(
         done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
     else:
         done = _check_here(body, run, processes, launcher)
-    raise typer.Exit(show_check(done, as_json))
+    status = show_check(done, as_json)
+    if chart is not None:
+        _save_chart(done, chart, url, api_key)
+    raise typer.Exit(status)
+
+
+def _save_chart(done: Json, path: Path, url: str | None, api_key: str | None) -> None:
+    """The run's chart, from the server that ran it or drawn here; a check without a run has none."""
+    result = done.get("result")
+    if not isinstance(result, dict) or not result.get("trajectory"):
+        fail({"detail": f"no chart written to {path}: the check has no run (give --steps above 1)"})
+    if url:
+        with client_errors(), make_client(url, api_key) as client:
+            image = client.check_trajectory(str(done["id"]), chart_format(path))
+    else:
+        image = draw_chart(result, path)
+    try:
+        path.write_bytes(image)
+    except OSError as err:
+        fail({"detail": f"cannot write {path}: {err.strerror or err}"})
+    typer.echo(f"wrote {path}", err=True)
 
 
 def _check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:

@@ -182,6 +182,10 @@ class ExportFlags:
             show_default=False,
         ),
     ] = None
+    preflight_steps: Annotated[
+        int | None,
+        typer.Option(help="Optimizer steps the preflight trains (default 1; more: a run of the recipe)."),
+    ] = None
     model_factory: Annotated[
         str | None, typer.Option(help="The model the preflight trains (package.module:factory).")
     ] = None
@@ -200,6 +204,7 @@ class ExportFlags:
             "image": self.image,
             "port": self.master_port,
             "preflight": self.preflight,
+            "preflight_steps": self.preflight_steps,
             "model_factory": self.model_factory,
             "setup": self.setup,
             "cpus_per_gpu": self.cpus_per_gpu,

@@ -13,6 +13,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
+from app.cli.run_table import run_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
 from app.schemas.field_hints import with_field_hints
@@ -147,6 +148,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process), "
             f"workload {result.get('workload') or 'synthetic'}",
             *check_mesh_lines(result),
+            *run_lines(result),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),

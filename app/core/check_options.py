@@ -22,3 +22,6 @@ DEFAULT_NOISE_STEPS = 8
 # Where the search for the largest micro-batch stops, and the optimizer its probe runs.
 DEFAULT_FIT_LIMIT = 65536
 DEFAULT_FIT_OPTIMIZER: FitOptimizer = "adam"
+# Optimizer steps a check trains (1: the one-step check); more train the plan's recipe as a run.
+DEFAULT_STEPS = 1
+MAX_STEPS = 1000

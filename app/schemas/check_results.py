@@ -9,12 +9,16 @@ from pydantic import BaseModel, Field
 
 from app.core.check_options import CheckWorkload, DType, FitOptimizer
 from app.core.model_registry import SYNTHETIC
+from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 
 
 class ControlOut(BaseModel):
     name: str
     description: str = ""
-    rel_l2: float = Field(description="Relative L2 error of the wrong setup's gradient.")
+    rel_l2: float = Field(
+        description="Relative L2 error of the wrong setup's gradient; for a run-level control, of its "
+        "parameters after the run's last step against the reference run's."
+    )
     max_abs_diff: float | None = None
     detected: bool = Field(description="Its error is far above the tolerance.")
 
@@ -243,4 +247,29 @@ class CheckResultOut(BaseModel):
     node_rank: int | None = Field(
         description="This worker's node in a check across hosts (0 on one host); null from the rank "
         "program under torchrun."
+    )
+    steps: int = Field(1, description="Optimizer steps the check trained: 1 is the first step alone.")
+    trajectory: list[TrajectoryStepOut] | None = Field(
+        None,
+        description="With steps above 1: every optimizer step of the plan's run beside the single-process "
+        "reference run's (GET /v1/checks/{id}/trajectory.png draws it).",
+    )
+    final_params_rel_l2: float | None = Field(
+        None,
+        description="params_rel_l2 after the last step: where the run's parameters end up.",
+    )
+    trajectory_matches: bool | None = Field(
+        None, description="Every step of the run within run_tolerance (passed requires it)."
+    )
+    run_tolerance: float | None = Field(
+        None,
+        description="Per step, on params_rel_l2 and on the loss's relative difference: 1e-12 in float64 "
+        "(a step's round-off, carried over the run), 1e-5 in float32.",
+    )
+    epoch_end: EpochEndOut | None = None
+    control_trajectories: dict[str, list[ControlStepOut]] | None = Field(
+        None,
+        description="Each run-level control that ran, by name: the mistake's run step by step, drawn "
+        "beside the plan's in the trajectory chart. Its verdict is in `controls` (rel_l2 there: its "
+        "parameters against the reference's after the last step).",
     )

@@ -12,6 +12,8 @@ from app.core.check_options import (
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
     DEFAULT_NOISE_STEPS,
+    DEFAULT_STEPS,
+    MAX_STEPS,
     Backend,
     CheckWorkload,
     DType,
@@ -125,6 +127,17 @@ class CheckRequestIn(BaseModel):
         "sequences of varying valid length (padding ignored by the loss), checked against the mean "
         "per-token loss over the step's valid tokens, with the token-normalisation controls. "
         "Default: tokens when the plan's loss_normalization is token.",
+    )
+    steps: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
+        DEFAULT_STEPS,
+        examples=[20],
+        description="Optimizer steps to train. 1: the first step's gradient against the single-process "
+        "one. More: after that first step the ranks train the plan's recipe (learning_rate: its "
+        "optimizer, schedule, weight decay, clipping; without one, SGD at 0.1) over the plan's sampler "
+        "across epochs, and every step is held against a single-process reference run, with the "
+        "run-level controls (scheduler_per_micro_batch, scheduler_per_process, set_epoch_missing, "
+        "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
+        "optimizer steps, so it crosses an epoch boundary.",
     )
 
 
@@ -256,6 +269,32 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
                 "loss_normalization": "token",
             },
             "workload": "tokens",
+        },
+    },
+    "run": {
+        "summary": "A run, not one step: 20 optimizer steps of a recipe over two epochs",
+        "description": "The ranks train the plan's recipe (warmup, cosine decay, weight decay, clipping) "
+        "through its sampler across an epoch boundary; every step is held against a single-process "
+        "reference run, beside the run-level controls. The result's `trajectory` lists the steps; "
+        "GET /v1/checks/{id}/trajectory.png draws them.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                "global_batch_size": 32,
+                "micro_batch_size": 4,
+                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
+                "learning_rate": {
+                    "base_lr": 0.1,
+                    "rule": "none",
+                    "warmup_steps": 4,
+                    "warmup_start_lr": 0.0,
+                    "decay": "cosine",
+                    "train_steps": 20,
+                    "weight_decay": 0.01,
+                    "max_grad_norm": 0.5,
+                },
+            },
+            "steps": 20,
         },
     },
     "mesh": {

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from app.core import elastic as core_elastic
 from app.core import plan_request as core_request
 from app.core import schedule as core_schedule
+from app.core.check_options import MAX_STEPS
 from app.core.exports import ExportOptions
 from app.schemas.checked_suggestions import checked_suggestions_validator
 from app.schemas.examples import plan_example
@@ -55,6 +56,14 @@ class ExportOptionsIn(BaseModel):
         "the reason in its output, if the plan does not hold there. The job's environment needs "
         "batchplan installed. false leaves it out.",
     )
+    preflight_steps: int = Field(
+        1,
+        ge=1,
+        le=MAX_STEPS,
+        examples=[20],
+        description="Optimizer steps the preflight trains: 1, the first step's gradient; more, a run of "
+        "the plan's recipe checked step by step, as POST /v1/checks does with `steps` (docs/runs.md).",
+    )
     model_factory: str | None = Field(
         None,
         max_length=256,
@@ -93,6 +102,7 @@ class ExportOptionsIn(BaseModel):
             port=self.port,
             rampup=(start, increment, samples) if ramp else None,
             preflight=self.preflight,
+            preflight_steps=self.preflight_steps,
             model_factory=self.model_factory,
             setup=self.setup,
             cpus_per_gpu=self.cpus_per_gpu,

@@ -36,7 +36,7 @@ def _routes(app: FastAPI, prefix: str) -> list[tuple[str, str]]:
     found = []
     for template, operations in app.openapi()["paths"].items():
         if template.startswith(prefix):
-            path = re.sub(r"\{[^}]+\}", "some-id", template)
+            path = re.sub(r"\{[^}]+\}", "some-id", template.replace("{format}", "png"))
             found += [(method.upper(), path) for method in sorted(operations)]
     return found
 
@@ -58,8 +58,8 @@ def _assert_401(response: Any) -> None:
 def test_every_worker_route_requires_the_key() -> None:
     app = _app(api_key=KEY)
     worker = _routes(app, "/v1/checks") + _routes(app, "/v1/host")
-    # POST, GET list, GET one, DELETE one, GET /v1/host: all of them, not only some
-    assert {m for m, _ in worker} == {"GET", "POST", "DELETE"} and len(worker) == 5, worker
+    # POST, GET list, GET one, DELETE one, GET a run's chart, GET /v1/host: all of them, not only some
+    assert {m for m, _ in worker} == {"GET", "POST", "DELETE"} and len(worker) == 6, worker
     with TestClient(app) as client:
         for method, path in worker:
             _assert_401(_call(client, method, path))

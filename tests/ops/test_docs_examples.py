@@ -116,6 +116,9 @@ def test_each_check_example_answers_as_documented(worker: TestClient, example: E
     assert job["status"] == "succeeded", (example.source, job)
     assert job["result"]["passed"], (example.source, job["result"])
     assert not mismatches(example.answer, job), (example.source, mismatches(example.answer, job))
+    for path in example.follow_ups:
+        fetched = worker.get(path.replace("<id>", job["id"]))
+        assert fetched.status_code == 200 and fetched.content, (example.source, path, fetched.text[:300])
 
 
 # ----------------------------------------------------------------------------- the exports table

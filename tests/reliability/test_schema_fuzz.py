@@ -29,7 +29,12 @@ schema.config.generation.update(
     modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
 )
 
-WORKER_PATHS = ("/v1/checks", "/v1/checks/{check_id}", "/v1/check-models")
+WORKER_PATHS = (
+    "/v1/checks",
+    "/v1/checks/{check_id}",
+    "/v1/checks/{check_id}/trajectory.{format}",
+    "/v1/check-models",
+)
 PROBLEM = "application/problem+json"
 
 

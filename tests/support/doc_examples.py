@@ -6,7 +6,8 @@ and `-d "{... $(cat name.json) ...}"`, where `name.json` is the ```json block th
 above it names in backticks). Its documented
 answer is the `# {...}` comment that follows it in the block, or, when there is none, the
 ```json block right after the sh block. A `curl .../v1/checks/<id>` line only continues the
-check above it: its answer is that check's. Answers are abridged (`...`): what they state is
+check above it: its answer is that check's; `curl .../v1/checks/<id>/...` (a run's chart) is
+fetched for that check once it finished (`follow_ups`). Answers are abridged (`...`): what they state is
 read as `"key": value` pairs and lists, each of which the real answer must hold somewhere.
 """
 
@@ -32,6 +33,7 @@ class Example:
     body: Any = None
     answer: str = ""
     check: bool = field(init=False)
+    follow_ups: list[str] = field(default_factory=list)  # GETs of the check's own paths, `<id>` in them
 
     def __post_init__(self) -> None:
         self.check = self.method == "POST" and self.path == "/v1/checks"
@@ -91,6 +93,9 @@ def examples(page: Path) -> list[Example]:
                 example = _example(command, f"{page.relative_to(ROOT)}:{start + i}", files)
                 if example.path.endswith("/<id>"):
                     continue  # the check above, fetched once it finished
+                if "/<id>/" in example.path and last is not None:
+                    last.follow_ups.append(example.path)  # e.g. the check above's chart
+                    continue
                 last = example
                 in_block.append(example)
                 continue

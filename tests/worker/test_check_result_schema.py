@@ -32,6 +32,7 @@ from app.schemas.check_results import (
     SearchedSplitOut,
     TrialOut,
 )
+from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.contract import protocol
@@ -78,11 +79,24 @@ def searched(group: CheckGroup) -> dict[str, Any]:
     return checked(group, {"plan": FOUR, "model": "mlp", "fit_micro_batch": fit, "noise_scale": {"steps": 0}})
 
 
+@pytest.fixture(scope="module")
+def trained(group: CheckGroup) -> dict[str, Any]:
+    """A run of several steps, with its run-level controls: its trajectory keys are filled."""
+    recipe = {"base_lr": 0.1, "rule": "none", "warmup_steps": 2, "warmup_start_lr": 0.0, "max_grad_norm": 0.5}
+    return checked(group, {"plan": {**FOUR, "micro_batch_size": 16, "learning_rate": recipe}, "steps": 4})
+
+
 def test_every_key_of_a_result_is_documented_and_none_is_left_over(
-    measured: dict[str, Any], searched: dict[str, Any]
+    measured: dict[str, Any], searched: dict[str, Any], trained: dict[str, Any]
 ) -> None:
-    for result in (measured, searched):
+    for result in (measured, searched, trained):
         assert set(result) == keys(CheckResultOut)
+    assert trained["steps"] == 4 and measured["steps"] == 1 and measured["trajectory"] is None
+    assert all(set(step) == keys(TrajectoryStepOut) for step in trained["trajectory"])
+    assert set(trained["epoch_end"]) == keys(EpochEndOut)
+    assert trained["control_trajectories"]
+    for steps in trained["control_trajectories"].values():
+        assert all(set(step) == keys(ControlStepOut) for step in steps)
     noise = measured["noise_scale"]
     assert set(noise) == keys(NoiseScaleOut)
     assert noise["reliable"], noise  # else there is no efficiency to hold against its model
@@ -97,9 +111,9 @@ def test_every_key_of_a_result_is_documented_and_none_is_left_over(
 
 
 def test_a_result_crosses_processes_and_the_api_unchanged(
-    measured: dict[str, Any], searched: dict[str, Any]
+    measured: dict[str, Any], searched: dict[str, Any], trained: dict[str, Any]
 ) -> None:
-    for result in (measured, searched):
+    for result in (measured, searched, trained):
         wire = json.loads(json.dumps(result))  # as the TCPStore and the job store hold it
         typed = CheckResult.from_json(wire)
         assert typed.to_json() == result

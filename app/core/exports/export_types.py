@@ -21,6 +21,9 @@ class ExportOptions:
     # The launch exports (slurm, torchrun, kubernetes): see preflight.py and slurm.py.
     preflight: bool = False  # run the gradient check of the plan before training
     model_factory: str | None = None  # package.module:factory the preflight trains
+    # Optimizer steps the preflight trains: 1, its first step's gradient (the check of old);
+    # more, a run of the plan's recipe held step by step against a single-process run.
+    preflight_steps: int = 1
     setup: str | None = None  # a shell line that activates the job's environment
     cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
 

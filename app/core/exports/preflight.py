@@ -40,6 +40,21 @@ print(f"batchplan preflight FAILED, training not started: {head}; " + "; ".join(
 sys.exit(1)
 """.strip()
 
+# With preflight_steps above 1, the verdict also says how the run went, and where it left the
+# reference run when it did.
+RUN_VERDICT = VERDICT.replace(
+    """if r["passed"]:""",
+    """off = [s for s in r.get("trajectory") or [] if not s["within_tolerance"]]
+if r.get("trajectory"):
+    head += f"; a run of {r['steps']} steps ending {r['final_params_rel_l2']:.3g} from a single-process run"
+if r["passed"]:""",
+).replace(
+    """reasons += [f"control {c['name']} not detected" for c in r["controls"] if not c["detected"]]""",
+    """reasons += [f"control {c['name']} not detected" for c in r["controls"] if not c["detected"]]
+reasons += [f"the run left the single-process run at step {s['step']} (parameters {s['params_rel_l2']:.3g} "
+            f"apart, loss {s['loss']!r} against {s['reference_loss']!r})" for s in off[:1]]""",
+)
+
 
 def plan_json(request: PlanRequest) -> dict[str, Any]:
     """The plan request as POST /v1/plans takes it (`app.core.plan_request` reads it back)."""
@@ -68,8 +83,15 @@ def plan_json(request: PlanRequest) -> dict[str, Any]:
 
 
 def check_request(x: ExportInput) -> str:
-    """The check request (the body of POST /v1/checks) as one line of JSON."""
-    return json.dumps({"plan": plan_json(x.request)}, separators=(",", ":"))
+    """The check request (the body of POST /v1/checks) as one line of JSON; a run of
+    preflight_steps trains the plan's recipe, so its learning_rate goes with it."""
+    steps = x.options.preflight_steps
+    if steps <= 1:
+        return json.dumps({"plan": plan_json(x.request)}, separators=(",", ":"))
+    plan = plan_json(x.request)
+    if x.request.learning_rate is not None:
+        plan["learning_rate"] = {k: v for k, v in asdict(x.request.learning_rate).items() if v is not None}
+    return json.dumps({"plan": plan, "steps": steps}, separators=(",", ":"))
 
 
 def check_args(x: ExportInput, *, every_node: bool = False) -> list[str]:
@@ -89,14 +111,16 @@ def preflight_lines(x: ExportInput, launch: str) -> list[str]:
     """Shell lines that run `launch` (a command whose output holds rank 0's result JSON) and stop
     the script unless the check passed. `set -e` is on in every launch script."""
     model = x.options.model_factory or "the built-in model"
+    steps = x.options.preflight_steps
+    run = "" if steps <= 1 else f", a run of {steps} steps of its recipe"
     return [
-        f"# Preflight: the gradient check of this plan ({model}), under the same launcher,",
+        f"# Preflight: the gradient check of this plan ({model}{run}), under the same launcher,",
         "# before training (export with preflight=false to leave it out). A plan that does not hold",
         "# here stops the job with the reason below. The job's environment needs batchplan installed.",
         f"export BATCHPLAN_PREFLIGHT_REQUEST={shlex.quote(check_request(x))}",
         f'preflight="$({launch})" || {{ status=$?; echo "batchplan preflight: the gradient check failed'
         ' (exit $status), training not started" >&2; exit "$status"; }',
         "python - \"$preflight\" <<'BATCHPLAN_VERDICT'",
-        VERDICT,
+        VERDICT if x.options.preflight_steps <= 1 else RUN_VERDICT,
         "BATCHPLAN_VERDICT",
     ]

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from app.worker.contract.run_result import ONE_STEP, RunOutcome
 from app.worker.contract.timings import Timings
 
 
@@ -104,6 +105,8 @@ class CheckResult:
     node_rank: int | None = None
     workload: str = "synthetic"  # what ran: the spec's, never left for the reader to infer
     warnings: tuple[str, ...] = ()  # what holds for the check but not for the plan as written
+    # A check of several optimizer steps: the run beside the reference run (None: one step).
+    run: RunOutcome | None = None
 
     @property
     def gradient_matches(self) -> bool:
@@ -119,7 +122,27 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
+        first_step = (
+            self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
+        )
+        return first_step and (self.run is None or self.run.matches)
+
+    def with_run(
+        self,
+        run: RunOutcome,
+        controls: tuple[ControlOutcome, ...],
+        skipped: tuple[SkippedControl, ...],
+        laps: dict[str, float],
+    ) -> CheckResult:
+        """This first step's result with the run that followed it: its trajectory, its
+        run-level controls after the first step's, and its phases' times."""
+        return dataclasses.replace(
+            self,
+            run=run,
+            controls=self.controls + controls,
+            controls_skipped=self.controls_skipped + skipped,
+            timings=self.timings.with_laps(laps),
+        )
 
     def with_setup_time(self, seconds: float) -> CheckResult:
         """This result with the time it took to form the process group (its caller formed it)."""
@@ -148,6 +171,7 @@ class CheckResult:
             "node_rank": self.node_rank,
             "workload": self.workload,
             "warnings": list(self.warnings),
+            **(self.run.to_json() if self.run is not None else ONE_STEP),
         }
 
     @classmethod
@@ -173,6 +197,7 @@ class CheckResult:
             node_rank=data.get("node_rank"),
             workload=data.get("workload", "synthetic"),
             warnings=tuple(data.get("warnings", ())),
+            run=RunOutcome.from_json(data),
         )
 
 

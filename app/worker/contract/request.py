@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS
+from app.core.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS, DEFAULT_STEPS
 from app.core.errors import InvalidValue, PlanError
 from app.core.model_registry import SYNTHETIC
 from app.core.plan_request import plan_request
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
 from app.worker.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.worker.contract.run_request import refuse_for_a_run, run_plan_json
 from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.worker.contract.targets import missing_module
 
@@ -37,6 +38,7 @@ class CheckRequest:
     timeout_s: float | None = None
     rendezvous: Rendezvous | None = None
     workload: str | None = None  # None: the plan decides (tokens under loss_normalization token)
+    steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
 
 
 def check_request(data: Mapping[str, Any]) -> CheckRequest:
@@ -53,6 +55,7 @@ def check_request(data: Mapping[str, Any]) -> CheckRequest:
         timeout_s=data.get("timeout_s"),
         rendezvous=Rendezvous.from_json(rendezvous) if rendezvous else None,
         workload=data.get("workload"),
+        steps=int(data.get("steps") or DEFAULT_STEPS),
     )
 
 
@@ -67,18 +70,28 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
         _refuse_a_missing_factory(request.model, factory, factory_flag)
     try:
         planned = plan(request.plan)
+        dataset, run_plan = request.plan.dataset, None
+        if request.steps > 1:
+            # A run trains the plan with a dataset and a recipe: the request's, or defaults.
+            run_plan = run_plan_json(request.plan_json, planned, request.steps, request.seed)
+            run_request = plan_request(run_plan)
+            planned, dataset = plan(run_request), run_request.dataset
     except PlanError as err:
         raise err.under("/plan") from None
-    spec = spec_from_plan(
-        planned, dtype=request.dtype, seed=request.seed, backend=request.backend, dataset=request.plan.dataset
-    )
     fit = request.fit_micro_batch
+    if run_plan is not None:
+        refuse_for_a_run(planned, request.steps, fit=fit is not None)
+    spec = spec_from_plan(
+        planned, dtype=request.dtype, seed=request.seed, backend=request.backend, dataset=dataset
+    )
     spec = dataclasses.replace(
         spec,
         model=request.model,
         fit=fit,
         plan_request=request.plan_json if fit else None,
         workload=request.workload or spec.workload,
+        steps=request.steps,
+        run_plan=run_plan,
     )
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, request.noise_scale)

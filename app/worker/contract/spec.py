@@ -65,6 +65,10 @@ class CheckSpec:
     batch_unit: str = "samples"  # what the plan request counted its batch in ("tokens": token fields)
     # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
     mesh: dict[str, int] | None = None
+    # Optimizer steps to train (1: the one-step check); above 1, the plan request the run trains
+    # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
+    steps: int = 1
+    run_plan: dict[str, Any] | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

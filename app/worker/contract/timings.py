@@ -22,6 +22,12 @@ class Timings:
     queued: float | None = None
     end_to_end: float | None = None
 
+    def with_laps(self, laps: Mapping[str, float]) -> Timings:
+        """These timings and phases that ran after them on the same rank (a run's)."""
+        return dataclasses.replace(
+            self, laps={**self.laps, **laps}, rank_total=round(self.rank_total + sum(laps.values()), 6)
+        )
+
     def with_setup(self, seconds: float) -> Timings:
         return dataclasses.replace(self, init_process_group=round(seconds, 6))
 

@@ -1,43 +1,58 @@
 """The reference run: a plan's recipe trained in one process, step by step.
 
 Every multi-step comparison holds a distributed run against this: the real-tool tests of the
-exports (tests/core/test_recipe_runs.py) and the multi-step gradient check. It is written from
-the plan alone, never from an export:
+exports (tests/core/test_recipe_runs.py) and the multi-step gradient check (checks/run_check.py,
+checks/mesh_run.py). It is written from the plan alone, never from an export:
 
-- each optimizer step's global batch is the plan's sampler layout: torch's own
-  `DistributedSampler` indices, replica by replica, for an even plan; the core's proportional
-  layout (`app.core.sampler.proportional_sampler`: micro-step k takes positions
-  [k S, (k + 1) S) of the epoch's order, replica r its slice) for an uneven one; the order is
-  reshuffled with seed + epoch, as `set_epoch` does;
+- each optimizer step's global batch is the plan's sampler layout (`plan_steps`: the indices
+  torch's DistributedSampler gives for an even plan, the proportional layout for an uneven
+  one), reshuffled with seed + epoch as `set_epoch` does;
 - an epoch ends at its last whole optimizer step: the plan drops the leftover micro-batches
   (`sampler.leftover`), and the next epoch starts a new step;
 - the step's loss is the plan's weighted mean over its global batch, sum over replicas r and
   their micro-batches of loss_scale_r x the micro-batch's loss / data_parallel_size, which is
-  what DDP's mean of the replicas' accumulated gradients differentiates;
+  what DDP's mean of the replicas' accumulated gradients differentiates; under
+  loss_normalization token, each micro-batch's summed token loss over the step's valid tokens
+  N (every micro-batch of every replica), the weight torchtitan's global token count gives;
 - the lr of step k is `app.core.recipe.lr_of` (the one schedule), the optimizer and its
   weight decay are the recipe's, stepped once per optimizer step, and the gradient is clipped
   by its global norm first when the recipe clips.
 
-Token-normalised plans (loss_normalization token) are not modelled: their weights depend on
-each step's valid tokens.
+A `RunVariant` departs from the plan in one way, as a known mistake does: the multi-step
+check's run-level controls are these runs (checks/run_controls.py says which mistake each is).
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset, DistributedSampler, default_collate
+from torch.utils.data import Dataset, default_collate
 
 from app.core.plan_types import LearningRatePlan, Plan
 from app.core.recipe import lr_of
+from app.worker.training.plan_steps import StepIndices, dataset_size, run_steps, step_indices
+
+__all__ = [
+    "ReferenceRun",
+    "ReferenceStep",
+    "ReferenceTrainer",
+    "RunVariant",
+    "StepIndices",
+    "build_optimizer",
+    "reference_run",
+    "step_indices",
+]
 
 # A collated micro-batch's loss, reduced as the plan's loss_reduction says (mean or sum).
 LossOf = Callable[[nn.Module, Any], torch.Tensor]
+# A micro-batch's loss by its dataset indices: the plan's reduction, or the valid tokens' sum
+# under loss_normalization token.
+MicroLoss = Callable[[nn.Module, list[int]], torch.Tensor]
 # torch has no LARS or LAMB: SGD and AdamW stand in, as in every export that builds a torch optimizer.
 _OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "sgd": torch.optim.SGD,
@@ -46,6 +61,8 @@ _OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
     "adamw": torch.optim.AdamW,
     "lamb": torch.optim.AdamW,
 }
+# torch's clip_grad_norm_ multiplies by max_norm / (norm + 1e-6), clamped at 1.
+_CLIP_EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,8 @@ class ReferenceStep:
     loss: float  # the plan's weighted mean loss over the step's global batch, before the step
     grad_norm: float  # the global L2 norm of the step's gradient, before any clipping
     params: dict[str, torch.Tensor] | None  # after the step (keep_params)
+    clipped: bool = False  # a clip coefficient below 1 changed this step's gradient
+    valid_tokens: int | None = None  # the step's valid tokens, under loss_normalization token
 
 
 @dataclass(frozen=True)
@@ -64,55 +83,19 @@ class ReferenceRun:
     final_params: dict[str, torch.Tensor]
 
 
-# Per optimizer step: per replica, its micro-batches' dataset indices.
-StepIndices = list[list[list[int]]]
+@dataclass(frozen=True)
+class RunVariant:
+    """A run that departs from the plan as one mistake does (the default is the plan's run).
 
+    `scheduler_step(k)`: the scheduler step whose lr optimizer step k runs at (k when the
+    scheduler steps once per optimizer step); `sampler_epoch(e)`: the sampler epoch whose order
+    training epoch e reads (e when `set_epoch(e)` is called); `clip_per_replica`: each replica
+    clips its own accumulated gradient to max_grad_norm, and the clipped gradients are averaged
+    (in place of clipping the average)."""
 
-def _micro_steps(plan: Plan, num_samples: int, epoch: int) -> list[list[list[int]]]:
-    """One epoch: per micro-step, per replica, the indices of its micro-batch."""
-    sampler, dp = plan.sampler, plan.data_parallel_size
-    assert sampler is not None
-    micro = [g.micro_batch_size for g in plan.replica_groups for _ in range(g.start, g.stop)]
-    if plan.split == "even":
-        shards = []
-        for rank in range(dp):
-            shard: DistributedSampler[int] = DistributedSampler(
-                range(num_samples),  # type: ignore[arg-type]  # a Sized is all it reads
-                num_replicas=dp,
-                rank=rank,
-                shuffle=sampler.shuffle,
-                seed=sampler.seed,
-                drop_last=sampler.drop_last,
-            )
-            shard.set_epoch(epoch)
-            shards.append(list(shard))
-        b = micro[0]
-        return [
-            [shard[k * b : (k + 1) * b] for shard in shards] for k in range(sampler.micro_steps_per_epoch)
-        ]
-    if sampler.shuffle:
-        generator = torch.Generator()
-        generator.manual_seed(sampler.seed + epoch)
-        order: list[int] = torch.randperm(num_samples, generator=generator).tolist()
-    else:
-        order = list(range(num_samples))
-    order = [order[p % num_samples] for p in range(sampler.total_size)]  # padded, or cut short
-    offsets = [sum(micro[:r]) for r in range(dp)]
-    per_step = sampler.samples_per_micro_step
-    return [
-        [order[k * per_step + offsets[r] : k * per_step + offsets[r] + micro[r]] for r in range(dp)]
-        for k in range(sampler.micro_steps_per_epoch)
-    ]
-
-
-def step_indices(plan: Plan, num_samples: int, epoch: int) -> Iterator[StepIndices]:
-    """The epoch's optimizer steps, each as per replica the indices of its micro-batches; the
-    micro-steps after the last whole step are dropped."""
-    g = plan.gradient_accumulation_steps
-    micro_steps = _micro_steps(plan, num_samples, epoch)
-    for first in range(0, len(micro_steps) - g + 1, g):
-        chunk = micro_steps[first : first + g]
-        yield [[chunk[j][r] for j in range(g)] for r in range(plan.data_parallel_size)]
+    scheduler_step: Callable[[int], int] | None = None
+    sampler_epoch: Callable[[int], int] | None = None
+    clip_per_replica: bool = False
 
 
 def build_optimizer(lr: LearningRatePlan, params: Any) -> torch.optim.Optimizer:
@@ -123,22 +106,141 @@ def build_optimizer(lr: LearningRatePlan, params: Any) -> torch.optim.Optimizer:
     return cls(params, lr=lr.lr, momentum=momentum, nesterov=lr.nesterov, weight_decay=lr.weight_decay)
 
 
-def _checked(plan: Plan, dataset: Dataset[Any]) -> tuple[LearningRatePlan, int]:
-    lr, sampler = plan.learning_rate, plan.sampler
-    if lr is None or sampler is None:
+def clip_bites(norm: float, max_norm: float | None) -> bool:
+    """Whether clip_grad_norm_ at `max_norm` changes a gradient of this norm."""
+    return max_norm is not None and norm + _CLIP_EPS > max_norm
+
+
+def _recipe(plan: Plan) -> LearningRatePlan:
+    if plan.learning_rate is None or plan.sampler is None:
         raise ValueError(
             "the reference run needs a plan with learning_rate and dataset: its recipe and sampler"
         )
-    if any(g.loss_scale is None for g in plan.replica_groups):
-        raise ValueError(
-            "token-normalised plans are not modelled: their weights depend on each step's tokens"
-        )
-    num_samples = sampler.total_size - sampler.padded_samples + sampler.dropped_samples
-    if len(dataset) != num_samples:  # type: ignore[arg-type]
-        raise ValueError(f"the plan's dataset has {num_samples} samples, this one {len(dataset)}")  # type: ignore[arg-type]
-    if sampler.optimizer_steps_per_epoch == 0:
-        raise ValueError("the plan's epoch holds no whole optimizer step")
-    return lr, num_samples
+    return plan.learning_rate
+
+
+def _backward(loss: torch.Tensor) -> None:
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+
+
+class ReferenceTrainer:
+    """The reference run (or a variant's), one optimizer step at a time: `steps(n)` yields each
+    step once taken, `net` then holds the parameters after it."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        model: nn.Module | Callable[[], nn.Module],
+        micro_loss: MicroLoss,
+        *,
+        variant: RunVariant | None = None,
+        valid_tokens: Callable[[list[int]], int] | None = None,
+        sample_sum: MicroLoss | None = None,
+    ) -> None:
+        """`sample_sum(net, indices)`, for a model whose loss is a sum over samples (tokens,
+        under loss_normalization token) with nothing shared between them (no batch norm): that
+        sum over any batch. A step is then one forward and backward per distinct per-sample
+        weight, the same gradient as micro-batch by micro-batch."""
+        self.plan, self.lr = plan, _recipe(plan)
+        self.by_tokens = any(g.loss_scale is None for g in plan.replica_groups)
+        if self.by_tokens and valid_tokens is None:
+            raise ValueError(
+                "a token-normalised plan weighs each step by its valid tokens: give valid_tokens"
+            )
+        self.micro_loss, self.valid_tokens, self.sample_sum = micro_loss, valid_tokens, sample_sum
+        self.variant = variant or RunVariant()
+        self.net = copy.deepcopy(model) if isinstance(model, nn.Module) else model()
+        self.params = list(self.net.parameters())
+        self.optimizer = build_optimizer(self.lr, self.params)
+        dp = plan.data_parallel_size
+        self.scales = [
+            (g.loss_scale or 0.0) / dp for g in plan.replica_groups for _ in range(g.start, g.stop)
+        ]
+
+    def steps(self, total: int) -> Iterator[ReferenceStep]:
+        sampler_epoch = self.variant.sampler_epoch
+        for k, (epoch, replicas) in enumerate(
+            run_steps(self.plan, dataset_size(self.plan), total, sampler_epoch)
+        ):
+            yield self._step(k, epoch, replicas)
+
+    def flat_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    def _weights(self, replicas: StepIndices) -> tuple[list[float], int | None]:
+        """Each replica's weight on its micro-batches' losses in the step's mean."""
+        if not self.by_tokens:
+            return self.scales, None
+        assert self.valid_tokens is not None
+        valid = sum(self.valid_tokens(b) for batches in replicas for b in batches)
+        return [1.0 / valid if valid else 0.0] * len(replicas), valid
+
+    def _accumulate(self, replicas: StepIndices, weights: list[float], factor: float = 1.0) -> float:
+        """Backward of the step's weighted loss (times `factor`); returns the loss."""
+        if self.sample_sum is not None:
+            return self._accumulate_merged(replicas, weights, factor)
+        total = 0.0
+        for r, batches in enumerate(replicas):
+            for indices in batches:
+                value = self.micro_loss(self.net, indices) * (weights[r] * factor)
+                _backward(value)
+                total += value.item() / factor
+        return total
+
+    def _accumulate_merged(self, replicas: StepIndices, weights: list[float], factor: float) -> float:
+        assert self.sample_sum is not None
+        per_mean = self.plan.loss_reduction == "mean" and not self.by_tokens
+        merged: dict[float, list[int]] = {}
+        for r, batches in enumerate(replicas):
+            for indices in batches:
+                weight = weights[r] / len(indices) if per_mean else weights[r]
+                merged.setdefault(weight, []).extend(indices)
+        total = 0.0
+        for weight, indices in merged.items():
+            value = self.sample_sum(self.net, indices) * (weight * factor)
+            _backward(value)
+            total += value.item() / factor
+        return total
+
+    def _step(self, k: int, epoch: int, replicas: StepIndices) -> ReferenceStep:
+        clip, variant = self.lr.max_grad_norm, self.variant
+        weights, valid = self._weights(replicas)
+        self.optimizer.zero_grad(set_to_none=True)
+        if variant.clip_per_replica and clip is not None:
+            loss, clipped = self._clipped_per_replica(replicas, weights, clip)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, float("inf")))
+        else:
+            loss = self._accumulate(replicas, weights)
+            # inf: the norm is measured and the gradient left as it is.
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip or float("inf")))
+            clipped = clip_bites(grad_norm, clip)
+        rate = lr_of(self.lr, variant.scheduler_step(k) if variant.scheduler_step else k)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.optimizer.step()
+        return ReferenceStep(k, epoch, rate, loss, grad_norm, None, clipped, valid)
+
+    def _clipped_per_replica(
+        self, replicas: StepIndices, weights: list[float], clip: float
+    ) -> tuple[float, bool]:
+        """Each replica's own gradient (its loss scale without DDP's division by the replicas)
+        clipped to `clip`, then the mean of the clipped gradients, as DDP would average them."""
+        dp = len(replicas)
+        average = [torch.zeros_like(p) for p in self.params]
+        loss, clipped = 0.0, False
+        for r in range(dp):
+            self.optimizer.zero_grad(set_to_none=True)
+            one: StepIndices = [[] for _ in range(dp)]
+            one[r] = replicas[r]
+            loss += self._accumulate(one, weights, factor=dp)
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
+            clipped = clipped or clip_bites(norm, clip)
+            for total, p in zip(average, self.params, strict=True):
+                if p.grad is not None:
+                    total.add_(p.grad, alpha=1.0 / dp)
+        for total, p in zip(average, self.params, strict=True):
+            p.grad = total
+        return loss, clipped
 
 
 def reference_run(
@@ -150,41 +252,30 @@ def reference_run(
     steps: int | None = None,
     keep_params: bool = False,
     collate: Callable[[list[Any]], Any] = default_collate,
+    variant: RunVariant | None = None,
+    valid_tokens: Callable[[list[int]], int] | None = None,
 ) -> ReferenceRun:
     """Train `steps` optimizer steps (default: the recipe's run) of the plan's recipe on a copy
-    of `model` (or on what the factory builds), crossing epochs as the plan's sampler does."""
-    lr, num_samples = _checked(plan, dataset)
+    of `model` (or on what the factory builds), crossing epochs as the plan's sampler does.
+    Under loss_normalization token, `loss` sums the micro-batch's token losses and
+    `valid_tokens(indices)` counts its valid tokens."""
+    lr = _recipe(plan)
+    expected = dataset_size(plan)
+    if len(dataset) != expected:  # type: ignore[arg-type]
+        raise ValueError(f"the plan's dataset has {expected} samples, this one {len(dataset)}")  # type: ignore[arg-type]
     total = steps if steps is not None else lr.train_steps
     if total is None:
         raise ValueError(
             "give steps: the plan states no run length (learning_rate.train_steps or dataset.epochs)"
         )
-    net = copy.deepcopy(model) if isinstance(model, nn.Module) else model()
-    params = list(net.parameters())
-    optimizer = build_optimizer(lr, params)
-    scales = [g.loss_scale for g in plan.replica_groups for _ in range(g.start, g.stop)]
-    clip = lr.max_grad_norm if lr.max_grad_norm is not None else float("inf")  # inf: unchanged
-    out: list[ReferenceStep] = []
-    epoch = 0
-    while len(out) < total:
-        for replicas in step_indices(plan, num_samples, epoch):
-            optimizer.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            for r, micro_batches in enumerate(replicas):
-                weight = scales[r] / plan.data_parallel_size  # type: ignore[operator]
-                for indices in micro_batches:
-                    value = loss(net, collate([dataset[i] for i in indices])) * weight
-                    value.backward()  # type: ignore[no-untyped-call]
-                    step_loss += value.item()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-            rate = lr_of(lr, len(out))
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            optimizer.step()
-            kept = {k: v.detach().clone() for k, v in net.named_parameters()} if keep_params else None
-            out.append(ReferenceStep(len(out), epoch, rate, step_loss, grad_norm, kept))
-            if len(out) == total:
-                break
-        epoch += 1
-    final = {k: v.detach().clone() for k, v in net.named_parameters()}
+
+    def micro_loss(net: nn.Module, indices: list[int]) -> torch.Tensor:
+        return loss(net, collate([dataset[i] for i in indices]))
+
+    trainer = ReferenceTrainer(plan, model, micro_loss, variant=variant, valid_tokens=valid_tokens)
+    out = []
+    for step in trainer.steps(total):
+        kept = {k: v.detach().clone() for k, v in trainer.net.named_parameters()} if keep_params else None
+        out.append(replace(step, params=kept))
+    final = {k: v.detach().clone() for k, v in trainer.net.named_parameters()}
     return ReferenceRun(tuple(out), final)

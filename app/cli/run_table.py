@@ -1,0 +1,53 @@
+"""What `batchplan check --steps N` adds to a check's output: a short per-step table of the run
+against the reference run, and its chart saved to a file (drawn here from the result, or
+fetched from the server that ran it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from app.client import Json
+
+# Steps shown at each end of a longer run.
+SHOWN = 5
+
+
+def run_lines(result: Json) -> list[str]:
+    """The run's verdict and its steps (the first and last few of a long one); none for one step."""
+    trajectory = result.get("trajectory")
+    if not isinstance(trajectory, list) or not trajectory:
+        return []
+    held = "matches" if result.get("trajectory_matches") else "does NOT match"
+    end = result.get("epoch_end") or {}
+    lines = [
+        f"the run of {result['steps']} optimizer steps {held} the single-process reference run: "
+        f"parameters {result['final_params_rel_l2']:.3g} apart at the end "
+        f"(tolerance {result['run_tolerance']:.3g} a step)",
+        f"  {end.get('epochs_run')} epochs of {end.get('optimizer_steps_per_epoch')} optimizer steps; "
+        f"leftover micro-steps per epoch: {end.get('leftover_micro_steps')} ({end.get('leftover')})",
+        f"  {'step':>5} {'epoch':>5} {'lr':>11} {'loss':>13} {'reference':>13} {'params rel_l2':>13}",
+    ]
+    shown = trajectory if len(trajectory) <= 2 * SHOWN else [*trajectory[:SHOWN], None, *trajectory[-SHOWN:]]
+    for step in shown:
+        if step is None:
+            lines.append(f"  {'...':>5}")
+            continue
+        mark = "" if step.get("within_tolerance", True) else "  <- off"
+        lines.append(
+            f"  {step['step']:>5} {step['epoch']:>5} {step['lr']:>11.5g} {step['loss']:>13.8g} "
+            f"{step['reference_loss']:>13.8g} {step['params_rel_l2']:>13.3g}{mark}"
+        )
+    return lines
+
+
+def chart_format(path: Path) -> Literal["png", "svg"]:
+    return "svg" if path.suffix.lower() == ".svg" else "png"
+
+
+def draw_chart(result: dict[str, Any], path: Path) -> bytes:
+    """The chart of a run's result, drawn here (as the server draws it)."""
+    from app.charts import trajectory_chart  # matplotlib loads only when a chart is asked for
+
+    title = f"{result['steps']} optimizer steps, {result['data_parallel_size']} replicas"
+    return trajectory_chart(result, chart_format(path), title)

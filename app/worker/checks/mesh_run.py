@@ -1,0 +1,205 @@
+"""A mesh check's run: after the first step's check (mesh_check.py), `steps` optimizer steps of
+the plan's recipe on the plan's own mesh (tensor parallel with DTensor, FSDP2 / HSDP with
+`fully_shard`, pipeline stages under a torch.distributed.pipelining schedule), held step by
+step against the single-process reference run on rank 0 (run_referee.py).
+
+Every data-parallel rank reads its replica's samples through the plan's sampler with
+`set_epoch` (its tensor and pipeline peers read the same ones); the gradient is clipped by the
+global norm as torchtitan does it (each parameter's norm over its shards, the stages' norms
+summed over the pipeline group); the recipe's optimizer steps the sharded parameters. After
+each step the whole parameters are gathered on rank 0 for the comparison.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import DTensor
+
+from app.core.device_mesh import ORDER
+from app.core.plan_types import Plan
+from app.core.recipe import lr_of
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.checks.run_referee import Referee
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.run_request import planned_run
+from app.worker.contract.spec import CheckSpec
+from app.worker.training.mesh_models import (
+    Parallelize,
+    build_mesh,
+    shard_data_parallel,
+    synthetic_parallelize,
+)
+from app.worker.training.reference_run import build_optimizer
+from app.worker.training.replica_feed import replica_steps
+from app.worker.training.synthetic_model import backward
+from app.worker.training.workload import Workload
+
+
+def _place(sizes: dict[str, int], rank: int) -> dict[str, int]:
+    place: dict[str, int] = {}
+    rest = rank
+    for name in reversed(ORDER):
+        rest, place[name] = divmod(rest, sizes[name])
+    return place
+
+
+class _MeshRank:
+    """This rank's share of the run: its stage of the model, sharded, and how it steps."""
+
+    def __init__(
+        self, spec: CheckSpec, plan: Plan, group: CheckGroup, workload: Workload, split: Parallelize
+    ) -> None:
+        assert spec.mesh is not None
+        self.sizes, self.workload, self.device = spec.mesh, workload, group.device
+        self.dtype = getattr(torch, spec.dtype)
+        self.place = _place(self.sizes, group.rank)
+        self.dp_rank = self.place["dp_replicate"] * self.sizes["dp_shard"] + self.place["dp_shard"]
+        self.g, self.dp, self.reduction = (
+            plan.gradient_accumulation_steps,
+            plan.data_parallel_size,
+            plan.loss_reduction,
+        )
+        self.scale = [g.loss_scale or 0.0 for g in plan.replica_groups for _ in range(g.start, g.stop)][
+            self.dp_rank
+        ]
+        self.mesh = build_mesh(self.sizes, group.device)
+        base = workload.module(self.dtype, group.device)
+        self.module = shard_data_parallel(split(copy.deepcopy(base), self.mesh), self.mesh, self.sizes)
+        self.pp = self.sizes["pp"]
+        self.schedule = self._schedule() if self.pp > 1 else None
+        # The rank whose losses count once per replica: the first tensor peer, the last stage.
+        self.counts_loss = self.place["tp"] == 0 and self.place["cp"] == 0 and self.place["pp"] == self.pp - 1
+
+    def _schedule(self) -> Schedule1F1B | ScheduleGPipe:
+        stage = PipelineStage(
+            self.module, self.place["pp"], self.pp, self.device, group=self.mesh["pp"].get_group()
+        )
+
+        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            # The schedule divides by its micro-batches (scale_grads): undo it in the plan's scale.
+            if self.workload.loss_fn is None:
+                raise ValueError(
+                    f"model {self.workload.name!r}: a pipeline-parallel run needs a loss_fn from its factory"
+                )
+            mean: torch.Tensor = self.workload.loss_fn(output, target)
+            value = mean if self.reduction == "mean" else mean * output.shape[0]
+            return value * (self.scale * self.g)
+
+        kind = Schedule1F1B if self.g >= self.pp else ScheduleGPipe
+        return kind(stage, n_microbatches=self.g, loss_fn=loss_fn)
+
+    def step(self, reads: list[list[int]]) -> float:
+        """The step's backward on this rank's share; this rank's part of the step's loss."""
+        self.module.zero_grad(set_to_none=True)
+        if self.schedule is not None:
+            x, y = self.workload.batch([i for batch in reads for i in batch], self.dtype, self.device)
+            losses: list[torch.Tensor] = []
+            if self.place["pp"] == 0:
+                self.schedule.step(x)
+            elif self.place["pp"] == self.pp - 1:
+                self.schedule.step(target=y, losses=losses)
+            else:
+                self.schedule.step()
+            # loss_fn gave each micro-batch's loss x scale x g; the step's loss weighs it scale / dp.
+            return sum(float(v) for v in losses) / (self.g * self.dp) if self.counts_loss else 0.0
+        total = 0.0
+        for k, batch in enumerate(reads):
+            sync = getattr(self.module, "set_requires_gradient_sync", None)
+            if sync is not None:
+                sync(k == len(reads) - 1)  # FSDP: reduce once per step, like DDP's no_sync
+            x, y = self.workload.batch(batch, self.dtype, self.device)
+            loss = self.workload.loss(self.module, x, y, self.reduction)
+            backward(loss * self.scale)
+            total += loss.item() * self.scale
+        return total / self.dp if self.counts_loss else 0.0
+
+    def clip(self, max_norm: float) -> None:
+        """clip_grad_norm_ over the whole model: each parameter's norm over its shards, the
+        stages' squared norms summed over the pipeline group, torch's coefficient."""
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        squares = torch.zeros((), dtype=torch.float64, device=self.device)
+        for grad in grads:
+            norm = torch.linalg.vector_norm(grad)
+            whole = norm.full_tensor() if isinstance(norm, DTensor) else norm
+            squares = squares + whole.double() ** 2
+        if self.pp > 1:
+            dist.all_reduce(squares, group=self.mesh["pp"].get_group())
+        coefficient = min(max_norm / (math.sqrt(float(squares)) + 1e-6), 1.0)
+        with torch.no_grad():
+            for grad in grads:
+                grad.mul_(coefficient)
+
+    def whole_params(self, world: int) -> dict[str, torch.Tensor] | None:
+        """Every parameter, whole, by name, on rank 0 (every rank takes part); else None."""
+        with torch.no_grad():
+            mine = {
+                n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().to("cpu").clone()
+                for n, p in self.module.named_parameters()
+            }
+        if self.pp == 1:
+            return mine if dist.get_rank() == 0 else None
+        parts: list[dict[str, torch.Tensor] | None] = [None] * world
+        dist.gather_object(mine, parts if dist.get_rank() == 0 else None, dst=0)
+        if dist.get_rank() != 0:
+            return None
+        merged: dict[str, torch.Tensor] = {}
+        for part in parts:
+            merged.update(part or {})
+        return merged
+
+
+def run_mesh_run(
+    spec: CheckSpec,
+    group: CheckGroup,
+    workload: Workload,
+    parallelize: Parallelize | None,
+    first: CheckResult | None,
+) -> CheckResult | None:
+    """Train the run on the plan's mesh (one process per mesh rank); rank 0 returns `first`
+    (the first step's result) with the run."""
+    started = time.perf_counter()
+    plan = planned_run(spec.run_plan or {}, on_samples=True)  # a mesh check trains samples
+    recipe = plan.learning_rate
+    assert recipe is not None
+    split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize
+    me = _MeshRank(spec, plan, group, workload, split)
+    optimizer = build_optimizer(recipe, me.module.parameters())
+    feed = replica_steps(plan, me.dp_rank, spec.steps)
+    referee, order = None, []
+    if group.rank == 0:
+        referee = Referee(plan, spec.steps, workload, dtype_name=spec.dtype, device=group.device)
+        order = [n for n, _ in workload.module(me.dtype, group.device).named_parameters()]
+    losses: list[float] = []
+    lrs: list[float] = []
+    epochs: list[int] = []
+    for k in range(spec.steps):
+        epoch, reads = next(feed)
+        epochs.append(epoch)
+        losses.append(me.step(reads))
+        if recipe.max_grad_norm is not None:
+            me.clip(recipe.max_grad_norm)
+        rate = lr_of(recipe, k)
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = rate
+        optimizer.step()
+        lrs.append(rate)
+        whole = me.whole_params(group.world)
+        if referee is not None and whole is not None:
+            referee.step(torch.cat([whole[n].reshape(-1) for n in order]))
+    summed = torch.tensor(losses, dtype=torch.float64, device=group.device)
+    dist.all_reduce(summed)
+    if referee is None or first is None:
+        return None
+    run, controls, skipped = referee.outcome(summed.tolist(), lrs, epochs, [None] * spec.steps)
+    total = time.perf_counter() - started
+    laps = {"run": round(total - referee.seconds, 6), "run_reference": round(referee.seconds, 6)}
+    return first.with_run(run, controls, skipped, laps)

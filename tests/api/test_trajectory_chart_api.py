@@ -1,0 +1,106 @@
+"""GET /v1/checks/{id}/trajectory.png|svg on a fake runner (no torch): a finished run is drawn,
+and each documented problem (no such check, one step, not finished) is what the route answers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from support.apps import fake_client
+from support.fake_runner import FakeRunner, passing_result
+
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
+from app.worker.service.runner import CheckOrder
+
+PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+
+
+class RunRunner(FakeRunner):
+    """Checks of several steps come back with a run (a made-up one: the chart draws what it is given)."""
+
+    async def run_check(self, order: CheckOrder) -> CheckResult:
+        result = await super().run_check(order)
+        if order.spec.steps == 1:
+            return result
+        steps = order.spec.steps
+        trajectory = tuple(
+            TrajectoryStep(k, k // 2, 0.1 * (k + 1), 2.0 - 0.1 * k, 2.0 - 0.1 * k, 0.0) for k in range(steps)
+        )
+        control = tuple(ControlStep(k, 0.1, 2.0 - 0.05 * k, 0.01 * k) for k in range(steps))
+        run = RunOutcome(
+            steps, trajectory, 1e-12, EpochEnd(2, 2, "dropped", 0, None), {"set_epoch_missing": control}
+        )
+        return dataclasses.replace(passing_result(order), run=run)
+
+
+@pytest.fixture(scope="module")
+def runner() -> RunRunner:
+    return RunRunner()
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory, runner: RunRunner) -> Iterator[TestClient]:
+    yield from fake_client(tmp_path_factory, runner)
+
+
+def _documented(client: TestClient, status: str) -> dict[str, Any]:
+    operation = client.get("/openapi.json").json()["paths"]["/v1/checks/{check_id}/trajectory.{format}"][
+        "get"
+    ]
+    examples = operation["responses"][status]["content"]["application/problem+json"]["examples"]
+    return {name: e["value"] for name, e in examples.items()}
+
+
+def _finished(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/checks", json=body)
+    assert response.status_code == 202, response.text
+    for _ in range(500):
+        job: dict[str, Any] = client.get(response.headers["location"]).json()
+        if job["status"] == "succeeded":
+            return job
+        time.sleep(0.01)
+    raise AssertionError(job)
+
+
+def test_a_finished_run_is_drawn_as_png_and_svg(client: TestClient) -> None:
+    job = _finished(client, {"plan": PLAN, "steps": 4})
+    png = client.get(f"/v1/checks/{job['id']}/trajectory.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
+    svg = client.get(f"/v1/checks/{job['id']}/trajectory.svg")
+    assert svg.headers["content-type"] == "image/svg+xml" and b"set_epoch_missing" in svg.content
+
+
+def test_the_documented_problems_are_what_the_route_answers(client: TestClient, runner: RunRunner) -> None:
+    not_found, conflict = _documented(client, "404"), _documented(client, "409")
+    example_id = not_found["unknown_id"]["detail"].split("'")[1]
+    assert client.get(f"/v1/checks/{example_id}/trajectory.png").json() == not_found["unknown_id"]
+    one = _finished(client, {"plan": PLAN})
+    answer = client.get(f"/v1/checks/{one['id']}/trajectory.png")
+    assert answer.status_code == 404
+    assert answer.json() == {
+        **not_found["one_step"],
+        "detail": not_found["one_step"]["detail"].replace(example_id, one["id"]),
+    }
+    runner.gate = asyncio.Event()  # the next check waits: it stays running
+    try:
+        held = client.post("/v1/checks", json={"plan": PLAN, "steps": 4}).json()["id"]
+        for _ in range(500):
+            if client.get(f"/v1/checks/{held}").json()["status"] == "running":
+                break
+            time.sleep(0.01)
+        answer = client.get(f"/v1/checks/{held}/trajectory.svg")
+        assert answer.status_code == 409
+        assert answer.json() == {
+            **conflict["running"],
+            "detail": conflict["running"]["detail"].replace(example_id, held),
+        }
+    finally:
+        assert client.delete(f"/v1/checks/{held}").status_code == 200
+        runner.gate = None

@@ -1,0 +1,75 @@
+"""`batchplan check --steps N`: a run of the plan's recipe on a real server's warm ranks and
+locally, its per-step table, and its chart saved with --chart (fetched from the server, or
+drawn here)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from support.cli import API_KEY, Invoke
+from support.servers import Server
+
+# 2 replicas, accumulation 2, a warmup from 0 and clipping: the run-level controls all apply.
+RUN = ["--gpus-per-node", "2", "-b", "16", "-m", "4", "--base-lr", "0.1", "--rule", "none"]
+RUN += ["--warmup-steps", "2", "--warmup-start-lr", "0", "--max-grad-norm", "0.5"]
+ROW = re.compile(r"^ +(\d+) +(\d+) +\S+ +\S+ +\S+ +\S+$")
+
+
+def _steps(stdout: str) -> list[tuple[int, int]]:
+    return [(int(m.group(1)), int(m.group(2))) for line in stdout.splitlines() if (m := ROW.match(line))]
+
+
+@pytest.mark.slow
+def test_a_run_on_a_server_prints_its_steps_and_saves_its_chart(
+    run: Invoke, worker_server: Server, tmp_path: Path
+) -> None:
+    chart = tmp_path / "run.png"
+    out = run(
+        "check",
+        *RUN,
+        "--steps",
+        "12",
+        "--chart",
+        str(chart),
+        "--url",
+        worker_server.url,
+        "--api-key",
+        API_KEY,
+    )
+    assert out.exit_code == 0, out.stderr
+    assert "the run of 12 optimizer steps matches the single-process reference run" in out.stdout
+    # A long run shows its first and last five steps; the default dataset has 6 steps an epoch.
+    assert _steps(out.stdout) == [
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (4, 0),
+        (7, 1),
+        (8, 1),
+        (9, 1),
+        (10, 1),
+        (11, 1),
+    ]
+    for control in ("scheduler_per_micro_batch", "scheduler_per_process", "set_epoch_missing"):
+        assert re.search(rf"^  detected +{control} ", out.stdout, re.MULTILINE), out.stdout
+    assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and f"wrote {chart}" in out.stderr
+
+
+@pytest.mark.slow
+def test_a_chart_needs_a_run(run: Invoke, worker_server: Server, tmp_path: Path) -> None:
+    chart = tmp_path / "one.png"
+    out = run("check", *RUN, "--chart", str(chart), "--url", worker_server.url, "--api-key", API_KEY)
+    assert out.exit_code == 2 and "the check has no run (give --steps above 1)" in out.stderr
+    assert not chart.exists()
+
+
+@pytest.mark.slow
+def test_a_run_here_draws_its_own_chart(run: Invoke, tmp_path: Path) -> None:
+    chart = tmp_path / "run.svg"
+    out = run("check", *RUN, "--steps", "4", "--chart", str(chart))
+    assert out.exit_code == 0, out.stderr
+    assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert b"<svg" in chart.read_bytes() and b"set_epoch_missing" in chart.read_bytes()
