@@ -18,7 +18,14 @@ from app.logging_setup import job_id_var
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.spec import CheckSpec
 from app.worker.service.limits import Limits
-from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, CheckRunner, RankDied, RankError
+from app.worker.service.runner import (
+    SHUTDOWN_GRACE_S,
+    CheckOrder,
+    CheckRunner,
+    RankDied,
+    RankError,
+    RanksUnavailable,
+)
 from app.worker.service.store import INTERRUPTED, JobStore
 from app.worker.service.submission import Submission
 
@@ -111,6 +118,7 @@ class Execution:
         status = JobStatus.FAILED
         result: CheckResult | None = None
         error: str | None = None
+        order: CheckOrder | None = None
         log.info("check %s started", job_id)
         try:
             job = await asyncio.to_thread(self.store.get, job_id)
@@ -118,7 +126,8 @@ class Execution:
                 raise NotFound(f"no check with id {job_id!r}")
             submission = Submission.from_json(job.submission)
             timeout = submission.timeout_s
-            ran = await asyncio.wait_for(self._run(job_id, submission), timeout)
+            order = self._order(job_id, submission)
+            ran = await asyncio.wait_for(self.runner.run_check(order), timeout)
             status = JobStatus.SUCCEEDED
             submitted = self.submitted.pop(job_id, None)
             now = time.monotonic()
@@ -126,9 +135,9 @@ class Execution:
             result = dataclasses.replace(ran, timings=ran.timings.with_service(now - started, *waited))
             self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (time.monotonic() - started)
         except TimeoutError:
-            error = (
-                f"the check did not finish within timeout_s={timeout:g}; its ranks were killed and replaced"
-            )
+            error = self._timed_out(timeout, order)
+        except RanksUnavailable as err:
+            error = f"no rank process could start: {err}; the check did not run"
         except asyncio.CancelledError:
             if self.stopping:
                 error = SHUTTING_DOWN
@@ -181,16 +190,34 @@ class Execution:
             error += "\n" + err.traceback
         return error
 
-    async def _run(self, job_id: str, submission: Submission) -> CheckResult:
+    def _order(self, job_id: str, submission: Submission) -> CheckOrder:
         spec = submission.spec
-        order = CheckOrder(
+        return CheckOrder(
             job_id=job_id,
             spec=spec,
             timeout_s=submission.timeout_s,
             rendezvous=submission.rendezvous,
             model_target=model_target(spec, self.models),
         )
-        return await self.runner.run_check(order)
+
+    def _timed_out(self, timeout: float, order: CheckOrder | None) -> str:
+        """Why a check ended at its timeout: it ran too long on its ranks, or it never got
+        them (then nothing was killed, and the pool's state says why)."""
+        progress = order.progress if order is not None else None
+        if progress is not None and progress.waiting_for and not progress.holding:
+            warm = self.runner.warm()
+            free = sum(1 for r in warm if not r.busy)
+            state = f"{len(warm)} of {self.runner.size} warm, {free} free"
+            if self.runner.spawn_error:
+                state += f"; the last start failed: {self.runner.spawn_error}"
+            return (
+                f"{progress.waiting_for} rank processes were not free within timeout_s={timeout:g} "
+                f"({state}); the check did not run"
+            )
+        error = f"the check did not finish within timeout_s={timeout:g}"
+        if progress is not None and progress.holding:
+            error += "; its ranks were killed and replaced"
+        return error
 
     async def _record(
         self, job_id: str, status: JobStatus, result: dict[str, Any] | None, error: str | None

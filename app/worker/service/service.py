@@ -179,9 +179,12 @@ class CheckService:
     def host(self) -> dict[str, Any]:
         info = self.runner.host_info
         warm = self.runner.warm()
+        ready = len(warm) >= self.runner.size
         return {
             "worker_enabled": True,
-            "ready": len(warm) >= self.runner.size,
+            "ready": ready,
+            "not_ready_reason": None if ready else self._not_ready_reason(len(warm)),
+            "failing": self.runner.failing,
             "processes_per_host": self.runner.size,
             "warm_processes": len(warm),
             "busy_processes": sum(1 for p in warm if p.busy),
@@ -200,6 +203,14 @@ class CheckService:
             "check_timeout_s": self.limits.check_timeout_s,
             "models": self.describe_models(),
         }
+
+    def _not_ready_reason(self, warm: int) -> str:
+        if self.runner.failing is not None:
+            return self.runner.failing
+        reason = f"{warm} of {self.runner.size} rank processes warm; the others are starting"
+        if self.runner.spawn_error:
+            reason += f" (the last start failed: {self.runner.spawn_error})"
+        return reason
 
     def describe_models(self) -> ModelList:
         """The built-in model and every registered one, with what its factory built (once a

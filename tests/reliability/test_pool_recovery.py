@@ -1,0 +1,79 @@
+"""The warm pool recovers from its processes' deaths at any moment, against a real uvicorn:
+the fork server SIGKILLed while the ranks start (the reported fault: the pool started no
+rank again, the fork server stayed a zombie, every queued check waited its whole timeout and
+failed with a false reason, and /readyz said ready), a rank killed while it warms up, the
+fork server killed mid-check. Each time the pool comes back warm, reaps what died, a queued
+check runs, and /readyz never says ready while the worker is not."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.polling import hold_ranks, wait_check, wait_for
+from support.processes import fork_server, session_processes, zombies
+from support.servers import Server, serve, worker_env
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+# Generous for two loaded cores: a fresh fork server imports torch again before any rank warms.
+RECOVERY_S = 60
+
+
+def truthful_readyz(server: Server) -> dict[str, Any]:
+    """/readyz, held to the truth: `ready` (and 200) exactly when every rank is warm."""
+    response = server.client.get("/readyz")
+    body: dict[str, Any] = response.json()
+    worker = body["worker"]
+    warm = worker.get("ready") is True
+    assert (body["status"] == "ready") == warm, body
+    assert (response.status_code == 200) == warm, (response.status_code, body)
+    return body
+
+
+def test_fork_server_killed_while_the_ranks_start(tmp_path: Path) -> None:
+    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
+        pid = server.process.pid
+        first = wait_for(lambda: fork_server(pid), "the fork server", 30, proc=server.process)
+        os.kill(first, signal.SIGKILL)  # still importing torch: no rank has started yet
+        started = time.monotonic()
+        not_ready = truthful_readyz(server)
+        assert not_ready["worker"]["ready"] is False
+        queued = server.client.post("/v1/checks", json={"plan": EVEN_2, "timeout_s": RECOVERY_S})
+        assert queued.status_code == 202, queued.text
+
+        host = server.wait_warm(2, models=True, timeout=RECOVERY_S)  # the registered model described too
+        recovered = time.monotonic() - started
+        assert all(m["loaded"] for m in host["models"]), host["models"]
+        second = fork_server(pid)
+        assert second not in (None, first)
+        assert zombies(pid) == [], "the dead fork server was never reaped"
+        assert truthful_readyz(server)["worker"]["ready"] is True
+        job = wait_check(server.client, queued.headers["location"], timeout=RECOVERY_S)
+        assert job["status"] == "succeeded" and job["result"]["passed"], job
+        print(f"warm again {recovered:.1f} s after the fork server was killed")
+    assert session_processes(pid) == []
+
+
+def test_fork_server_killed_mid_check_says_so_and_recovers(tmp_path: Path) -> None:
+    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
+        pid = server.process.pid
+        server.wait_warm(2)
+        location = hold_ranks(server.client, EVEN_2, timeout=30)
+        server_pid = fork_server(pid)
+        assert server_pid is not None
+        os.kill(server_pid, signal.SIGKILL)
+        job = wait_check(server.client, location, ("failed",), timeout=30)
+        # The true reason: the ranks died with their fork server, which was killed.
+        assert "fork server" in job["error"] and "signal 9" in job["error"], job["error"]
+        assert "shutting down" not in job["error"]
+        server.wait_warm(2, timeout=RECOVERY_S)
+        assert zombies(pid) == []
+        assert server.check({"plan": EVEN_2}, timeout=RECOVERY_S)["result"]["passed"]
+    assert session_processes(pid) == []
