@@ -77,3 +77,39 @@ def test_fork_server_killed_mid_check_says_so_and_recovers(tmp_path: Path) -> No
         assert zombies(pid) == []
         assert server.check({"plan": EVEN_2}, timeout=RECOVERY_S)["result"]["passed"]
     assert session_processes(pid) == []
+
+
+def test_sigterm_while_the_ranks_start_stops_at_once(tmp_path: Path) -> None:
+    """A stop used to wait for the fork server's torch import to end each start (seconds;
+    past `docker stop`'s 10 s grace on a loaded host): it ends the fork server instead."""
+    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
+        pid = server.process.pid
+        wait_for(lambda: fork_server(pid), "the fork server", 30, interval=0.01, proc=server.process)
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=30)
+        stopped = time.monotonic() - started
+        assert stopped < 4, f"the stop took {stopped:.1f} s"
+        assert "Task exception was never retrieved" not in (tmp_path / "server.log").read_text()
+    assert session_processes(pid) == []
+
+
+def test_a_check_that_waits_for_busy_ranks_says_so(tmp_path: Path) -> None:
+    """A check that timed out, or was cancelled, while it waited for free ranks says that it
+    never ran; it used to say its ranks had been killed and replaced."""
+    env = worker_env(tmp_path / "jobs.sqlite3", 2, concurrent_checks="2")
+    with serve(env, tmp_path / "server.log") as server:
+        server.wait_warm(2)
+        holder = hold_ranks(server.client, EVEN_2, timeout=30)
+        waiting = server.client.post("/v1/checks", json={"plan": EVEN_2, "timeout_s": 1})
+        late = wait_check(server.client, waiting.headers["location"], ("failed",), timeout=30)
+        assert "were not free within timeout_s=1 (2 of 2 warm, 0 free)" in late["error"], late["error"]
+        assert "did not run" in late["error"] and "killed" not in late["error"]
+        second = server.client.post("/v1/checks", json={"plan": EVEN_2})
+        wait_check(server.client, second.headers["location"], ("running",), timeout=30)
+        cancelled = server.client.delete(second.headers["location"]).json()
+        assert cancelled["status"] == "cancelled", cancelled
+        assert cancelled["error"] == "cancelled while it waited for free rank processes; nothing ran"
+        server.client.delete(holder)
+        assert server.check({"plan": EVEN_2})["result"]["passed"]
+    assert session_processes(server.process.pid) == []

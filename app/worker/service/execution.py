@@ -144,6 +144,8 @@ class Execution:
             else:
                 status = JobStatus.CANCELLED
                 error = "cancelled while running; its ranks were killed and replaced"
+                if order is not None and order.progress.waiting_for and not order.progress.holding:
+                    error = "cancelled while it waited for free rank processes; nothing ran"
         except RankError as err:
             error = self._model_error(job_id, err)
         except RankDied as err:

@@ -124,6 +124,18 @@ def _forget(server: Any) -> None:
             os.unlink(address)
 
 
+def kill_for(user: object) -> None:
+    """SIGKILL the fork server if `user` is its only user: a stop that finds starts waiting
+    for its imports (seconds) ends them at once; stop_fork_server then reaps it."""
+    with _users_lock:
+        if _users - {id(user)}:
+            return
+    pid = current_pid()
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _reap(pid: int, timeout_s: float) -> None:
     """Wait for child `pid` to exit (SIGKILL after `timeout_s`) and collect its status."""
     deadline = time.monotonic() + timeout_s

@@ -95,6 +95,8 @@ class RankPool:
             await asyncio.shield(starting)
         except asyncio.CancelledError:
             await asyncio.wait([starting])
+            if not starting.cancelled():
+                starting.exception()  # a start the stop cut short failed: retrieved, not logged
             with contextlib.suppress(Exception):
                 process.kill()
             self._ended.append(process)
@@ -130,6 +132,8 @@ class RankPool:
     def _start_failed(self, reason: str, attempt: int, at_least: float = 0.0) -> None:
         """A start failed: say why, try again after a back-off, and call the pool failing once
         starts keep failing with no rank warm."""
+        if self.stopping:
+            return
         self.spawn_error = reason
         retry = max(min(RETRY_FIRST_S * 2**attempt, RETRY_MAX_S), at_least)
         log.warning("%s; trying again in %g s", reason, retry)
@@ -199,6 +203,8 @@ class RankPool:
         """End every rank process, then the fork server, and reap them all: nothing of the
         pool outlives it, not even as a zombie."""
         self.stopping = True
+        if self._starting:
+            fork_server.kill_for(self)  # rather than wait for its imports to end each start
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
