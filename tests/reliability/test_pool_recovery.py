@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from support.polling import hold_ranks, wait_check, wait_for
-from support.processes import fork_server, session_processes, zombies
+from support.processes import children, fork_server, rss_and_fds, session_processes, zombies
 from support.servers import Server, serve, worker_env
 
 pytest.importorskip("torch")
@@ -113,3 +113,24 @@ def test_a_check_that_waits_for_busy_ranks_says_so(tmp_path: Path) -> None:
         server.client.delete(holder)
         assert server.check({"plan": EVEN_2})["result"]["passed"]
     assert session_processes(server.process.pid) == []
+
+
+def test_replaced_ranks_leave_no_open_files_behind(tmp_path: Path) -> None:
+    """Each replaced rank used to keep two pipe descriptors in the server (its process
+    object's status pipe) until the garbage collector found it, 15 s or more later."""
+    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
+        pid = server.process.pid
+        server.wait_warm(2)
+        assert server.check({"plan": EVEN_2})["result"]["passed"]
+        _, before = rss_and_fds(pid)
+        for _ in range(5):
+            victim = children(fork_server(pid) or 0)[0]
+            os.kill(victim, signal.SIGKILL)
+
+            def replaced(victim: int = victim) -> bool:
+                return victim not in {p["pid"] for p in server.wait_warm(2)["processes"]}
+
+            wait_for(replaced, "a replacement", RECOVERY_S)
+        assert server.check({"plan": EVEN_2})["result"]["passed"]
+        wait_for(lambda: rss_and_fds(pid)[1] <= before + 1, f"no more than {before + 1} open files", 5)
+    assert session_processes(pid) == []

@@ -110,3 +110,15 @@ def fork_server(server_pid: int) -> int | None:
 def zombies(parent: int) -> list[int]:
     """Children of `parent` that exited and that it has not reaped."""
     return [pid for pid in descendants(parent) if (f := _stat(pid)) and f[0] == "Z" and int(f[1]) == parent]
+
+
+def rss_and_fds(pid: int) -> tuple[int, int]:
+    """(resident memory in KiB, open file descriptors) of process `pid`."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def children(parent: int) -> list[int]:
+    """The live children of `parent`."""
+    return [pid for pid in descendants(parent) if (f := _stat(pid)) and f[0] != "Z" and int(f[1]) == parent]

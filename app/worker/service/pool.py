@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+from collections.abc import Coroutine
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -67,10 +68,7 @@ class RankPool:
 
     def _spawn_soon(self, delay: float = 0.0, attempt: int = 0) -> None:
         # A fresh context: a replacement is not part of the check (job id) that asked for it.
-        spawn = self._spawn(delay, attempt)
-        task = asyncio.get_running_loop().create_task(spawn, context=contextvars.Context())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._soon(self._spawn(delay, attempt))
 
     async def _spawn(self, delay: float = 0.0, attempt: int = 0) -> None:
         if delay:
@@ -185,13 +183,18 @@ class RankPool:
             self.processes.remove(rank)
         rank.kill()
         rank.close()
+        self._soon(rank.bury())
 
     def _notify(self) -> None:
         async def notify() -> None:
             async with self.changed:
                 self.changed.notify_all()
 
-        task = asyncio.get_running_loop().create_task(notify(), context=contextvars.Context())
+        self._soon(notify())
+
+    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background, outside any check's context; stop() cancels it."""
+        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

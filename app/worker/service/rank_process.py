@@ -35,6 +35,9 @@ class _Dead:
 class RankProcess:
     def __init__(self, process: BaseProcess, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.process = process
+        self._pid = process.pid
+        self._exitcode: int | None = None  # kept when the process object is closed (buried)
+        self._buried = False
         self.conn = conn
         self.loop = loop
         self.inbox: asyncio.Queue[protocol.FromRank | _Dead] = asyncio.Queue()
@@ -50,7 +53,11 @@ class RankProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._exitcode if self._buried else self.process.exitcode
 
     @property
     def ready(self) -> bool:
@@ -115,8 +122,9 @@ class RankProcess:
             self.conn.send(protocol.Exit().to_dict())
 
     def describe_death(self) -> str:
-        self.process.join(timeout=0.5)
-        code = self.process.exitcode
+        if not self._buried:
+            self.process.join(timeout=0.5)
+        code = self.exitcode
         if code == FORK_SERVER_GONE:
             fork_server.reap_if_dead()
             ended = fork_server.death_of(self.fork_server_pid)
@@ -129,7 +137,7 @@ class RankProcess:
         """Ended by SIGTERM/SIGINT, or with its fork server (which reports its status) when a
         SIGTERM/SIGINT ended that, or when how it ended is unknown: what a signal to the whole
         process group looks like."""
-        code = self.process.exitcode
+        code = self.exitcode
         if code == FORK_SERVER_GONE:
             fork_server.reap_if_dead()
             ended = fork_server.death_of(self.fork_server_pid)
@@ -143,6 +151,17 @@ class RankProcess:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
+
+    async def bury(self) -> None:
+        """Once the (killed) process has exited, free what the process object holds: two
+        descriptors of the fork server's status pipe, otherwise kept until the garbage
+        collector finds it, one pair per replaced rank."""
+        await asyncio.to_thread(self.process.join, 10.0)
+        if not self._buried and self.process.exitcode is not None:
+            self._exitcode = self.process.exitcode
+            self._buried = True
+            with contextlib.suppress(ValueError):
+                self.process.close()
 
 
 def reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
