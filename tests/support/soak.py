@@ -62,6 +62,7 @@ class Lifetime:
     start: tuple[int, int] = (0, 0)  # (RSS KiB, fds)
     end: tuple[int, int] = (0, 0)
     seconds: float = 0.0
+    warm_s: float = 0.0  # from its start to a warm pool
     leaked: list[str] = field(default_factory=list)
 
 
@@ -164,6 +165,9 @@ class Soak:
         if fault in ("sigterm", "sigkill"):
             self._end(signal.SIGTERM if fault == "sigterm" else signal.SIGKILL)
             self._start()
+            self._wait_warm()
+            assert self._lifetime is not None
+            self._lifetime.warm_s = time.monotonic() - self._born
         elif fault == "flood":
             kinds = [pick(self.rng) for _ in range(4 * self.plan.queue_size)]
             with ThreadPoolExecutor(16) as pool:  # at once: faster than the checks drain
@@ -255,6 +259,8 @@ class Soak:
             self._start()
             self._wait_warm()
             self._measure("start")
+            assert self._lifetime is not None
+            self._lifetime.warm_s = time.monotonic() - self._born
             assert self.server is not None
             # The oracle: each kind once on the pristine pool, before any fault.
             self.reruns = {k: run_check(self.server.client, body(k), 120) for k in KINDS}

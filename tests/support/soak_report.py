@@ -38,12 +38,12 @@ def render(report: Report) -> str:
         f"/readyz untrue            {len(report.readyz_lies) + len(report.readyz_missed)}",
         f"zombies (over 1 s)        {len(report.zombies)}",
         f"leaked processes          {leaked}",
-        "server lifetimes          RSS MiB start -> end, fds start -> end, seconds",
+        "server lives              RSS MiB start -> end, fds start -> end, s to warm, s alive",
     ]
     for i, life in enumerate(report.lifetimes):
         lines.append(
             f"  {i} (pid {life.pid:<7})       {life.start[0] / 1024:.1f} -> {life.end[0] / 1024:.1f}, "
-            f"{life.start[1]} -> {life.end[1]}, {life.seconds:.0f}"
+            f"{life.start[1]} -> {life.end[1]}, {life.warm_s:.1f}, {life.seconds:.0f}"
         )
     problems = [*verdict.lost, *verdict.without_reason, *verdict.internal_errors, *verdict.differs]
     problems += [*ledger.unexpected, *report.readyz_lies, *report.readyz_missed, *report.zombies]
