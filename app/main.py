@@ -21,6 +21,7 @@ from app.api import checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
 from app.api.deps import require_planner_key
 from app.api.docs import install_docs
+from app.api.exposure import warn_once_bound
 from app.api.metrics import Metrics
 from app.api.middleware import ServiceMiddleware
 from app.api.problems import install_problem_handlers
@@ -139,9 +140,13 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         service = await _start_worker(app, settings, runner)
         app.state.checks = service
         undo_signals = _on_shutdown_signals(service.begin_shutdown) if service is not None else None
+        # A worker without an API key says so once the server listens beyond loopback.
+        warning = asyncio.create_task(warn_once_bound(settings)) if service is not None else None
         try:
             yield
         finally:
+            if warning is not None:
+                warning.cancel()
             if undo_signals is not None:
                 undo_signals()
             if service is not None:

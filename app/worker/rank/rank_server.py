@@ -126,7 +126,7 @@ class RankServer:
         self.serving = False
 
     def join(self, msg: protocol.Join) -> protocol.Joined:
-        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s)
+        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s, msg.nnodes)
         assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
         return protocol.Joined(**assignment.as_dict())
 
