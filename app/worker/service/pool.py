@@ -183,7 +183,8 @@ class RankPool:
             self.processes.remove(rank)
         rank.kill()
         rank.close()
-        self._soon(rank.bury())
+        if not self.stopping:  # stop() reaps every rank itself
+            self._soon(rank.bury())
 
     def _notify(self) -> None:
         async def notify() -> None:

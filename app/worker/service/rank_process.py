@@ -168,6 +168,8 @@ def reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
     """Wait for ranks sent Exit (SIGKILL those that linger) and for processes killed before
     they joined the pool, so that none is left a zombie (blocking: run it in a thread)."""
     for rank in ranks:
+        if rank._buried:
+            continue  # joined and closed already
         rank.process.join(timeout=1.0)
         if rank.process.is_alive():
             rank.kill()
