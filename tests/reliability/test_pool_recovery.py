@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +62,6 @@ def test_fork_server_killed_while_the_ranks_start(tmp_path: Path) -> None:
     assert session_processes(pid) == []
 
 
-def test_fork_server_killed_mid_check_says_so_and_recovers(tmp_path: Path) -> None:
-    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
-        pid = server.process.pid
-        server.wait_warm(2)
-        location = hold_ranks(server.client, EVEN_2, timeout=30)
-        server_pid = fork_server(pid)
-        assert server_pid is not None
-        os.kill(server_pid, signal.SIGKILL)
-        job = wait_check(server.client, location, ("failed",), timeout=30)
-        # The true reason: the ranks died with their fork server, which was killed.
-        assert "fork server" in job["error"] and "signal 9" in job["error"], job["error"]
-        assert "shutting down" not in job["error"]
-        server.wait_warm(2, timeout=RECOVERY_S)
-        assert zombies(pid) == []
-        assert server.check({"plan": EVEN_2}, timeout=RECOVERY_S)["result"]["passed"]
-    assert session_processes(pid) == []
-
-
 def test_sigterm_while_the_ranks_start_stops_at_once(tmp_path: Path) -> None:
     """A stop used to wait for the fork server's torch import to end each start (seconds;
     past `docker stop`'s 10 s grace on a loaded host): it ends the fork server instead."""
@@ -94,43 +77,67 @@ def test_sigterm_while_the_ranks_start_stops_at_once(tmp_path: Path) -> None:
     assert session_processes(pid) == []
 
 
-def test_a_check_that_waits_for_busy_ranks_says_so(tmp_path: Path) -> None:
-    """A check that timed out, or was cancelled, while it waited for free ranks says that it
-    never ran; it used to say its ranks had been killed and replaced."""
-    env = worker_env(tmp_path / "jobs.sqlite3", 2, concurrent_checks="2")
-    with serve(env, tmp_path / "server.log") as server:
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the faults after start-up (each test leaves it warm); two checks may run
+    at once, so that one can wait for the ranks another holds."""
+    folder = tmp_path_factory.mktemp("warm")
+    env = worker_env(folder / "jobs.sqlite3", 2, concurrent_checks="2")
+    with serve(env, folder / "server.log") as server:
         server.wait_warm(2)
-        holder = hold_ranks(server.client, EVEN_2, timeout=30)
-        waiting = server.client.post("/v1/checks", json={"plan": EVEN_2, "timeout_s": 1})
-        late = wait_check(server.client, waiting.headers["location"], ("failed",), timeout=30)
-        assert "were not free within timeout_s=1 (2 of 2 warm, 0 free)" in late["error"], late["error"]
-        assert "did not run" in late["error"] and "killed" not in late["error"]
-        second = server.client.post("/v1/checks", json={"plan": EVEN_2})
-        wait_check(server.client, second.headers["location"], ("running",), timeout=30)
-        cancelled = server.client.delete(second.headers["location"]).json()
-        assert cancelled["status"] == "cancelled", cancelled
-        assert cancelled["error"] == "cancelled while it waited for free rank processes; nothing ran"
-        server.client.delete(holder)
-        assert server.check({"plan": EVEN_2})["result"]["passed"]
+        yield server
     assert session_processes(server.process.pid) == []
 
 
-def test_replaced_ranks_leave_no_open_files_behind(tmp_path: Path) -> None:
+def test_a_check_that_waits_for_busy_ranks_says_so(warm: Server) -> None:
+    """A check that timed out, or was cancelled, while it waited for free ranks says that it
+    never ran; it used to say its ranks had been killed and replaced."""
+    server = warm
+    server.wait_warm(2)
+    holder = hold_ranks(server.client, EVEN_2, timeout=30)
+    waiting = server.client.post("/v1/checks", json={"plan": EVEN_2, "timeout_s": 1})
+    late = wait_check(server.client, waiting.headers["location"], ("failed",), timeout=30)
+    assert "were not free within timeout_s=1 (2 of 2 warm, 0 free)" in late["error"], late["error"]
+    assert "did not run" in late["error"] and "killed" not in late["error"]
+    second = server.client.post("/v1/checks", json={"plan": EVEN_2})
+    wait_check(server.client, second.headers["location"], ("running",), timeout=30)
+    cancelled = server.client.delete(second.headers["location"]).json()
+    assert cancelled["status"] == "cancelled", cancelled
+    assert cancelled["error"] == "cancelled while it waited for free rank processes; nothing ran"
+    server.client.delete(holder)
+    assert server.check({"plan": EVEN_2})["result"]["passed"]
+
+
+def test_fork_server_killed_mid_check_says_so_and_recovers(warm: Server) -> None:
+    server, pid = warm, warm.process.pid
+    server.wait_warm(2)
+    location = hold_ranks(server.client, EVEN_2, timeout=30)
+    server_pid = fork_server(pid)
+    assert server_pid is not None
+    os.kill(server_pid, signal.SIGKILL)
+    job = wait_check(server.client, location, ("failed",), timeout=30)
+    # The true reason: the ranks died with their fork server, which was killed.
+    assert "fork server" in job["error"] and "signal 9" in job["error"], job["error"]
+    assert "shutting down" not in job["error"]
+    server.wait_warm(2, timeout=RECOVERY_S)
+    assert zombies(pid) == []
+    assert server.check({"plan": EVEN_2}, timeout=RECOVERY_S)["result"]["passed"]
+
+
+def test_replaced_ranks_leave_no_open_files_behind(warm: Server) -> None:
     """Each replaced rank used to keep two pipe descriptors in the server (its process
     object's status pipe) until the garbage collector found it, 15 s or more later."""
-    with serve(worker_env(tmp_path / "jobs.sqlite3", 2), tmp_path / "server.log") as server:
-        pid = server.process.pid
-        server.wait_warm(2)
-        assert server.check({"plan": EVEN_2})["result"]["passed"]
-        _, before = rss_and_fds(pid)
-        for _ in range(5):
-            victim = children(fork_server(pid) or 0)[0]
-            os.kill(victim, signal.SIGKILL)
+    server, pid = warm, warm.process.pid
+    server.wait_warm(2)
+    assert server.check({"plan": EVEN_2})["result"]["passed"]
+    _, before = rss_and_fds(pid)
+    for _ in range(5):
+        victim = children(fork_server(pid) or 0)[0]
+        os.kill(victim, signal.SIGKILL)
 
-            def replaced(victim: int = victim) -> bool:
-                return victim not in {p["pid"] for p in server.wait_warm(2)["processes"]}
+        def replaced(victim: int = victim) -> bool:
+            return victim not in {p["pid"] for p in server.wait_warm(2)["processes"]}
 
-            wait_for(replaced, "a replacement", RECOVERY_S)
-        assert server.check({"plan": EVEN_2})["result"]["passed"]
-        wait_for(lambda: rss_and_fds(pid)[1] <= before + 1, f"no more than {before + 1} open files", 5)
-    assert session_processes(pid) == []
+        wait_for(replaced, "a replacement", RECOVERY_S)
+    assert server.check({"plan": EVEN_2})["result"]["passed"]
+    wait_for(lambda: rss_and_fds(pid)[1] <= before + 1, f"no more than {before + 1} open files", 5)

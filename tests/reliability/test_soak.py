@@ -25,7 +25,9 @@ pytestmark = pytest.mark.slow
 
 # Every fault kind once, and two more rank kills: about 60-90 s of wall time on 2 cores.
 FAULTS = ("rank", "fork_server", "flood", "rank", "sigterm", "rank", "sigkill", "flood")
-RECOVERY_LIMIT_S = 60.0  # two loaded cores: a new fork server imports torch again first
+# Two loaded cores: a restarted server, or a new fork server, imports torch again first (6 s
+# on an idle machine, up to 44 s in bench_soak's long run beside other test runs).
+RECOVERY_LIMIT_S = 90.0
 # Growth allowed over a server's life, once warm: what the soak measured, with room for
 # allocator noise (the bench's long run shows flat figures).
 RSS_GROWTH_KIB = 16 * 1024

@@ -25,10 +25,10 @@ from typing import Any
 
 import httpx
 
-from .polling import NOT_ANSWERING, run_check, wait_for
+from .polling import NOT_ANSWERING, hold_ranks, run_check, wait_for
 from .processes import children, fork_server, rss_and_fds, session_processes, zombies
 from .servers import Server, serve, worker_env
-from .soak_mix import FINISHED, KINDS, MODELS, Ledger, Verdict, body, judge, pick
+from .soak_mix import EVEN_2, FINISHED, KINDS, MODELS, Ledger, Verdict, body, judge, pick
 
 FAULTS = ("rank", "fork_server", "sigterm", "sigkill", "flood")
 
@@ -169,12 +169,16 @@ class Soak:
             assert self._lifetime is not None
             self._lifetime.warm_s = time.monotonic() - self._born
         elif fault == "flood":
-            kinds = [pick(self.rng) for _ in range(4 * self.plan.queue_size)]
-            with ThreadPoolExecutor(16) as pool:  # at once: faster than the checks drain
+            # A check that holds the ranks keeps the queue from draining meanwhile.
+            holder = hold_ranks(server.client, EVEN_2, timeout=self.plan.recovery_limit_s, timeout_s=60)
+            self.report.ledger.accepted[holder.rsplit("/", 1)[1]] = "holder"
+            kinds = [pick(self.rng) for _ in range(self.plan.queue_size + 4)]
+            with ThreadPoolExecutor(8) as pool:
                 answers = list(pool.map(lambda kind: _post(server.url, kind), kinds))
             for kind, (status, payload) in zip(kinds, answers, strict=True):
                 self.report.ledger.answered(kind, status, payload)
             self.report.flood_refusals.append(sum(status == 429 for status, _ in answers))
+            server.client.delete(holder)
             self.report.faults[fault] += 1
             return
         else:

@@ -84,6 +84,7 @@ def reason_kind(error: str) -> str:
     """A failure's reason, grouped for the figures."""
     for mark, name in (
         ("the model raised", "the model raised"),
+        ("the model's frames", "the model raised (ranks replaced)"),
         ("died with its fork server", "rank died with the fork server"),
         ("rank process", "rank killed"),
         ("server shutting down", "server shutting down"),
