@@ -141,3 +141,39 @@ def test_replaced_ranks_leave_no_open_files_behind(warm: Server) -> None:
         wait_for(replaced, "a replacement", RECOVERY_S)
     assert server.check({"plan": EVEN_2})["result"]["passed"]
     wait_for(lambda: rss_and_fds(pid)[1] <= before + 1, f"no more than {before + 1} open files", 5)
+
+
+def test_ranks_that_cannot_start_make_the_worker_unavailable_not_a_spin(tmp_path: Path) -> None:
+    """A torch that fails to import in the ranks (the web process never imports it): every
+    rank dies before it is warm. The pool used to start a new one at once, forever, while
+    /readyz said ready and checks waited their whole timeout; now it backs off, /readyz says
+    the worker is unavailable and why, and a check fails at once with that reason."""
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("this torch is broken on purpose")\n')
+    pythonpath = os.pathsep.join(filter(None, [str(broken.parent), os.environ.get("PYTHONPATH")]))
+    env = worker_env(tmp_path / "jobs.sqlite3", 2) | {"PYTHONPATH": pythonpath}
+    log = tmp_path / "server.log"
+    with serve(env, log) as server:
+
+        def unavailable() -> dict[str, Any] | None:
+            ready = server.client.get("/readyz")
+            body: dict[str, Any] = ready.json()
+            return body if ready.status_code == 503 and body["status"] == "worker unavailable" else None
+
+        ready = wait_for(
+            unavailable, "the worker to say it is unavailable", RECOVERY_S, log, proc=server.process
+        )
+        assert (
+            "keep failing to start" in ready["worker"]["error"]
+            and "before it was warm" in ready["worker"]["error"]
+        )
+        started = time.monotonic()
+        job = server.check({"plan": EVEN_2, "timeout_s": 60}, timeout=30)
+        assert job["status"] == "failed" and "no rank process could start" in job["error"], job
+        assert time.monotonic() - started < 20, "the check waited for ranks that cannot start"
+        # Backing off: a handful of tries, not a new rank every few milliseconds.
+        tries = log.read_text().count("trying again in")
+        time.sleep(5)
+        assert log.read_text().count("trying again in") - tries <= 4
+    assert session_processes(server.process.pid) == []
