@@ -78,8 +78,10 @@ ENV BATCHPLAN_WORKER_ENABLED=true \
     BATCHPLAN_JOBS_DB=/data/jobs.sqlite3
 WORKDIR /data
 VOLUME ["/data"]
-# Healthy once every rank process is warm: /readyz answers 200 while the ranks still warm up
-# (the planner already serves), so the check reads worker.ready; a worker that could not start
-# (503) is unhealthy too. Its ranks import torch first, hence the longer start period.
+# Healthy once every rank process is warm: /readyz answers 503 while ranks warm up or are
+# replaced (the planner serves meanwhile) and while none can start; the check also reads
+# worker.ready. Its ranks import torch first, hence the longer start period.
+# Anyone who reaches the port can run checks unless an API key is set, and the server warns
+# at start-up when it has none: docker run -e BATCHPLAN_API_KEY="$(openssl rand -hex 32)" ...
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "-c", "import json, urllib.request; r = json.load(urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)); raise SystemExit(0 if r['worker'].get('ready', True) else 1)"]

@@ -22,6 +22,7 @@ from app.api import checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
 from app.api.deps import require_planner_key
 from app.api.docs import install_docs
+from app.api.exposure import warn_once_bound
 from app.api.metrics import Metrics
 from app.api.middleware import ServiceMiddleware
 from app.api.plan_fast_path import PlanFastPath
@@ -141,6 +142,8 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         service = await _start_worker(app, settings, runner)
         app.state.checks = service
         undo_signals = _on_shutdown_signals(service.begin_shutdown) if service is not None else None
+        # A worker without an API key says so once the server listens beyond loopback.
+        warning = asyncio.create_task(warn_once_bound(settings)) if service is not None else None
         if settings.gc_freeze:
             # What startup built lives as long as the process. Out of the collector's way, a
             # full collection walks what requests allocated, not the whole app again: the
@@ -152,6 +155,8 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         finally:
             if settings.gc_freeze:
                 gc.unfreeze()  # collectable again: tests run many apps in one process
+            if warning is not None:
+                warning.cancel()
             if undo_signals is not None:
                 undo_signals()
             if service is not None:

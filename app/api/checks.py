@@ -10,6 +10,7 @@ from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.deps import API_KEY_HELP, require_api_key
+from app.api.exposure import exposure
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Conflict, NotFound, Unavailable
@@ -116,6 +117,23 @@ _TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
     ),
 }
 
+# OpenAPI links: a check's lifecycle, POST -> GET -> DELETE, with the id the answer carries
+# (clients and schemathesis' stateful testing follow them).
+_GET_CHECK = "get_check_v1_checks__check_id__get"
+_CANCEL_CHECK = "cancel_check_v1_checks__check_id__delete"
+
+
+def _link(operation: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation,
+        "parameters": {"check_id": "$response.body#/id"},
+        "description": description,
+    }
+
+
+_TO_GET = _link(_GET_CHECK, "The check by its id: its status, then its result.")
+_TO_CANCEL = _link(_CANCEL_CHECK, "Cancel the check while it is queued or running.")
+
 
 def _service(request: Request) -> CheckService:
     service: CheckService | None = request.app.state.checks
@@ -132,6 +150,7 @@ Service = Annotated[CheckService, Depends(_service)]
     status_code=202,
     summary="Check a plan with a real DDP step",
     responses={
+        202: {"links": {"GetCheck": _TO_GET, "CancelCheck": _TO_CANCEL}},
         **PROBLEM_RESPONSES,
         **_PROBLEMS,
         422: problem_response(
@@ -162,7 +181,11 @@ async def list_checks(
     return CheckListOut(checks=[CheckJobOut.from_job(j) for j in await service.list(limit, wanted)])
 
 
-@router.get("/checks/{check_id}", summary="One check", responses=_PROBLEMS)
+@router.get(
+    "/checks/{check_id}",
+    summary="One check",
+    responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **_PROBLEMS},
+)
 async def get_check(check_id: str, service: Service) -> CheckJobOut:
     job = await service.get(check_id)
     return CheckJobOut.from_job(job)
@@ -197,7 +220,7 @@ async def check_trajectory(
 @router.delete(
     "/checks/{check_id}",
     summary="Cancel a queued or running check",
-    responses={**_PROBLEMS, 409: _FINISHED},
+    responses={200: {"links": {"GetCheck": _TO_GET}}, **_PROBLEMS, 409: _FINISHED},
 )
 async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
     job = await service.cancel(check_id)
@@ -218,4 +241,4 @@ def host(request: Request) -> HostOut:
         return HostOut(
             worker_enabled=False, ready=False, processes_per_host=0, warm_processes=0, gpus=None, backends=[]
         )
-    return HostOut.model_validate(service.host())
+    return HostOut.model_validate(service.host() | {"exposure": exposure(request.app.state.settings)})

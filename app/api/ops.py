@@ -16,8 +16,10 @@ async def livez() -> dict[str, str]:
 
 @router.get("/readyz", summary="Ready to serve")
 def readyz(request: Request, response: Response) -> dict[str, object]:
-    """Ready as soon as the planner is; `worker` says whether the rank processes are warm.
-    503 once a shutdown has begun, so that a load balancer stops sending checks."""
+    """Ready when the planner is and, on a server with the worker, every rank process is
+    warm; otherwise 503 with the reason (`warming` while ranks start or are replaced, `worker
+    unavailable` while none can start, `shutting down`), so that a load balancer sends
+    checks elsewhere. The planner answers either way (`planner: true`)."""
     service = getattr(request.app.state, "checks", None)
     if service is not None and service.shutting_down:
         response.status_code = 503
@@ -39,6 +41,19 @@ def readyz(request: Request, response: Response) -> dict[str, object]:
             "warm_processes": host["warm_processes"],
             "processes_per_host": host["processes_per_host"],
         }
+        if not host["ready"]:
+            response.status_code = 503
+            if host["failing"] is not None:
+                return {
+                    "status": "worker unavailable",
+                    "planner": True,
+                    "worker": worker | {"error": host["failing"]},
+                }
+            return {
+                "status": "warming",
+                "planner": True,
+                "worker": worker | {"reason": host["not_ready_reason"]},
+            }
     return {"status": "ready", "planner": True, "worker": worker}
 
 

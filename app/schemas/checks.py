@@ -206,6 +206,24 @@ class CheckListOut(BaseModel):
     checks: list[CheckJobOut]
 
 
+class ExposureOut(BaseModel):
+    listening: list[str] = Field(
+        description="The addresses this server listens on (0.0.0.0 and [::]: every interface).",
+        examples=[["0.0.0.0:8001"]],
+    )
+    api_key: bool = Field(
+        description="An API key (BATCHPLAN_API_KEY) guards the worker's routes.", examples=[False]
+    )
+    warning: str | None = Field(
+        description="Set when the worker runs checks for anyone who can reach it: no API key, and "
+        "it listens beyond loopback (also logged at start-up).",
+        examples=[
+            "the worker runs checks for anyone who can reach 0.0.0.0:8001: no API key is set; set "
+            "BATCHPLAN_API_KEY (the worker's routes then require it), or bind to 127.0.0.1"
+        ],
+    )
+
+
 class HostOut(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -215,6 +233,11 @@ class HostOut(BaseModel):
     warm_processes: int
     gpus: int | None = Field(description="null until the first rank process is warm.")
     backends: list[str]
+    exposure: ExposureOut | None = Field(
+        None,
+        description="Who can reach the worker: where it listens and whether a key guards it.",
+        examples=[{"listening": ["127.0.0.1:8001"], "api_key": True, "warning": None}],
+    )
 
 
 CHECK_EXAMPLES: dict[str, dict[str, Any]] = {

@@ -241,7 +241,8 @@ def test_a_worker_image_without_torch_is_live_but_unhealthy(tmp_path: Path) -> N
     ],
 )
 def test_the_worker_healthcheck_reads_whether_the_ranks_are_warm(readyz: Any, healthy: bool) -> None:
-    """/readyz answers 200 while the ranks still warm up: the check reads worker.ready."""
+    """A /readyz that answers 200 with worker.ready false (as servers did before it answered 503
+    while ranks warm up) is unhealthy too: the check reads worker.ready."""
 
     class ReadyZ(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -53,6 +53,7 @@ class FakeRunner:
         self.host_info = HostInfo(torch_version="fake", cuda_available=False, gpus=0, backends=["gloo"])
         self.models_info = dict(models_info or {})
         self.spawn_error: str | None = None
+        self.failing: str | None = None
         self.orders: list[CheckOrder] = []
         self.gate: asyncio.Event | None = None  # set: a check waits for it
         self.error: Exception | None = None  # set: a check raises it

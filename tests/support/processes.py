@@ -89,3 +89,36 @@ def still_there(pid: int, started: str) -> str | None:
     """The process's state letter if it still exists (Z: a zombie nobody reaped), else None."""
     fields = _stat(pid)
     return fields[0] if fields is not None and fields[19] == started else None
+
+
+FORK_SERVER_MARK = "from multiprocessing.forkserver import main"
+
+
+def fork_server(server_pid: int) -> int | None:
+    """The pid of the multiprocessing fork server that `server_pid` started (its ranks'
+    parent), if one is alive."""
+    for pid in descendants(server_pid):
+        fields = _stat(pid)
+        if fields is None or fields[0] == "Z" or int(fields[1]) != server_pid:
+            continue
+        with contextlib.suppress(OSError):
+            if FORK_SERVER_MARK in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                return pid
+    return None
+
+
+def zombies(parent: int) -> list[int]:
+    """Children of `parent` that exited and that it has not reaped."""
+    return [pid for pid in descendants(parent) if (f := _stat(pid)) and f[0] == "Z" and int(f[1]) == parent]
+
+
+def rss_and_fds(pid: int) -> tuple[int, int]:
+    """(resident memory in KiB, open file descriptors) of process `pid`."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    return rss, len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def children(parent: int) -> list[int]:
+    """The live children of `parent`."""
+    return [pid for pid in descendants(parent) if (f := _stat(pid)) and f[0] != "Z" and int(f[1]) == parent]

@@ -21,6 +21,7 @@ import threading
 import time
 from datetime import timedelta
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -64,7 +65,9 @@ def _exit_with_parent() -> None:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the parent went before the signal was armed
+    if os.getppid() != parent or not _is_fork_server(parent):
+        # The parent went before the signal was armed (we were adopted by then): a rank that
+        # outlived its fork server would outlive the app too.
         os._exit(1)
 
     def watch() -> None:
@@ -73,6 +76,15 @@ def _exit_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _is_fork_server(pid: int) -> bool:
+    """Whether `pid` runs multiprocessing's fork server (true where /proc cannot tell)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"multiprocessing.forkserver" in command
 
 
 def _warm_up() -> None:
@@ -115,7 +127,7 @@ class RankServer:
         self.serving = False
 
     def join(self, msg: protocol.Join) -> protocol.Joined:
-        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s)
+        self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s, msg.nnodes)
         assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
         return protocol.Joined(**assignment.as_dict())
 

@@ -51,15 +51,22 @@ def is_local_host(host: str) -> bool:
     return False
 
 
-def open_store(endpoint: str, timeout_s: float) -> tuple[TCPStore, bool]:
-    """Serve the store if the endpoint is ours and the port is free, else join it."""
+def open_store(endpoint: str, timeout_s: float, nnodes: int = 2) -> tuple[TCPStore, bool]:
+    """Serve the store if the endpoint is ours and the port is free, else join it. A check on
+    one node serves its own: a port that is taken there is another program's (a client would
+    ping it until the timeout), or another check's."""
     host, port = split_endpoint(endpoint)
     timeout = timedelta(seconds=timeout_s)
     if is_local_host(host):
         try:
             return TCPStore(host, port, is_master=True, timeout=timeout, wait_for_workers=False), True
-        except (RuntimeError, OSError):
-            pass  # another node on this host serves it
+        except (RuntimeError, OSError) as err:
+            if nnodes == 1:
+                raise RuntimeError(
+                    f"the rendezvous endpoint {endpoint} is in use: a check on one node serves its "
+                    "own store there; name a free port, or leave rendezvous out"
+                ) from err
+            # else another node on this host serves it
     return TCPStore(host, port, is_master=False, timeout=timeout), False
 
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +18,16 @@ from app.core.model_registry import SYNTHETIC
 from app.logging_setup import job_id_var
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.spec import CheckSpec
+from app.worker.service import reasons
 from app.worker.service.limits import Limits
-from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, CheckRunner, RankDied, RankError
+from app.worker.service.runner import (
+    SHUTDOWN_GRACE_S,
+    CheckOrder,
+    CheckRunner,
+    RankDied,
+    RankError,
+    RanksUnavailable,
+)
 from app.worker.service.store import INTERRUPTED, JobStore
 from app.worker.service.submission import Submission
 
@@ -26,8 +35,11 @@ log = logging.getLogger("batchplan.worker")
 
 # What a check that the shutdown stopped records (status failed).
 SHUTTING_DOWN = "server shutting down: " + INTERRUPTED
-# Tries to write a finished job (about 30 s in all) before giving up on the database.
-FINISH_ATTEMPTS = 9
+# A failing job database is tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S.
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 8.0
+# How long a cancel waits for the stopped job to be recorded before it answers.
+CANCEL_WAIT_S = 5.0
 
 # Called with (status, passed or None, seconds the check ran) whenever a check finishes.
 FinishObserver = Callable[[str, bool | None, float], None]
@@ -50,6 +62,7 @@ class Execution:
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.queued: set[str] = set()
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.recording: set[str] = set()  # running jobs that ended and are being written
         # Every _execute task until it has recorded its job: wait() waits for these, not for
         # `running`, which a worker task cancelled by begin_shutdown() empties before that.
         self._executing: set[asyncio.Task[None]] = set()
@@ -79,18 +92,20 @@ class Execution:
         await asyncio.gather(*self._workers, *self._executing, return_exceptions=True)
 
     async def cancel(self, job_id: str) -> None:
+        """Stop the running job and wait (a while) until it is recorded; one already being
+        recorded is left to finish its record, which a failing database may hold up."""
         task = self.running.get(job_id)
         if task is not None:
-            task.cancel()
-            await asyncio.wait({task})
+            if job_id not in self.recording:
+                task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
 
     async def _work(self) -> None:
         while True:
             job_id = await self.queue.get()
             if job_id not in self.queued:
                 continue  # cancelled while waiting
-            self.queued.discard(job_id)
-            if not await asyncio.to_thread(self.store.start, job_id):
+            if not await self._start(job_id):
                 continue
             token = job_id_var.set(job_id)  # the task copies the context: every line about the job
             try:
@@ -105,12 +120,36 @@ class Execution:
             finally:
                 self.running.pop(job_id, None)
 
+    async def _start(self, job_id: str) -> bool:
+        """Mark the job running; False when it is no longer queued. While the database fails
+        (a full disk) the job stays queued and this worker waits for it: a worker that died
+        here would leave every later job queued until a restart."""
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                started = await asyncio.to_thread(self.store.start, job_id)
+            except sqlite3.Error as err:
+                log.error(
+                    "check %s could not start: the job database failed (%s); trying again in %g s",
+                    job_id,
+                    err,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                if job_id in self.queued:
+                    continue
+                return False  # cancelled meanwhile
+            self.queued.discard(job_id)
+            return started
+
     async def _execute(self, job_id: str) -> None:
         started = time.monotonic()
         timeout = self.limits.check_timeout_s
         status = JobStatus.FAILED
         result: CheckResult | None = None
         error: str | None = None
+        order: CheckOrder | None = None
         log.info("check %s started", job_id)
         try:
             job = await asyncio.to_thread(self.store.get, job_id)
@@ -118,7 +157,8 @@ class Execution:
                 raise NotFound(f"no check with id {job_id!r}")
             submission = Submission.from_json(job.submission)
             timeout = submission.timeout_s
-            ran = await asyncio.wait_for(self._run(job_id, submission), timeout)
+            order = self._order(job_id, submission)
+            ran = await asyncio.wait_for(self.runner.run_check(order), timeout)
             status = JobStatus.SUCCEEDED
             submitted = self.submitted.pop(job_id, None)
             now = time.monotonic()
@@ -126,17 +166,19 @@ class Execution:
             result = dataclasses.replace(ran, timings=ran.timings.with_service(now - started, *waited))
             self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (time.monotonic() - started)
         except TimeoutError:
-            error = (
-                f"the check did not finish within timeout_s={timeout:g}; its ranks were killed and replaced"
-            )
+            error = reasons.timed_out(timeout, order, self.runner)
+        except RanksUnavailable as err:
+            error = f"no rank process could start: {err}; the check did not run"
         except asyncio.CancelledError:
             if self.stopping:
                 error = SHUTTING_DOWN
             else:
                 status = JobStatus.CANCELLED
                 error = "cancelled while running; its ranks were killed and replaced"
+                if order is not None and order.progress.waiting_for and not order.progress.holding:
+                    error = "cancelled while it waited for free rank processes; nothing ran"
         except RankError as err:
-            error = self._model_error(job_id, err)
+            error = reasons.model_error(job_id, err)
         except RankDied as err:
             error = f"{err}; the check's ranks were killed and replaced"
             if err.by_shutdown_signal:
@@ -167,54 +209,48 @@ class Execution:
         for observer in self.observers:
             with contextlib.suppress(Exception):
                 observer(status.value, passed, seconds)
-        await self._record(job_id, status, result.to_json() if result is not None else None, error)
+        self.recording.add(job_id)
+        try:
+            await self._record(job_id, status, result.to_json() if result is not None else None, error)
+        finally:
+            self.recording.discard(job_id)
 
-    @staticmethod
-    def _model_error(job_id: str, err: RankError) -> str:
-        """A rank's error for the job: with the model's traceback when the model raised it."""
-        if err.ranks_kept:
-            error = f"the model raised {err}; the check's ranks were kept"
-        else:
-            error = f"{err}; the check's ranks were killed and replaced"
-        if err.traceback:
-            log.warning("check %s: the model raised\n%s", job_id, err.traceback)
-            error += "\n" + err.traceback
-        return error
-
-    async def _run(self, job_id: str, submission: Submission) -> CheckResult:
+    def _order(self, job_id: str, submission: Submission) -> CheckOrder:
         spec = submission.spec
-        order = CheckOrder(
+        return CheckOrder(
             job_id=job_id,
             spec=spec,
             timeout_s=submission.timeout_s,
             rendezvous=submission.rendezvous,
             model_target=model_target(spec, self.models),
         )
-        return await self.runner.run_check(order)
 
     async def _record(
         self, job_id: str, status: JobStatus, result: dict[str, Any] | None, error: str | None
     ) -> None:
-        """Write a finished job, retrying while the database is locked or failing: a result
-        is never dropped quietly. If every try fails the job stays `running` on disk, and
-        the next start reports it failed with that reason."""
-        delay = 0.25
-        for attempt in range(1, FINISH_ATTEMPTS + 1):
+        """Write a finished job, retrying while the database is locked or failing (a full
+        disk): a result is never dropped quietly, and the job's worker waits with it. A
+        shutdown tries twice; then the job stays `running` on disk, and the next start
+        reports it failed with that reason."""
+        delay = RETRY_FIRST_S
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
                 return
-            except Exception:
-                log.exception(
-                    "check %s: recording its %s result failed (try %d of %d)",
+            except Exception as err:
+                log.error(
+                    "check %s: recording its %s result failed (try %d): %s",
                     job_id,
                     status.value,
                     attempt,
-                    FINISH_ATTEMPTS,
+                    err,
                 )
             if self.stopping and attempt >= 2:
-                break  # a shutdown has seconds, not half a minute; the restart reports the job
+                break  # a shutdown has seconds; the restart reports the job
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 4.0)
+            delay = min(delay * 2, RETRY_MAX_S)
         log.error("check %s: its %s result could not be recorded; it is lost", job_id, status.value)
 
     async def _shutdown_follows(self, error: str) -> str:

@@ -13,22 +13,32 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+from collections.abc import Coroutine
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 from app.worker.contract import protocol
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.mesh_spec import mesh_world
+from app.worker.service import fork_server
 from app.worker.service.check_ranks import run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
-from app.worker.service.rank_process import RankProcess
-from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError
+from app.worker.service.rank_process import RankProcess, reap
+from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError, RanksUnavailable
 
 log = logging.getLogger("batchplan.worker")
 
 # A fork warms up in tens of milliseconds once start() returns (the fork server has done the
 # imports by then); one that takes this long is stuck and gets replaced.
 WARM_UP_TIMEOUT_S = 15.0
+# A start that failed (the fork server died under it, or the rank died before it was warm) is
+# tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S: a fork server killed while it
+# imports comes back at once, and one that cannot start at all does not spin.
+RETRY_FIRST_S = 0.25
+RETRY_MAX_S = 10.0
+# A start that failed this many times in a row while no rank is warm: the pool is failing,
+# and checks waiting for ranks fail at once with its reason (it keeps trying).
+FAILING_AFTER = 5
 
 
 class RankPool:
@@ -42,7 +52,8 @@ class RankPool:
         self.stopping = False
         self.changed = asyncio.Condition()
         self.host_info = protocol.HostInfo()  # empty until the first rank is warm
-        self.spawn_error: str | None = None
+        self.spawn_error: str | None = None  # why the last start failed, until a rank is warm
+        self.failing: str | None = None  # set while starts keep failing: why checks cannot run
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting: set[BaseProcess] = set()
         # Killed before they joined the pool: stop() waits for these too.
@@ -55,17 +66,16 @@ class RankPool:
         for _ in range(self.size):
             self._spawn_soon()
 
-    def _spawn_soon(self, delay: float = 0.0) -> None:
+    def _spawn_soon(self, delay: float = 0.0, attempt: int = 0) -> None:
         # A fresh context: a replacement is not part of the check (job id) that asked for it.
-        task = asyncio.get_running_loop().create_task(self._spawn(delay), context=contextvars.Context())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._soon(self._spawn(delay, attempt))
 
-    async def _spawn(self, delay: float = 0.0) -> None:
+    async def _spawn(self, delay: float = 0.0, attempt: int = 0) -> None:
         if delay:
             await asyncio.sleep(delay)
         if self.stopping:
             return
+        fork_server.reap_if_dead()  # a zombie otherwise; the next start makes a fresh one
         loop = asyncio.get_running_loop()
         ctx = fork_context()
         parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -83,18 +93,22 @@ class RankPool:
             await asyncio.shield(starting)
         except asyncio.CancelledError:
             await asyncio.wait([starting])
+            if not starting.cancelled():
+                starting.exception()  # a start the stop cut short failed: retrieved, not logged
             with contextlib.suppress(Exception):
                 process.kill()
             self._ended.append(process)
             raise
         except Exception as err:
-            self.spawn_error = f"could not start a rank process: {err}"
-            log.exception("rank process start failed")
+            if describe is not None:
+                self._describing = False  # the next start describes them
+            self._start_failed(f"could not start a rank process: {type(err).__name__}: {err}", attempt)
             return
         finally:
             self._starting.discard(process)
             child_conn.close()
         rank = RankProcess(process, parent_conn, loop)
+        rank.attempt = attempt
         rank.on_ready.append(self._ready)
         rank.on_death.append(self._dead)
         if describe is not None:
@@ -108,15 +122,30 @@ class RankPool:
         rank.start_reader()
         await asyncio.sleep(WARM_UP_TIMEOUT_S)
         if not rank.ready and not rank.dead and rank in self.processes and not self.stopping:
-            log.warning(
-                "rank process %s did not warm up within %s s; replacing it", rank.pid, WARM_UP_TIMEOUT_S
-            )
             self._remove(rank)
-            self._spawn_soon()
+            self._start_failed(
+                f"rank process {rank.pid} did not warm up within {WARM_UP_TIMEOUT_S:g} s", attempt
+            )
+
+    def _start_failed(self, reason: str, attempt: int, at_least: float = 0.0) -> None:
+        """A start failed: say why, try again after a back-off, and call the pool failing once
+        starts keep failing with no rank warm."""
+        if self.stopping:
+            return
+        self.spawn_error = reason
+        retry = max(min(RETRY_FIRST_S * 2**attempt, RETRY_MAX_S), at_least)
+        log.warning("%s; trying again in %g s", reason, retry)
+        if attempt + 1 >= FAILING_AFTER and not self.warm():
+            self.failing = (
+                f"rank processes keep failing to start ({attempt + 1} tries in a row); the last: {reason}"
+            )
+        self._spawn_soon(delay=retry, attempt=attempt + 1)
+        self._notify()
 
     def _ready(self, rank: RankProcess) -> None:
         if rank.info is not None:
             self.host_info = rank.info.host
+        self.spawn_error = self.failing = None
         self._notify()
 
     def _described(self, info: dict[str, dict[str, Any]]) -> None:
@@ -132,30 +161,44 @@ class RankPool:
             self._describing = False  # the next spawn describes them
 
     def _dead(self, rank: RankProcess) -> None:
+        fork_server.reap_if_dead()  # a zombie otherwise; the next start makes a fresh one
         if rank in self.processes and not rank.busy:
             # Died while idle: replace it now. A busy one is replaced when its check releases it.
             self._remove(rank)
-            if not self.stopping:
-                death = rank.describe_death()
-                log.warning("idle %s; replacing it", death)
-                # A SIGTERM or SIGINT usually reached the whole process group (Ctrl-C, a
-                # container stop): the server itself is about to shut down, and a rank
-                # forked now would outlive it. Replace it only if the server stays up.
-                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
+            if self.stopping:
+                pass
+            elif not rank.ready:
+                death = f"{rank.describe_death()} before it was warm"
+                self._start_failed(death, rank.attempt, self._replace_after(rank))
+            else:
+                log.warning("idle %s; replacing it", rank.describe_death())
+                self._spawn_soon(delay=self._replace_after(rank))
         self._notify()
+
+    @staticmethod
+    def _replace_after(rank: RankProcess) -> float:
+        """A SIGTERM/SIGINT usually reached the whole process group (Ctrl-C, a container stop):
+        the server is about to stop, and a rank forked now would outlive it."""
+        return SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0
 
     def _remove(self, rank: RankProcess) -> None:
         if rank in self.processes:
             self.processes.remove(rank)
         rank.kill()
         rank.close()
+        if not self.stopping:  # stop() reaps every rank itself
+            self._soon(rank.bury())
 
     def _notify(self) -> None:
         async def notify() -> None:
             async with self.changed:
                 self.changed.notify_all()
 
-        task = asyncio.get_running_loop().create_task(notify(), context=contextvars.Context())
+        self._soon(notify())
+
+    def _soon(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background, outside any check's context; stop() cancels it."""
+        task = asyncio.get_running_loop().create_task(work, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -167,6 +210,8 @@ class RankPool:
         """End every rank process, then the fork server, and reap them all: nothing of the
         pool outlives it, not even as a zombie."""
         self.stopping = True
+        if self._starting:
+            fork_server.kill_for(self)  # rather than wait for its imports to end each start
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -179,23 +224,11 @@ class RankPool:
         ranks = list(self.processes)
         for rank in ranks:
             rank.send_exit()
-        await asyncio.to_thread(self._reap, ranks, list(self._ended))
+        await asyncio.to_thread(reap, ranks, list(self._ended))
         self.processes.clear()
         self._ended.clear()
         # Last: the fork server reports (and reaps) the ranks until they are gone.
         await asyncio.to_thread(stop_fork_server, self)
-
-    @staticmethod
-    def _reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
-        for rank in ranks:
-            rank.process.join(timeout=1.0)
-            if rank.process.is_alive():
-                rank.kill()
-                rank.process.join(timeout=2.0)
-            rank.close()
-        for process in killed:
-            with contextlib.suppress(Exception):  # one that never started has nothing to join
-                process.join(timeout=2.0)
 
     # ------------------------------------------------------------------ use
 
@@ -213,6 +246,8 @@ class RankPool:
             while len(self.idle()) < count:
                 if self.stopping:
                     raise RuntimeError("the worker is shutting down")
+                if self.failing is not None and not self.warm():
+                    raise RanksUnavailable(self.failing)
                 await self.changed.wait()
             ranks = self.idle()[:count]
             for rank in ranks:
@@ -228,8 +263,7 @@ class RankPool:
                 continue
             self._remove(rank)
             if not self.stopping:
-                # As in _dead: a rank that a SIGTERM/SIGINT ended waits out the grace.
-                self._spawn_soon(delay=SHUTDOWN_GRACE_S if rank.killed_by_shutdown_signal() else 0.0)
+                self._spawn_soon(delay=self._replace_after(rank))
         self._notify()
 
     def describe(self) -> list[dict[str, Any]]:
@@ -251,7 +285,9 @@ class RankPool:
         if spec.mesh is not None:
             # Every mesh rank is a real process (admission holds the mesh within the pool).
             dp = wanted = mesh_world(spec.mesh)
+        order.progress.waiting_for = wanted
         ranks = await self.acquire(wanted)
+        order.progress.holding = True
         gpus = int(self.host_info.gpus or 0)
         backend = "gloo"
         if spec.backend == "nccl" or (spec.backend == "auto" and gpus >= wanted):

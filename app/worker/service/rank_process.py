@@ -17,6 +17,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from app.worker.contract import protocol
+from app.worker.service import fork_server
 from app.worker.service.runner import RankDied, RankError
 
 # The exit code multiprocessing reports for a fork when the fork server that would have
@@ -34,6 +35,9 @@ class _Dead:
 class RankProcess:
     def __init__(self, process: BaseProcess, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         self.process = process
+        self._pid = process.pid
+        self._exitcode: int | None = None  # kept when the process object is closed (buried)
+        self._buried = False
         self.conn = conn
         self.loop = loop
         self.inbox: asyncio.Queue[protocol.FromRank | _Dead] = asyncio.Queue()
@@ -43,10 +47,17 @@ class RankProcess:
         self.on_ready: list[Callable[[RankProcess], None]] = []
         self.on_death: list[Callable[[RankProcess], None]] = []
         self.on_models: list[Callable[[dict[str, dict[str, Any]]], None]] = []
+        # The fork server it came from: a rank that dies with it has no status of its own.
+        self.fork_server_pid = fork_server.current_pid()
+        self.attempt = 0  # its failed starts in a row before it (the pool's retry count)
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid
+        return self._pid
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._exitcode if self._buried else self.process.exitcode
 
     @property
     def ready(self) -> bool:
@@ -111,15 +122,26 @@ class RankProcess:
             self.conn.send(protocol.Exit().to_dict())
 
     def describe_death(self) -> str:
-        self.process.join(timeout=0.5)
-        code = self.process.exitcode
-        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        return f"rank process {self.pid} {how}"
+        if not self._buried:
+            self.process.join(timeout=0.5)
+        code = self.exitcode
+        if code == FORK_SERVER_GONE:
+            fork_server.reap_if_dead()
+            ended = fork_server.death_of(self.fork_server_pid)
+            if ended is not None and ended != fork_server.FORK_SERVER_STATUS_UNKNOWN:
+                server = f"its fork server (pid {self.fork_server_pid})"
+                return f"rank process {self.pid} died with {server}, which {fork_server.how_it_ended(ended)}"
+        return f"rank process {self.pid} {fork_server.how_it_ended(code)}"
 
     def killed_by_shutdown_signal(self) -> bool:
-        """Ended by SIGTERM/SIGINT, or with its status lost because the fork server (which
-        reports it) died first: what a signal to the whole process group looks like."""
-        code = self.process.exitcode
+        """Ended by SIGTERM/SIGINT, or with its fork server (which reports its status) when a
+        SIGTERM/SIGINT ended that, or when how it ended is unknown: what a signal to the whole
+        process group looks like."""
+        code = self.exitcode
+        if code == FORK_SERVER_GONE:
+            fork_server.reap_if_dead()
+            ended = fork_server.death_of(self.fork_server_pid)
+            code = FORK_SERVER_GONE if ended is None else ended
         return code is not None and (-code in (signal.SIGTERM, signal.SIGINT) or code == FORK_SERVER_GONE)
 
     def kill(self) -> None:
@@ -129,3 +151,30 @@ class RankProcess:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.conn.close()
+
+    async def bury(self) -> None:
+        """Once the (killed) process has exited, free what the process object holds: two
+        descriptors of the fork server's status pipe, otherwise kept until the garbage
+        collector finds it, one pair per replaced rank."""
+        await asyncio.to_thread(self.process.join, 10.0)
+        if not self._buried and self.process.exitcode is not None:
+            self._exitcode = self.process.exitcode
+            self._buried = True
+            with contextlib.suppress(ValueError):
+                self.process.close()
+
+
+def reap(ranks: list[RankProcess], killed: list[BaseProcess]) -> None:
+    """Wait for ranks sent Exit (SIGKILL those that linger) and for processes killed before
+    they joined the pool, so that none is left a zombie (blocking: run it in a thread)."""
+    for rank in ranks:
+        if rank._buried:
+            continue  # joined and closed already
+        rank.process.join(timeout=1.0)
+        if rank.process.is_alive():
+            rank.kill()
+            rank.process.join(timeout=2.0)
+        rank.close()
+    for process in killed:
+        with contextlib.suppress(Exception):  # one that never started has nothing to join
+            process.join(timeout=2.0)

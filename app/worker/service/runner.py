@@ -8,13 +8,22 @@ one; API tests use a fake that needs no torch and no processes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.options import Rendezvous
 from app.worker.contract.protocol import HostInfo
 from app.worker.contract.spec import CheckSpec
+
+
+@dataclass(slots=True)
+class Progress:
+    """How far the runner got with an order: what the service says when it stops waiting
+    (a timeout while the check still waited for free ranks killed nothing)."""
+
+    waiting_for: int = 0  # rank processes it waits for, until it holds them
+    holding: bool = False  # it holds its ranks: the check runs on them
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +37,7 @@ class CheckOrder:
     # The registered model's package.module:factory, from the service's registry (None for
     # the built-in model): the runner never resolves a name a request sent.
     model_target: str | None
+    progress: Progress = field(default_factory=Progress, compare=False)
 
 
 # How long a rank killed by SIGTERM/SIGINT waits before it is replaced: a signal to the
@@ -55,6 +65,10 @@ class RankError(RuntimeError):
         self.ranks_kept = False  # set by the pool when every rank of the check was kept
 
 
+class RanksUnavailable(RuntimeError):
+    """No rank process can start (each try failed): the check did not run."""
+
+
 class RankState(Protocol):
     @property
     def busy(self) -> bool: ...
@@ -77,7 +91,14 @@ class CheckRunner(Protocol):
         ...
 
     @property
-    def spawn_error(self) -> str | None: ...
+    def spawn_error(self) -> str | None:
+        """Why the last start of a process failed, until one is warm again."""
+        ...
+
+    @property
+    def failing(self) -> str | None:
+        """Set while no process can start (every try fails): why checks cannot run."""
+        ...
 
     def start(self) -> None:
         """Begin warming up (returns at once)."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.errors import Busy, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
@@ -32,6 +34,7 @@ __all__ = ["CheckService", "Limits"]  # Limits: where callers have always found 
 log = logging.getLogger("batchplan.worker")
 
 ModelList = list[dict[str, Any]]  # a name: CheckService has a method called list
+T = TypeVar("T")
 
 
 def queue_full(capacity: int, retry_after: int) -> Busy:
@@ -49,6 +52,15 @@ def shutting_down() -> Unavailable:
 
 def no_such_check(job_id: str) -> NotFound:
     return NotFound(f"no check with id {job_id!r}")
+
+
+def database_failed(path: Path, err: sqlite3.Error) -> Unavailable:
+    """The job database failed a read or write (full disk, a lock held too long)."""
+    return Unavailable(
+        f"the job database {path} failed ({err}): checks cannot be stored or read until it works "
+        "again; the planner still serves",
+        retry_after=10,
+    )
 
 
 class CheckService:
@@ -132,6 +144,14 @@ class CheckService:
 
     # ------------------------------------------------------------------ requests
 
+    async def _db(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store call in a thread; its database's failure as a 503 that says so."""
+        try:
+            return await asyncio.to_thread(call, *args, **kwargs)
+        except sqlite3.Error as err:
+            log.error("the job database %s failed: %s", self.store.path, err)
+            raise database_failed(self.store.path, err) from err
+
     async def submit(self, submission: Submission) -> Job:
         """Store `submission` (from `prepare`) as a queued job and queue it."""
         if self.shutting_down:
@@ -141,7 +161,7 @@ class CheckService:
             wait = math.ceil(self._execution.mean_check_s * busy / self.limits.concurrent_checks)
             raise queue_full(self.limits.queue_size, max(1, wait))
         job_id = uuid.uuid4().hex
-        job = await asyncio.to_thread(self.store.create, job_id, submission.to_json())
+        job = await self._db(self.store.create, job_id, submission.to_json())
         if self.shutting_down:  # the shutdown began while the job was written: it runs after a restart
             log.info("check %s queued during shutdown; it runs after a restart", job_id)
             return job
@@ -155,33 +175,46 @@ class CheckService:
         return job
 
     async def get(self, job_id: str) -> Job:
-        job = await asyncio.to_thread(self.store.get, job_id)
+        job = await self._db(self.store.get, job_id)
         if job is None:
             raise no_such_check(job_id)
         return job
 
     async def list(self, limit: int, status: JobStatus | None) -> list[Job]:
-        return await asyncio.to_thread(self.store.recent, limit, status)
+        return await self._db(self.store.recent, limit, status)
 
     async def cancel(self, job_id: str) -> Job:
         job = await self.get(job_id)
         job.check_transition(JobStatus.CANCELLED)  # a conflict once it has finished
         if job_id in self._execution.queued:
             self._execution.queued.discard(job_id)
-            await asyncio.to_thread(
-                self.store.finish, job_id, JobStatus.CANCELLED, error="cancelled before it started"
-            )
+            try:
+                error = "cancelled before it started"
+                await self._db(self.store.finish, job_id, JobStatus.CANCELLED, error=error)
+            except Unavailable:
+                self._execution.queued.add(job_id)  # still queued on disk: so it stays here
+                raise
         await self._execution.cancel(job_id)
-        return await self.get(job_id)
+        job = await self.get(job_id)
+        if not job.status.finished and job_id in self._execution.running:
+            raise Unavailable(
+                f"check {job_id} was stopped, but the job database has not recorded it yet (it keeps "
+                "trying); ask again in a moment",
+                retry_after=10,
+            )
+        return job
 
     # ------------------------------------------------------------------ the host
 
     def host(self) -> dict[str, Any]:
         info = self.runner.host_info
         warm = self.runner.warm()
+        ready = len(warm) >= self.runner.size
         return {
             "worker_enabled": True,
-            "ready": len(warm) >= self.runner.size,
+            "ready": ready,
+            "not_ready_reason": None if ready else self._not_ready_reason(len(warm)),
+            "failing": self.runner.failing,
             "processes_per_host": self.runner.size,
             "warm_processes": len(warm),
             "busy_processes": sum(1 for p in warm if p.busy),
@@ -200,6 +233,14 @@ class CheckService:
             "check_timeout_s": self.limits.check_timeout_s,
             "models": self.describe_models(),
         }
+
+    def _not_ready_reason(self, warm: int) -> str:
+        if self.runner.failing is not None:
+            return self.runner.failing
+        reason = f"{warm} of {self.runner.size} rank processes warm; the others are starting"
+        if self.runner.spawn_error:
+            reason += f" (the last start failed: {self.runner.spawn_error})"
+        return reason
 
     def describe_models(self) -> ModelList:
         """The built-in model and every registered one, with what its factory built (once a

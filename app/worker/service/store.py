@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 from datetime import UTC, datetime
@@ -10,24 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from app.core.jobs import Job, JobStatus
+from app.worker.service import store_file
 
 INTERRUPTED = "the server stopped while this check was running; submit it again"
-
-# `request` holds the job's Submission as JSON (the column keeps its first name: databases
-# outlive versions).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    started_at TEXT,
-    finished_at TEXT,
-    request TEXT NOT NULL,
-    result TEXT,
-    error TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
-"""
 
 
 def now() -> str:
@@ -39,18 +26,25 @@ class JobStore:
     worker threads so the event loop never waits on the disk."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
-        self._db.row_factory = sqlite3.Row
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+        self._file = store_file.lock(path)  # refused while another server has it
+        try:
+            self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+            self._db.row_factory = sqlite3.Row
+            store_file.prepare(self._db)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._db.close()
+            os.close(self._file)
+            raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._file >= 0:
+                os.close(self._file)  # last: this lets another server open the file
+                self._file = -1
 
     @staticmethod
     def _job(row: sqlite3.Row | None) -> Job | None:
