@@ -1,6 +1,8 @@
 """Shared, light fixtures: an app without the worker, and a TestClient over it.
 
 The web stack is imported inside the fixtures, so the pure core tests never depend on it.
+support/parallel.py keeps the tests that share a module or session fixture on one
+pytest-xdist worker, and says what a test must do to run beside any other.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+
+pytest_plugins = ("support.parallel",)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -37,3 +41,4 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
+
