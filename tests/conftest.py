@@ -1,4 +1,5 @@
-"""Shared, light fixtures: an app without the worker, and a TestClient over it.
+"""Shared fixtures: an app without the worker and a TestClient over it (light), and one
+default worker app with warm ranks for the modules that need nothing else (not light).
 
 The web stack is imported inside the fixtures, so the pure core tests never depend on it.
 support/parallel.py keeps the tests that share a module or session fixture on one
@@ -42,3 +43,14 @@ def client(app: FastAPI) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as test_client:
         yield test_client
 
+
+@pytest.fixture(scope="session")
+def default_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The app as a server started with no settings runs it: 4 warm ranks, the default check
+    models built. Only its job database and a quiet log are the tests' own; the modules that
+    use it share it (its ranks start once), so a test must not depend on which jobs it holds."""
+    from support.apps import warm_app
+
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    with warm_app(db, 4, models=True, log_level="warning") as test_client:
+        yield test_client
