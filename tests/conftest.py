@@ -1,6 +1,9 @@
-"""Shared, light fixtures: an app without the worker, and a TestClient over it.
+"""Shared fixtures: an app without the worker and a TestClient over it (light), and one
+default worker app with warm ranks for the modules that need nothing else (not light).
 
 The web stack is imported inside the fixtures, so the pure core tests never depend on it.
+support/parallel.py keeps the tests that share a module or session fixture on one
+pytest-xdist worker, and says what a test must do to run beside any other.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+
+pytest_plugins = ("support.parallel",)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -36,4 +41,16 @@ def client(app: FastAPI) -> Iterator[TestClient]:
     from fastapi.testclient import TestClient
 
     with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture(scope="session")
+def default_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The app as a server started with no settings runs it: 4 warm ranks, the default check
+    models built. Only its job database and a quiet log are the tests' own; the modules that
+    use it share it (its ranks start once), so a test must not depend on which jobs it holds."""
+    from support.apps import warm_app
+
+    db = tmp_path_factory.mktemp("jobs") / "jobs.sqlite3"
+    with warm_app(db, 4, models=True, log_level="warning") as test_client:
         yield test_client

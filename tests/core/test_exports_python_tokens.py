@@ -4,7 +4,6 @@ and its per-micro-batch scales against the plan's rule on a real one-process gro
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,9 @@ def test_the_token_skeleton_trains_under_torchrun(tmp_path: Path) -> None:
     assert len(losses) == 3 and all(math.isfinite(v) and v > 0 for v in losses), out
 
 
-def test_the_skeletons_scales_weigh_every_valid_token_of_the_step_alike() -> None:
+def test_the_skeletons_scales_weigh_every_valid_token_of_the_step_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
@@ -53,7 +54,8 @@ def test_the_skeletons_scales_weigh_every_valid_token_of_the_step_alike() -> Non
     namespace["TOY"] = True
     dataset = namespace["build_dataset"]()
     loader = torch.utils.data.DataLoader(dataset, batch_size=3)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # the rendezvous, not left behind for later tests
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         scaled = list(namespace["with_loss_scales"](loader, None, torch.device("cpu")))

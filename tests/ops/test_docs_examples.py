@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,13 +93,9 @@ def test_a_documented_number_that_is_not_what_the_app_answers_is_caught(planner:
     assert mismatches(elastic.answer.replace("[32, 34, 36, 48", "[32, 36, 34, 48"), real)
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    from support.apps import warm_app
-
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
-    with warm_app(db, 4, models=True, log_level="warning") as client:  # a default server's models
-        yield client
+@pytest.fixture
+def worker(default_worker: TestClient) -> TestClient:
+    return default_worker  # tests/conftest.py: a default server's ranks and models
 
 
 @pytest.mark.slow

@@ -4,17 +4,21 @@ Slurm, another munged) is touched. Each node declares two fake GPUs (symlinks to
 which is enough for Slurm to allocate them and set CUDA_VISIBLE_DEVICES per job.
 
 The node names must resolve (the Slurm export uses the first one as MASTER_ADDR), so the nodes
-are named after this host and `localhost`; both answer on 127.0.0.1 where slurmd listens.
+are named after this host and `localhost`; both answer on 127.0.0.1 where slurmd listens. Two
+such clusters would both call themselves these nodes on this host, so one runs at a time: a
+lock that every test run on the host takes (two pytest-xdist workers, or two checkouts).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +27,9 @@ from pathlib import Path
 from app.ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+# Host-wide, not per run: it is what keeps two runs' clusters apart.
+LOCK = Path(tempfile.gettempdir()) / "batchplan-test-slurm-cluster.lock"
+LOCK_WAIT_S = 240  # another run's jobs take about a minute; the test's own timeout is 300 s
 CPUS_PER_NODE = 8  # declared, not real: config_overrides keeps slurmd from draining the node
 GPUS_PER_NODE = 2
 
@@ -183,12 +190,43 @@ def _wait_idle(cluster: Cluster, timeout: float = 30) -> None:
 
 
 @contextlib.contextmanager
+def host_lock(path: Path = LOCK, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """Hold `path` exclusively (flock: released if this process dies), waiting up to `wait_s`
+    while another process holds it."""
+    with path.open("a+") as lock:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    lock.seek(0)
+                    raise RuntimeError(
+                        f"another test cluster held {path} for {wait_s} s (its pid: {lock.read().strip()})"
+                    ) from None
+                time.sleep(0.5)
+        try:
+            lock.truncate(0)
+            lock.write(str(os.getpid()))
+            lock.flush()
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def running_cluster(root: Path) -> Iterator[Cluster]:
     """Start the cluster in `root`; stop each daemon by its PID on the way out."""
     missing = [d for d in DAEMONS if shutil.which(d, path="/usr/sbin:/sbin:" + os.environ["PATH"]) is None]
     if missing or os.geteuid() != 0:
         why = f"{', '.join(missing)} not installed" if missing else "the daemons run as root"
         raise SlurmUnavailable(f"no Slurm here ({why}): apt-get install slurm-wlm munge, as .ci/run does")
+    with host_lock():
+        yield from _run_cluster(root)
+
+
+def _run_cluster(root: Path) -> Iterator[Cluster]:
     nodes = _hostnames()
     host = socket.gethostname()
     for sub in ("munge", "state", "dev", *(f"spool/{n}" for n in nodes)):

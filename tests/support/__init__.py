@@ -8,6 +8,8 @@
 - bodies:    check request bodies several tests build the same way
 - image:     the Dockerfile read as data: the final stage's CMD, HEALTHCHECK and environment
 - cli:       what the CLI tests' fixtures hand the tests
+- parallel:  the pytest plugin that keeps tests sharing a fixture on one xdist worker, and
+             what a test must do to run beside any other (`pytest -n 4`)
 
 Tests import it as `support` (pytest puts tests/ on sys.path for tests/conftest.py); the
 benchmarks, run from the repository root, as `tests.support`. Modules here import each other

@@ -4,8 +4,6 @@ included, since a default server registers the example model."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +11,6 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app
 from support.polling import run_check
 
 from app.core.model_registry import EXAMPLE_MODELS, parse_models
@@ -21,13 +18,10 @@ from app.core.model_registry import EXAMPLE_MODELS, parse_models
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    # Only what a test needs to run beside others: its own job database, its rank count and a
-    # quiet log; the check models are the default ones.
-    db = Path(tmp_path_factory.mktemp("jobs")) / "jobs.sqlite3"
-    with warm_app(db, 4, models=True, log_level="warning") as test_client:
-        yield test_client
+@pytest.fixture
+def client(default_worker: TestClient) -> TestClient:
+    # tests/conftest.py: its own job database, 4 ranks, a quiet log, the default check models.
+    return default_worker
 
 
 def _check_examples(client: TestClient) -> dict[str, Any]:
