@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One run of every benchmark the README's table quotes, one after another (never two at once:
+# they would time each other), each one's output whole in a log with the date, the commit and
+# the machine's load beside it. The README's benchmark section is regenerated from one such log.
+#
+#     bench/run_all.sh [LOG]        # default bench-all-<date>.log; ~25 min on 2 cores
+#     SOAK_FAULTS=40 bench/run_all.sh   # the long soak (default 12 faults here)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log=${1:-bench-all-$(date -u +%Y%m%dT%H%MZ).log}
+py=.venv/bin/python
+{
+  echo "# bench/run_all.sh  $(date -u +%Y-%m-%dT%H:%MZ)  commit $(git rev-parse --short HEAD)"
+  echo "# $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$log"
+run() {
+  echo "## $*  (load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$log"
+  local start=$SECONDS
+  "$py" "$@" 2>&1 | tee -a "$log"
+  echo "## took $((SECONDS - start)) s" | tee -a "$log"
+}
+run bench/bench_core.py
+run bench/bench_http.py
+run bench/bench_scaling.py --quick
+run bench/bench_checks.py
+run bench/bench_load.py
+run bench/bench_models.py
+run bench/bench_soak.py --faults "${SOAK_FAULTS:-12}"
+echo "# done $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$log"
