@@ -16,8 +16,8 @@ from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Conflict, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
 from app.core.problems import domain_problem, problem_body
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (
-    CHECK_EXAMPLES,
     CheckJobOut,
     CheckListOut,
     CheckModelsOut,

@@ -21,19 +21,16 @@ from app.core.planner import plan
 from app.core.problems import Problem
 from app.core.schedule import Schedule, schedule
 from app.schemas.checked_options import checked_option_errors
-from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
-from app.schemas.examples import plan_example
-from app.schemas.exports import (
+from app.schemas.elastic import (
     ELASTIC_REQUEST_EXAMPLE,
-    SCHEDULE_REQUEST_EXAMPLE,
     ElasticCountOut,
     ElasticLearningRateOut,
     ElasticOut,
     ElasticRequestIn,
-    ExportOptionsIn,
-    ScheduleOut,
-    ScheduleRequestIn,
 )
+from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
+from app.schemas.examples import plan_example
+from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE, ExportOptionsIn, ScheduleOut, ScheduleRequestIn
 from app.schemas.plan_requests import PlanRequestIn
 
 router = APIRouter(prefix="/v1/plans", tags=["exports"])
