@@ -8,8 +8,7 @@ from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
-from plan_helpers import examples, is_feasible, replica_micro_batches, try_plan
-from plan_strategies import assert_invariants, requests
+from plan_helpers import assert_invariants, examples, is_feasible, replica_micro_batches, requests, try_plan
 
 from app.core.plan_types import DatasetSpec, Divisibility, PlanRequest, Topology
 

@@ -9,8 +9,16 @@ from fractions import Fraction
 
 from hypothesis import given
 from hypothesis import strategies as st
-from plan_helpers import as_rational, ddp_gradient, examples, replica_micro_batches, try_plan
-from plan_strategies import assert_invariants, requests, throughputs
+from plan_helpers import (
+    as_rational,
+    assert_invariants,
+    ddp_gradient,
+    examples,
+    replica_micro_batches,
+    requests,
+    throughputs,
+    try_plan,
+)
 
 from app.core.plan_types import Divisibility, LossReduction, NodeGroup, Plan, PlanRequest, Topology
 
