@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from app.api.chart_response import chart_response
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
@@ -189,15 +190,13 @@ async def plan_schedule(
     the_plan, result = _scheduled(body)
     if format == "json":
         return ScheduleOut.model_validate(result)
-    from app.charts import MEDIA_TYPES, schedule_chart  # matplotlib loads only when a chart is asked for
+    from app.charts import schedule_chart  # matplotlib loads only when a chart is asked for
 
     title = (
         f"{the_plan.world_size} GPUs, data-parallel {the_plan.data_parallel_size}, "
         f"global batch {the_plan.global_batch_size}, {result.train_steps} steps"
     )
-    # Drawing takes tens of milliseconds: off the event loop.
-    image = await run_in_threadpool(schedule_chart, result, format, title)
-    return Response(image, media_type=MEDIA_TYPES[format])
+    return await chart_response(schedule_chart, result, format, title)
 
 
 @router.post(
