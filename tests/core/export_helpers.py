@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from support.bodies import node_groups
+
 from app.core.exports import ExportInput
 from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
@@ -32,12 +34,7 @@ EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
 MIXED = EXAMPLES["mixed"]["value"]
 # Two node groups of the same shape, split unevenly by throughput: ranks must be pinned.
 PINNED = {
-    "topology": {
-        "node_groups": [
-            {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0},
-            {"name": "a100", "num_nodes": 1, "gpus_per_node": 8, "relative_throughput": 1.0},
-        ]
-    },
+    "topology": node_groups(("h100", 2, 8, 2.0), ("a100", 1, 8, 1.0)),
     "global_batch_size": 1000,
 }
 SINGLE = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64}
