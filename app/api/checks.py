@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi import Path as PathParam
-from fastapi.concurrency import run_in_threadpool
 
+from app.api.chart_response import chart_response
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.exposure import exposure
 from app.api.plans import refused_plans
@@ -16,8 +16,8 @@ from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Conflict, NotFound, Unavailable
 from app.core.jobs import Job, JobStatus
 from app.core.problems import domain_problem, problem_body
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (
-    CHECK_EXAMPLES,
     CheckJobOut,
     CheckListOut,
     CheckModelsOut,
@@ -206,15 +206,13 @@ async def check_trajectory(
     optimizer step of the plan's run against the single-process reference run's and each
     run-level control's (the mistakes it must tell apart), and the lr each stepped with."""
     result = _trajectory_of(await service.get(check_id))
-    from app.charts import MEDIA_TYPES, trajectory_chart  # matplotlib loads only when a chart is asked for
+    from app.charts import trajectory_chart  # matplotlib loads only when a chart is asked for
 
     title = (
         f"check {check_id}: {result['steps']} optimizer steps, {result['data_parallel_size']} replicas, "
         f"{'passed' if result['passed'] else 'FAILED'}"
     )
-    # Drawing takes tens of milliseconds: off the event loop.
-    image = await run_in_threadpool(trajectory_chart, result, format, title)
-    return Response(image, media_type=MEDIA_TYPES[format])
+    return await chart_response(trajectory_chart, result, format, title)
 
 
 @router.delete(

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from app.api.chart_response import chart_response
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
@@ -21,19 +22,16 @@ from app.core.planner import plan
 from app.core.problems import Problem
 from app.core.schedule import Schedule, schedule
 from app.schemas.checked_options import checked_option_errors
-from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
-from app.schemas.examples import plan_example
-from app.schemas.exports import (
+from app.schemas.elastic import (
     ELASTIC_REQUEST_EXAMPLE,
-    SCHEDULE_REQUEST_EXAMPLE,
     ElasticCountOut,
     ElasticLearningRateOut,
     ElasticOut,
     ElasticRequestIn,
-    ExportOptionsIn,
-    ScheduleOut,
-    ScheduleRequestIn,
 )
+from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
+from app.schemas.examples import plan_example
+from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE, ExportOptionsIn, ScheduleOut, ScheduleRequestIn
 from app.schemas.plan_requests import PlanRequestIn
 
 router = APIRouter(prefix="/v1/plans", tags=["exports"])
@@ -192,15 +190,13 @@ async def plan_schedule(
     the_plan, result = _scheduled(body)
     if format == "json":
         return ScheduleOut.model_validate(result)
-    from app.charts import MEDIA_TYPES, schedule_chart  # matplotlib loads only when a chart is asked for
+    from app.charts import schedule_chart  # matplotlib loads only when a chart is asked for
 
     title = (
         f"{the_plan.world_size} GPUs, data-parallel {the_plan.data_parallel_size}, "
         f"global batch {the_plan.global_batch_size}, {result.train_steps} steps"
     )
-    # Drawing takes tens of milliseconds: off the event loop.
-    image = await run_in_threadpool(schedule_chart, result, format, title)
-    return Response(image, media_type=MEDIA_TYPES[format])
+    return await chart_response(schedule_chart, result, format, title)
 
 
 @router.post(

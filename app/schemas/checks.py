@@ -21,6 +21,7 @@ from app.core.check_options import (
 )
 from app.core.jobs import Job, JobStatus
 from app.core.model_registry import NAME, PROBE_PENDING, SYNTHETIC
+from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
@@ -238,98 +239,3 @@ class HostOut(BaseModel):
         description="Who can reach the worker: where it listens and whether a key guards it.",
         examples=[{"listening": ["127.0.0.1:8001"], "api_key": True, "warning": None}],
     )
-
-
-CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
-    "even": {
-        "summary": "4 replicas, global batch 64, 2 accumulation steps",
-        "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "global_batch_size": 64,
-                "micro_batch_size": 8,
-            },
-            "backend": "auto",
-            "dtype": "float64",
-            "seed": 0,
-            "timeout_s": 120,
-        },
-    },
-    "mixed": {
-        "summary": "A mixed cluster with uneven micro-batches",
-        "value": {
-            "plan": {
-                "topology": {
-                    "node_groups": [
-                        {"name": "h100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-                        {"name": "a100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-                    ]
-                },
-                "global_batch_size": 60,
-                "max_micro_batch_size": 8,
-            }
-        },
-    },
-    "registered_model": {
-        "summary": "An operator-registered model: equivalence, noise scale, largest micro-batch",
-        "description": "The example `mlp`, which a server registers unless BATCHPLAN_CHECK_MODELS "
-        "lists other models: BATCHPLAN_CHECK_MODELS=mlp=app.worker.example_models:mlp",
-        "value": {
-            "plan": {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 256},
-            "model": "mlp",
-            "noise_scale": {"steps": 8, "learning_rate": 0.0},
-            "fit_micro_batch": {"memory_bytes": 85899345920, "safety_margin": 0.1, "optimizer": "adam"},
-        },
-    },
-    "tokens": {
-        "summary": "A token-normalised plan on sequences of uneven length",
-        "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "sequence_length": 16,
-                "global_batch_tokens": 256,
-                "micro_batch_tokens": 32,
-                "loss_normalization": "token",
-            },
-            "workload": "tokens",
-        },
-    },
-    "run": {
-        "summary": "A run, not one step: 20 optimizer steps of a recipe over two epochs",
-        "description": "The ranks train the plan's recipe (warmup, cosine decay, weight decay, clipping) "
-        "through its sampler across an epoch boundary; every step is held against a single-process "
-        "reference run, beside the run-level controls. The result's `trajectory` lists the steps; "
-        "GET /v1/checks/{id}/trajectory.png draws them.",
-        "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "global_batch_size": 32,
-                "micro_batch_size": 4,
-                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
-                "learning_rate": {
-                    "base_lr": 0.1,
-                    "rule": "none",
-                    "warmup_steps": 4,
-                    "warmup_start_lr": 0.0,
-                    "decay": "cosine",
-                    "train_steps": 20,
-                    "weight_decay": 0.01,
-                    "max_grad_norm": 0.5,
-                },
-            },
-            "steps": 20,
-        },
-    },
-    "mesh": {
-        "summary": "The plan's own mesh: 2 pipeline stages, 4 micro-batches per schedule",
-        "description": "One process per mesh rank; the result reports `mesh` and `wrapper`.",
-        "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 2},
-                "micro_batch_size": 3,
-                "gradient_accumulation_steps": 4,
-                "parallelism": {"pipeline": 2},
-            }
-        },
-    },
-}

@@ -6,12 +6,10 @@ paid once, and replacing a killed rank costs tens of milliseconds.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +20,7 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
-from app.main import create_app
 from app.schemas.checks import CHECK_EXAMPLES
-from app.settings import Settings
-from app.worker.service.store import JobStore
 
 pytestmark = pytest.mark.slow
 
@@ -258,51 +253,3 @@ def test_queue_full_is_429_and_cancel_works_queued_and_running(client: TestClien
     last = wait_check(client, queued[1].headers["location"], ("succeeded",))
     assert last["result"]["passed"]
     assert client.get(queued[0].headers["location"]).json()["status"] == "cancelled"
-
-
-def test_api_key_guards_the_worker_endpoints(tmp_path: Path) -> None:
-    settings = Settings(api_key="s3cret", worker_enabled=False, log_level="warning")
-    with TestClient(create_app(settings)) as guarded:
-        for method, path in [
-            ("get", "/v1/host"),
-            ("get", "/v1/checks"),
-            ("post", "/v1/checks"),
-            ("get", "/v1/checks/x"),
-            ("delete", "/v1/checks/x"),
-        ]:
-            response = getattr(guarded, method)(path)
-            assert response.status_code == 401, path
-            assert response.headers["content-type"] == "application/problem+json"
-            assert response.headers["www-authenticate"].startswith("Bearer")
-        assert guarded.get("/v1/host", headers={"Authorization": "Bearer wrong"}).status_code == 401
-        assert guarded.get("/v1/host", headers={"Authorization": "Bearer s3cret"}).status_code == 200
-        assert guarded.get("/v1/host", headers={"X-API-Key": "s3cret"}).json()["worker_enabled"] is False
-        # without the worker the endpoints say so, as problems
-        disabled = guarded.get("/v1/checks", headers={"X-API-Key": "s3cret"})
-        assert disabled.status_code == 503 and disabled.headers["content-type"] == "application/problem+json"
-        assert guarded.post("/v1/plans", json=EVEN_2).status_code == 200
-
-
-def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.sqlite3"
-    settings = Settings(jobs_db=db, processes_per_host=2, log_level="warning")
-    with TestClient(create_app(settings)) as first:
-        wait_warm(first, 2)
-        done = run(first, EVEN_2)
-    # What a server killed mid-check leaves behind: one job running, one queued.
-    store = JobStore(db)
-    payload = store.get(done["id"]).submission  # type: ignore[union-attr]
-    store.create("was-running", payload)
-    store.start("was-running")
-    store.create("was-queued", payload)
-    # A version before the spec was stored as an object kept it as a JSON string.
-    store.create("queued-by-an-older-version", {**payload, "spec": json.dumps(payload["spec"])})
-    store.close()
-    with TestClient(create_app(settings)) as second:
-        again = second.get(f"/v1/checks/{done['id']}").json()
-        assert again["status"] == "succeeded" and again["result"] == done["result"]
-        interrupted = second.get("/v1/checks/was-running").json()
-        assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
-        wait_warm(second, 2)
-        assert wait_check(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
-        assert wait_check(second, "/v1/checks/queued-by-an-older-version", ("succeeded",))["result"]["passed"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from test_problems_api import assert_field_error
+from support.problems import assert_field_error
 
 from app.schemas.examples import plan_example
 

@@ -1,4 +1,5 @@
-"""`batchplan plan` / `export`: the same output computed here and by a real server."""
+"""`batchplan plan` / `export`: the same output computed here and by a real server (the
+errors: test_plan_cli_errors.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import Invoke, Run
-from support.servers import ROOT, Server, free_port
+from support.cli import Invoke, both
+from support.servers import ROOT, Server
 
 from app.core.exports import EXPORTERS
 from app.schemas.examples import plan_example
@@ -90,12 +91,6 @@ def mixed_file(tmp_path: Path) -> Path:
     return path
 
 
-def both(run: Invoke, server: Server, *args: str) -> tuple[Run, Run]:
-    local = run(*args)
-    remote = run(*args, "--url", server.url)
-    return local, remote
-
-
 def test_token_flags_are_the_example_body(run: Invoke, tmp_path: Path) -> None:
     path = tmp_path / "language_model.json"
     path.write_text(json.dumps(plan_example("language_model")))
@@ -133,74 +128,6 @@ def test_table_is_the_default_and_the_same_both_ways(run: Invoke, server: Server
     assert "world size 20, model-parallel 1, data-parallel 20" in local.stdout
     assert "micro per group" in local.stdout
     assert "a100" in local.stdout and "sampler proportional" in local.stdout
-
-
-ERRORS = {
-    "infeasible": ["plan", "--num-nodes", "2", "-b", "1000", "-m", "32"],
-    "schema": ["plan", "-b", "0"],
-    "both_topologies": ["plan", "--node-group", "a:1:8", "--num-nodes", "2", "-b", "64"],
-    "bad_group_value": ["plan", "--node-group", "a:0:8", "-b", "64"],
-    "model_parallel": ["plan", "--gpus-per-node", "6", "--tensor", "4", "-b", "64"],
-    "unknown_format": ["plan", "--format", "ray", "-b", "64"],
-    "bad_export_option": ["export", "slurm", "-b", "64", "--job-name", "Not_A_Label"],
-    "export_unsupported": [
-        "export",
-        "deepspeed",
-        "--node-group",
-        "h:1:2:2",
-        "--node-group",
-        "a:1:2",
-        "-b",
-        "60",
-    ],
-    "warmup_needs_dataset": ["plan", "-b", "64", "--base-lr", "0.1", "--warmup-epochs", "1"],
-}
-
-
-@pytest.mark.parametrize("name", ERRORS)
-def test_errors_are_the_same_both_ways(run: Invoke, server: Server, name: str) -> None:
-    local, remote = both(run, server, *ERRORS[name])
-    assert local.exit_code == remote.exit_code == 2
-    assert local.stdout == remote.stdout == ""
-    assert local.stderr == remote.stderr
-    assert local.stderr.startswith("error: ")
-
-
-def test_errors_print_the_suggestions(run: Invoke) -> None:
-    out = run(*ERRORS["infeasible"])
-    assert out.exit_code == 2
-    assert out.stderr.splitlines() == [
-        "error: global_batch_size 1000 is not a multiple of micro 32 x 16 replicas = 512",
-        "  try global_batch_size: 1024, 512, 1536",
-    ]
-    model_parallel = run(*ERRORS["model_parallel"])
-    # 6 GPUs on one node with tensor 4: GPU counts and tensor sizes, each a field of the request.
-    assert "  try topology.gpus_per_node: 4, 8, 16" in model_parallel.stderr.splitlines()
-    assert "  try parallelism.tensor: 3, 6" in model_parallel.stderr.splitlines()
-    unsupported = run(*ERRORS["export_unsupported"])
-    assert "try " in unsupported.stderr
-
-
-def test_a_malformed_node_group_is_a_usage_error(run: Invoke) -> None:
-    out = run("plan", "--node-group", "h100:2", "-b", "64")
-    assert out.exit_code == 2
-    assert "NAME:NODES:GPUS_PER_NODE" in out.stderr
-    assert run("plan", "--node-group", "h100:2:x", "-b", "64").exit_code == 2
-
-
-def test_request_file_errors(run: Invoke, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    out = run("plan", "--request", str(bad))
-    assert out.exit_code == 2 and "is not valid JSON" in out.stderr
-    missing = run("plan", "--request", str(tmp_path / "nope.json"))
-    assert missing.exit_code == 2 and "cannot read" in missing.stderr
-
-
-def test_an_unreachable_server_exits_2(run: Invoke) -> None:
-    out = run("plan", "-b", "64", "--url", f"http://127.0.0.1:{free_port()}")
-    assert out.exit_code == 2
-    assert out.stderr.startswith("error: cannot reach http://127.0.0.1:")
 
 
 @pytest.mark.parametrize("fmt", list(EXPORTERS))

@@ -1,13 +1,16 @@
 """What the export tests share (not a test module): a request body planned into an export's
-input, and the literal arguments of a call in an exported Python text."""
+input, the literal arguments of a call in an exported Python text, and the bodies they plan."""
 
 from __future__ import annotations
 
 import ast
 from typing import Any
 
+from support.bodies import node_groups
+
 from app.core.exports import ExportInput
 from app.core.planner import plan
+from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 
 
@@ -24,3 +27,14 @@ def call_kwargs(text: str, name: str) -> dict[str, Any]:
                 k.arg: ast.literal_eval(k.value) for k in node.keywords if isinstance(k.value, ast.Constant)
             }
     raise AssertionError(f"no call to {name}")
+
+
+# Request bodies the export tests plan: the documented examples, by how their clusters split.
+EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
+MIXED = EXAMPLES["mixed"]["value"]
+# Two node groups of the same shape, split unevenly by throughput: ranks must be pinned.
+PINNED = {
+    "topology": node_groups(("h100", 2, 8, 2.0), ("a100", 1, 8, 1.0)),
+    "global_batch_size": 1000,
+}
+SINGLE = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64}

@@ -1,27 +1,18 @@
-"""Exports, checked by the tools that consume them: PyYAML, bash -n, torchrun's own argument
-parser, Python's parser, and DeepSpeed's batch rule."""
+"""Exports, checked by the tools that consume them: DeepSpeed's batch rule, Python's parser,
+the refusals of uneven plans and their suggestions (the launch scripts:
+test_exports_launchers.py; the YAML exports: test_exports_yaml.py)."""
 
 from __future__ import annotations
 
 import ast
 import json
-import os
-import shutil
-import stat
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from export_helpers import call_kwargs, export_input
-from hypothesis import given
-from hypothesis import strategies as st
-from torch.distributed.run import get_args_parser
+from export_helpers import EVEN, MIXED, PINNED, call_kwargs, export_input
 
 from app.core.errors import PlanError
-from app.core.exports import EXPORTERS, ExportUnsupported, export, to_yaml
+from app.core.exports import EXPORTERS, ExportUnsupported, export
 from app.core.plan_types import PlanRequest
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
@@ -31,19 +22,6 @@ def _request(body: dict[str, Any]) -> PlanRequest:
     return PlanRequestIn.model_validate(body).to_core()
 
 
-EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
-MIXED = EXAMPLES["mixed"]["value"]
-# Two node groups of the same shape, split unevenly by throughput: ranks must be pinned.
-PINNED = {
-    "topology": {
-        "node_groups": [
-            {"name": "h100", "num_nodes": 2, "gpus_per_node": 8, "relative_throughput": 2.0},
-            {"name": "a100", "num_nodes": 1, "gpus_per_node": 8, "relative_throughput": 1.0},
-        ]
-    },
-    "global_batch_size": 1000,
-}
-SINGLE = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64}
 UNEVEN_FORMATS = ["deepspeed", "accelerate", "hf-trainer", "lightning"]
 
 
@@ -176,152 +154,6 @@ def caught_refusal(fmt: str, body: dict[str, Any]) -> ExportUnsupported:
     with pytest.raises(ExportUnsupported) as caught:
         export(fmt, export_input(body))
     return caught.value
-
-
-# ----------------------------------------------------------------------------- YAML
-
-
-def test_kubernetes_manifest_parses_and_matches_the_cluster() -> None:
-    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
-    manifest = yaml.safe_load(export("kubernetes", x).text)
-    assert manifest["apiVersion"] == "kubeflow.org/v1" and manifest["kind"] == "PyTorchJob"
-    specs = manifest["spec"]["pytorchReplicaSpecs"]
-    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 1
-    assert manifest["spec"]["nprocPerNode"] == "8"
-    container = specs["Worker"]["template"]["spec"]["containers"][0]
-    assert container["name"] == "pytorch"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
-    args = get_args_parser().parse_args(container["command"][1:])
-    assert args.nnodes == "2" and args.nproc_per_node == "8"
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["MICRO_BATCH_SIZE"] == "32"
-
-
-def test_kubernetes_refuses_node_groups_of_different_shapes() -> None:
-    with pytest.raises(ExportUnsupported, match="GPUs per node"):
-        export("kubernetes", export_input(MIXED))
-
-
-def test_accelerate_config_parses_with_total_process_count() -> None:
-    x = export_input(EXAMPLES["dataset_and_lr"]["value"])
-    config = yaml.safe_load(export("accelerate", x).text)
-    assert config["num_machines"] == 2 and config["num_processes"] == 16
-    assert config["mixed_precision"] == "no"  # quoted: a bare `no` is YAML 1.1 false
-    assert config["distributed_type"] == "MULTI_GPU"
-
-
-yaml_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53), 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=20)
-)
-yaml_values = st.recursive(
-    yaml_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-
-
-@given(
-    st.dictionaries(
-        st.from_regex(r"[a-z][a-z0-9_.]{0,8}", fullmatch=True), yaml_values, min_size=1, max_size=5
-    )
-)
-def test_hand_written_yaml_reads_back_identically_with_pyyaml(value: dict[str, Any]) -> None:
-    assert yaml.safe_load(to_yaml(value)) == value
-
-
-# ----------------------------------------------------------------------------- shell
-
-
-def _run_launcher(text: str, tmp_path: Path, env: dict[str, str]) -> list[list[str]]:
-    """Run a launch script with a fake torchrun that records its argv, as bash expands it."""
-    fake = tmp_path / "torchrun"
-    fake.write_text(
-        f'#!/bin/sh\nexec {sys.executable} -c "import json,sys; print(json.dumps(sys.argv[1:]))" "$@"\n'
-    )
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    script = tmp_path / "launch.sh"
-    script.write_text(text)
-    result = subprocess.run(
-        ["bash", str(script)],
-        env={"PATH": f"{tmp_path}:{os.environ['PATH']}", **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def test_single_node_torchrun_parses_with_torchs_parser(tmp_path: Path) -> None:
-    [argv] = _run_launcher(export("torchrun", export_input(SINGLE)).text, tmp_path, {})
-    args = get_args_parser().parse_args(argv)
-    assert args.standalone and args.nproc_per_node == "4" and args.training_script == "train.py"
-
-
-def test_multi_node_torchrun_uses_c10d(tmp_path: Path) -> None:
-    [argv] = _run_launcher(
-        export("torchrun", export_input(EVEN["homogeneous"])).text, tmp_path, {"MASTER_ADDR": "10.0.0.1"}
-    )
-    args = get_args_parser().parse_args(argv)
-    assert (args.nnodes, args.nproc_per_node, args.rdzv_backend) == ("2", "8", "c10d")
-    assert args.rdzv_endpoint == "10.0.0.1:29500"
-
-
-def test_multi_node_torchrun_refuses_to_start_without_master_addr(tmp_path: Path) -> None:
-    with pytest.raises(subprocess.CalledProcessError) as caught:
-        _run_launcher(export("torchrun", export_input(EVEN["homogeneous"])).text, tmp_path, {})
-    assert "MASTER_ADDR" in caught.value.stderr
-
-
-def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
-    text = export("torchrun", export_input(MIXED)).text
-    parser = get_args_parser()
-    for node_rank, nproc in [(0, "8"), (1, "8"), (2, "4")]:
-        [argv] = _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": str(node_rank)})
-        args = parser.parse_args(argv)
-        assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("3", nproc, node_rank)
-        assert args.rdzv_backend == "static"
-    with pytest.raises(subprocess.CalledProcessError):
-        _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": "3"})
-
-
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.parametrize(
-    "body", [SINGLE, EVEN["homogeneous"], MIXED, PINNED], ids=["single", "even", "mixed", "pinned"]
-)
-def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> None:
-    out = export("slurm", export_input(body))
-    script = tmp_path / out.filename
-    script.write_text(out.text)
-    subprocess.run(["bash", "-n", str(script)], check=True, capture_output=True, timeout=10)
-    directives = [line for line in out.text.splitlines() if line.startswith("#SBATCH")]
-    assert "#SBATCH --ntasks-per-node=1" in directives
-    if body is EVEN["homogeneous"]:
-        assert {"#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8"} <= set(directives)
-    if body is MIXED:
-        assert "#SBATCH hetjob" in directives
-
-
-def test_sbatch_torchrun_line_parses(tmp_path: Path) -> None:
-    text = export("slurm", export_input(EVEN["homogeneous"])).text
-    srun = text[text.index("srun ") :].replace("\\\n", " ")
-    # Expand the job's variables as Slurm would, then hand the words to torchrun's parser.
-    expanded = subprocess.run(
-        ["bash", "-c", f"printf '%s\\n' {srun[srun.index('torchrun') :]}"],
-        env={"SLURM_NNODES": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "29500", "SLURM_JOB_ID": "7"},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")[:-1]
-    args = get_args_parser().parse_args(expanded[1:])
-    assert (args.nnodes, args.nproc_per_node, args.rdzv_endpoint, args.rdzv_id) == ("2", "8", "n1:29500", "7")
 
 
 # ----------------------------------------------------------------------------- Python texts

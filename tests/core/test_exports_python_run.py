@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bodies import node_groups
 
 from app.core.exports import ExportInput, export
 from app.core.planner import plan
@@ -23,12 +24,7 @@ EVEN = {
     "learning_rate": {"base_lr": 0.05, "base_batch_size": 6, "rule": "linear", "warmup_steps": 2},
 }
 UNEVEN = {
-    "topology": {
-        "node_groups": [
-            {"name": "fast", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 2.0},
-            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 1.0},
-        ]
-    },
+    "topology": node_groups(("fast", 1, 1, 2.0), ("slow", 1, 1, 1.0)),
     "global_batch_size": 18,
     "gradient_accumulation_steps": 3,
     "learning_rate": {"base_lr": 0.01, "optimizer": "adamw"},

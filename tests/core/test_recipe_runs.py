@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import torch
 from export_helpers import export_input
+from support.bodies import node_groups
 from support.recipe_toys import DictDataset, PairDataset, build_model, dict_loss, pair_loss
 
 from app.core.exports import export
@@ -81,24 +82,12 @@ ACCUMULATED_3 = {
     "topology": {"num_nodes": 1, "gpus_per_node": 3},
     "global_batch_size": 18,
     "dataset": {"num_samples": 64, "epochs": 2, "seed": 3},
-    "learning_rate": _recipe(
-        base_lr=0.01,
-        optimizer="adamw",
-        warmup_steps=2,
-        decay="linear",
-        min_lr=0.001,
-        weight_decay=0.1,
-        max_grad_norm=1.0,
-    ),
+    # The same recipe with AdamW's decoupled weight decay.
+    "learning_rate": {**ACCUMULATED_2["learning_rate"], "optimizer": "adamw", "weight_decay": 0.1},
 }
 # Uneven (fast GPUs take 4 a micro-step, the slow one 2), accumulation 2, step decay.
 UNEVEN_3 = {
-    "topology": {
-        "node_groups": [
-            {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 1.0},
-        ]
-    },
+    "topology": node_groups(("fast", 1, 2, 2.0), ("slow", 1, 1, 1.0)),
     "global_batch_size": 20,
     "gradient_accumulation_steps": 2,
     "dataset": {"num_samples": 53, "epochs": 2, "seed": 5},

@@ -7,8 +7,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from plan_helpers import examples, try_plan
-from test_plan_properties import requests
+from plan_helpers import examples, requests, try_plan
 
 from app.core.errors import PlanError, TopologyError
 from app.core.plan_types import Divisibility, Parallelism, PlanRequest, Topology

@@ -152,3 +152,32 @@ def test_the_key_never_reaches_the_log(capsys: pytest.CaptureFixture[str]) -> No
     assert '"logger": "batchplan.access"' in out.err, "the requests were logged"
     assert " 401 " in out.err and " 200 " in out.err
     assert KEY not in out.err and KEY not in out.out
+
+
+@pytest.mark.slow
+def test_api_key_guards_the_worker_endpoints() -> None:
+    settings = Settings(api_key="s3cret", worker_enabled=False, log_level="warning")
+    with TestClient(create_app(settings)) as guarded:
+        for method, path in [
+            ("get", "/v1/host"),
+            ("get", "/v1/checks"),
+            ("post", "/v1/checks"),
+            ("get", "/v1/checks/x"),
+            ("delete", "/v1/checks/x"),
+        ]:
+            response = getattr(guarded, method)(path)
+            assert response.status_code == 401, path
+            assert response.headers["content-type"] == "application/problem+json"
+            assert response.headers["www-authenticate"].startswith("Bearer")
+        assert guarded.get("/v1/host", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert guarded.get("/v1/host", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert guarded.get("/v1/host", headers={"X-API-Key": "s3cret"}).json()["worker_enabled"] is False
+        # without the worker the endpoints say so, as problems
+        disabled = guarded.get("/v1/checks", headers={"X-API-Key": "s3cret"})
+        assert disabled.status_code == 503 and disabled.headers["content-type"] == "application/problem+json"
+        assert (
+            guarded.post(
+                "/v1/plans", json={"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+            ).status_code
+            == 200
+        )

@@ -2,9 +2,10 @@
 
 Each gets the right 4xx as problem+json naming the field (errors[].pointer or the detail),
 and afterwards the server is healthy: /livez answers and a valid plan is still planned.
-tests/api/test_problems_api.py covers /v1/plans's own error paths; this covers the other
-endpoints and cross-endpoint cases. The check endpoints run on a service that stores jobs
-but never runs them (see conftest.queued_only_client), so nothing here starts a rank.
+tests/api/test_problems_api.py and test_malformed_requests.py cover /v1/plans's own error
+paths; this covers the other endpoints and cross-endpoint cases. The check endpoints run on a
+service that stores jobs but never runs them (see conftest.queued_only_client), so nothing
+here starts a rank.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The job database under stress: two servers on one file (the second refuses; nothing is
 corrupted), a file that is not batchplan's or is from a newer schema (a clear start-up error,
 the file untouched), a database locked past SQLite's busy timeout and a full disk (a clear
-error, the planner serves on, the jobs run once the database works again)."""
+error, the planner serves on, the jobs run once the database works again); and the results a
+restart keeps, with the jobs it interrupted failed."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import resource
 import sqlite3
 import threading
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
-from support.polling import hold_ranks, wait_check
+from support.polling import hold_ranks, run_check, wait_check, wait_warm
 from support.processes import session_processes
 from support.servers import request, serve, worker_env
 
@@ -190,3 +192,30 @@ def test_a_full_disk_is_a_clear_error_and_the_planner_serves_on(tmp_path: Path) 
         assert server.check({"plan": EVEN_2})["result"]["passed"]
     assert integrity(db) == "ok"
     assert session_processes(pid) == []
+
+
+@pytest.mark.slow
+def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    db = tmp_path / "jobs.sqlite3"
+    settings = Settings(jobs_db=db, processes_per_host=2, log_level="warning")
+    with TestClient(create_app(settings)) as first:
+        wait_warm(first, 2)
+        done = run_check(first, {"plan": EVEN_2})
+    # What a server killed mid-check leaves behind: one job running, one queued.
+    store = JobStore(db)
+    payload = store.get(done["id"]).submission  # type: ignore[union-attr]
+    store.create("was-running", payload)
+    store.start("was-running")
+    store.create("was-queued", payload)
+    # A version before the spec was stored as an object kept it as a JSON string.
+    store.create("queued-by-an-older-version", {**payload, "spec": json.dumps(payload["spec"])})
+    store.close()
+    with TestClient(create_app(settings)) as second:
+        again = second.get(f"/v1/checks/{done['id']}").json()
+        assert again["status"] == "succeeded" and again["result"] == done["result"]
+        interrupted = second.get("/v1/checks/was-running").json()
+        assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
+        wait_warm(second, 2)
+        assert wait_check(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
+        assert wait_check(second, "/v1/checks/queued-by-an-older-version", ("succeeded",))["result"]["passed"]

@@ -25,6 +25,12 @@ def fast_and_slow(fast_throughput: float, global_batch_size: int) -> dict[str, A
     return {"topology": {"node_groups": groups}, "global_batch_size": global_batch_size}
 
 
+def node_groups(*groups: tuple[str, int, int, float]) -> dict[str, Any]:
+    """A topology of node groups, each (name, num_nodes, gpus_per_node, relative_throughput)."""
+    keys = ("name", "num_nodes", "gpus_per_node", "relative_throughput")
+    return {"node_groups": [dict(zip(keys, group, strict=True)) for group in groups]}
+
+
 def put(body: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     """`body` with `value` at the suggestion's key; the key's every part but the last must be
     there already: a suggestion changes a field of this request's shape (or an item of one of
@@ -40,3 +46,16 @@ def put(body: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
         assert isinstance(node, dict), key
         node[last] = value
     return changed
+
+
+# Warmup, cosine decay, weight decay and clipping that bites: every run-level control changes it.
+RUN_RECIPE = {
+    "base_lr": 0.1,
+    "rule": "none",
+    "warmup_steps": 3,
+    "warmup_start_lr": 0.0,
+    "decay": "cosine",
+    "train_steps": 12,
+    "weight_decay": 0.01,
+    "max_grad_norm": 0.5,
+}

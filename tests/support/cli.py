@@ -1,9 +1,14 @@
-"""What the CLI tests' fixtures (tests/cli/conftest.py) hand the tests."""
+"""What the CLI tests' fixtures (tests/cli/conftest.py) hand the tests, and `both`: one command
+run here and against a real server."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from support.servers import Server
 
 API_KEY = "cli-test-key"  # the key the `worker_server` fixture requires
 
@@ -16,3 +21,10 @@ class Run:
 
 
 Invoke = Callable[..., Run]
+
+
+def both(run: Invoke, server: Server, *args: str) -> tuple[Run, Run]:
+    """The command computed here, then by the server (--url)."""
+    local = run(*args)
+    remote = run(*args, "--url", server.url)
+    return local, remote

@@ -14,12 +14,9 @@ import contextlib
 import os
 import random
 import signal
-import statistics
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,64 +25,8 @@ import httpx
 from .polling import NOT_ANSWERING, hold_ranks, run_check, wait_for
 from .processes import children, fork_server, rss_and_fds, session_processes, zombies
 from .servers import Server, serve, worker_env
-from .soak_mix import EVEN_2, FINISHED, KINDS, MODELS, Ledger, Verdict, body, judge, pick
-
-FAULTS = ("rank", "fork_server", "sigterm", "sigkill", "flood")
-
-
-@dataclass(frozen=True)
-class SoakPlan:
-    seed: int
-    faults: tuple[str, ...]  # in the order the chaos loop injects them
-    gap_s: tuple[float, float] = (0.5, 1.5)  # checks run this long (at random) between faults
-    processes: int = 2
-    queue_size: int = 8
-    backlog: int = 3  # queued checks the submitter keeps waiting
-    recovery_limit_s: float = 120.0  # a fault not recovered from within this fails the soak
-
-    @classmethod
-    def random(cls, seed: int, count: int, **options: Any) -> SoakPlan:
-        """`count` faults of every kind, in a seeded order (ranks killed three times as often)."""
-        rng = random.Random(seed)
-        kinds = [rng.choice((*FAULTS, "rank", "rank")) for _ in range(max(0, count - len(FAULTS)))]
-        faults = [*FAULTS, *kinds]
-        rng.shuffle(faults)
-        return cls(seed, tuple(faults), **options)
-
-
-@dataclass
-class Lifetime:
-    """One server process: its memory and open files once warm and before it stopped, and what
-    of its session outlived it."""
-
-    pid: int
-    start: tuple[int, int] = (0, 0)  # (RSS KiB, fds)
-    end: tuple[int, int] = (0, 0)
-    seconds: float = 0.0
-    warm_s: float = 0.0  # from its start to a warm pool
-    leaked: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Report:
-    ledger: Ledger = field(default_factory=Ledger)
-    verdict: Verdict = field(default_factory=Verdict)
-    faults: Counter[str] = field(default_factory=Counter)
-    recovery_s: dict[str, list[float]] = field(default_factory=dict)
-    lifetimes: list[Lifetime] = field(default_factory=list)
-    readyz_samples: Counter[str] = field(default_factory=Counter)
-    readyz_lies: list[str] = field(default_factory=list)
-    readyz_missed: list[str] = field(default_factory=list)  # a fork server restart it called ready
-    zombies: list[str] = field(default_factory=list)
-    flood_refusals: list[int] = field(default_factory=list)
-    wall_s: float = 0.0
-
-    def recoveries(self) -> list[float]:
-        return [s for values in self.recovery_s.values() for s in values]
-
-    def median_max(self) -> tuple[float, float]:
-        values = self.recoveries()
-        return (statistics.median(values), max(values)) if values else (0.0, 0.0)
+from .soak_mix import EVEN_2, FINISHED, KINDS, MODELS, body, judge, pick
+from .soak_plan import Lifetime, Report, SoakPlan
 
 
 class Soak:

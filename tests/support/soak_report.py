@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .soak import Report
+from .soak_plan import Report
 
 
 def render(report: Report) -> str:

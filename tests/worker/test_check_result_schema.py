@@ -17,10 +17,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-import torch
-import torch.distributed as dist
 from pydantic import BaseModel
-from torch._C._distributed_c10d import HashStore
+from support.one_rank import one_rank_group
 
 from app.schemas.check_results import (
     CheckResultOut,
@@ -48,11 +46,8 @@ MODELS = {"quadratic": "app.worker.example_models:quadratic", "mlp": "app.worker
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[CheckGroup]:
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    try:
-        yield CheckGroup(0, 1, torch.device("cpu"), "gloo")
-    finally:
-        dist.destroy_process_group()
+    with one_rank_group() as group:
+        yield group
 
 
 def checked(group: CheckGroup, body: dict[str, Any]) -> dict[str, Any]:

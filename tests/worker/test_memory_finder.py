@@ -1,143 +1,26 @@
-"""The micro-batch finder: the pure search order, the CPU live-memory tracker against known
-allocations, the probe's training step, and the whole search on real models."""
+"""The micro-batch finder: the CPU live-memory tracker against known allocations, the probe's
+training step, and the whole search on real models (its pure search order:
+tests/core/test_micro_batch_search.py; running out of memory: test_out_of_memory.py)."""
 
 from __future__ import annotations
 
 import json
-import math
-import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from memory_models import Pairs, mlp, mse, parameter_bytes
 from torch import nn
 from torch.utils.data import Dataset
 
-from app.core.micro_batch_search import (
-    SearchResult,
-    Trial,
-    affine_bytes_per_sample,
-    budget_bytes,
-    search_max_micro_batch,
-)
-from app.worker.measure.memory import is_out_of_memory, probe
+from app.core.micro_batch_search import budget_bytes
+from app.worker.measure.memory import probe
 from app.worker.measure.memory_meter import LiveTensorTracker, PeakMemory
 from app.worker.measure.micro_batch_fit import find_max_micro_batch
 
 MIB = 1024 * 1024
 CPU = torch.device("cpu")
-
-# --- the pure search ------------------------------------------------------------------------
-
-
-def run_search(threshold: int, limit: int, start: int = 1) -> tuple[SearchResult, list[int]]:
-    """Search a monotone `fits(b) = b <= threshold`, recording the sizes tried."""
-    tried: list[int] = []
-
-    def try_size(size: int) -> Trial:
-        tried.append(size)
-        return Trial(micro_batch_size=size, fits=size <= threshold, peak_bytes=size * 100)
-
-    return search_max_micro_batch(try_size, limit=limit, start=start), tried
-
-
-def brute_force(threshold: int, limit: int) -> int:
-    return max((b for b in range(1, limit + 1) if b <= threshold), default=0)
-
-
-@pytest.mark.parametrize("start", [1, 3, 8])
-def test_search_matches_a_linear_scan_for_every_threshold_and_limit(start: int) -> None:
-    for limit in range(start, 70):
-        for threshold in range(limit + 2):
-            result, tried = run_search(threshold, limit, start)
-            assert result.max_micro_batch_size == brute_force(threshold, limit), (threshold, limit)
-            assert len(tried) == len(set(tried)), tried
-            assert all(1 <= size <= limit for size in tried)
-            assert [t.micro_batch_size for t in result.trials] == tried
-            assert result.hit_limit == (threshold >= limit)
-            assert len(tried) <= 2 * math.ceil(math.log2(limit + 1)) + 2
-
-
-def test_search_over_a_large_limit_stays_logarithmic() -> None:
-    rng = random.Random(0)
-    for threshold in [0, 1, 2, 1000, 65535, 65536, *rng.sample(range(1, 70000), 40)]:
-        result, tried = run_search(threshold, 65536)
-        assert result.max_micro_batch_size == min(threshold, 65536)
-        assert len(tried) == len(set(tried)) <= 34
-
-
-def test_search_doubles_then_clamps_to_the_limit() -> None:
-    result, tried = run_search(threshold=10**9, limit=100)
-    assert tried == [1, 2, 4, 8, 16, 32, 64, 100]
-    assert result.hit_limit and result.max_micro_batch_size == 100
-
-
-def test_search_then_bisects_between_the_last_fit_and_the_first_failure() -> None:
-    _, tried = run_search(threshold=45, limit=1000)
-    assert tried == [1, 2, 4, 8, 16, 32, 64, 48, 40, 44, 46, 45]
-
-
-def test_nothing_fits_gives_zero_after_one_trial() -> None:
-    result, tried = run_search(threshold=0, limit=64)
-    assert (result.max_micro_batch_size, result.hit_limit, tried) == (0, False, [1])
-
-
-def test_a_failing_start_searches_below_it() -> None:
-    result, tried = run_search(threshold=5, limit=64, start=16)
-    assert result.max_micro_batch_size == 5 and tried[0] == 16 and len(tried) == len(set(tried))
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"limit": 0}, "limit must be at least 1"),
-        ({"limit": 8, "start": 0}, "start must be at least 1"),
-        ({"limit": 8, "start": 9}, "must not exceed limit"),
-        ({"limit": 8.0}, "limit must be an integer"),
-        ({"limit": True}, "limit must be an integer"),
-    ],
-)
-def test_search_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
-    def never(size: int) -> Trial:
-        raise AssertionError("no trial should run")
-
-    with pytest.raises(ValueError, match=message):
-        search_max_micro_batch(never, **kwargs)
-
-
-def test_search_rejects_a_trial_for_another_size() -> None:
-    with pytest.raises(ValueError, match="returned a trial for micro-batch 2"):
-        search_max_micro_batch(lambda size: Trial(size + 1, True, None), limit=4)
-
-
-def test_trial_validates_its_fields() -> None:
-    with pytest.raises(ValueError, match="micro_batch_size"):
-        Trial(0, True, None)
-    with pytest.raises(ValueError, match="peak_bytes"):
-        Trial(1, True, -1)
-
-
-def test_budget_is_the_capacity_less_the_margin_rounded_down() -> None:
-    assert budget_bytes(10, 0.1) == 9
-    assert budget_bytes(1000, 0) == 1000
-    assert budget_bytes(141_000_000_000, 0.1) == 126_900_000_000
-    assert budget_bytes(7, 0.5) == 3
-    assert budget_bytes(0, 0.2) == 0
-
-
-@pytest.mark.parametrize(
-    ("capacity", "margin"), [(100, 1.0), (100, -0.01), (100, math.nan), (-1, 0.1), (100.0, 0.1), (100, "0.1")]
-)
-def test_budget_rejects_bad_arguments(capacity: Any, margin: Any) -> None:
-    with pytest.raises(ValueError):
-        budget_bytes(capacity, margin)
-
-
-def test_affine_fit_recovers_the_slope() -> None:
-    assert affine_bytes_per_sample([(1, 1100), (2, 1200), (8, 1800)]) == pytest.approx(100)
-    assert affine_bytes_per_sample([(4, 10), (4, 12)]) is None
-    assert affine_bytes_per_sample([]) is None
 
 
 # --- the CPU tracker ------------------------------------------------------------------------
@@ -207,32 +90,6 @@ def test_peak_memory_on_cpu_counts_resident_tensors() -> None:
 
 
 # --- the probe and the finder on real models ------------------------------------------------
-
-
-class Pairs(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, size: int = 64, inputs: int = 32, outputs: int = 10) -> None:
-        generator = torch.Generator().manual_seed(1)
-        self.x = torch.randn(size, inputs, generator=generator)
-        self.y = torch.randn(size, outputs, generator=generator)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.x[index], self.y[index]
-
-
-def mlp(*extra: nn.Module) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(32, 256), nn.ReLU(), *extra, nn.Linear(256, 10))
-
-
-def mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return nn.functional.mse_loss(output, target)
-
-
-def parameter_bytes(model: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def test_bytes_per_sample_is_the_slope_where_activations_set_the_peak() -> None:
@@ -362,86 +219,6 @@ def test_cpu_capacity_is_required() -> None:
 def test_bad_arguments_are_rejected(call: Callable[[nn.Module, Dataset[Any]], object]) -> None:
     with pytest.raises(ValueError):
         call(mlp(), Pairs())
-
-
-# --- running out of memory ------------------------------------------------------------------
-
-
-class FailsAbove(nn.Module):
-    """An MLP whose forward fails with `make_error()` above `threshold` samples."""
-
-    def __init__(self, threshold: int, make_error: Callable[[], BaseException]) -> None:
-        super().__init__()
-        self.body = mlp()
-        self.threshold = threshold
-        self.make_error = make_error
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > self.threshold:
-            raise self.make_error()
-        out: torch.Tensor = self.body(x)
-        return out
-
-
-def huge_allocation() -> BaseException:
-    """A real allocator failure: ask the CPU allocator for 4 EiB."""
-    try:
-        torch.empty(1 << 62, dtype=torch.uint8)
-    except RuntimeError as error:
-        return error
-    raise AssertionError("the allocation was expected to fail")
-
-
-@pytest.mark.parametrize(
-    ("make_error", "text"),
-    [
-        (
-            lambda: torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-            "OutOfMemoryError",
-        ),
-        (lambda: MemoryError("no room"), "MemoryError"),
-        (huge_allocation, "DefaultCPUAllocator: can't allocate memory"),
-    ],
-)
-def test_out_of_memory_means_the_size_does_not_fit(
-    make_error: Callable[[], BaseException], text: str
-) -> None:
-    model = FailsAbove(47, make_error)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    report = find_max_micro_batch(model, Pairs(), mse, "cpu", capacity_bytes=1 << 34, limit=64)
-    assert report["max_micro_batch_size"] == 47
-    failed = [t for t in report["trials"] if not t["fits"]]
-    assert failed and all(text in t["error"] for t in failed)
-    assert all(t["error"] is None for t in report["trials"] if t["fits"])
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-
-
-def test_a_real_cpu_allocation_failure_is_recognised() -> None:
-    assert is_out_of_memory(huge_allocation())
-
-
-@pytest.mark.parametrize(
-    ("error", "expected"),
-    [
-        (torch.cuda.OutOfMemoryError("CUDA out of memory"), True),
-        (MemoryError(), True),
-        (RuntimeError("CUDA error: out of memory"), True),
-        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"), True),
-        (RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"), False),
-        (ValueError("out of memory"), False),
-    ],
-)
-def test_which_errors_count_as_out_of_memory(error: BaseException, expected: bool) -> None:
-    assert is_out_of_memory(error) is expected
-
-
-def test_other_errors_propagate_and_the_model_is_still_restored() -> None:
-    model = FailsAbove(5, lambda: ValueError("a bug in the model"))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match="a bug in the model"):
-        find_max_micro_batch(model, Pairs(), mse, "cpu", capacity_bytes=1 << 34)
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    assert all(p.grad is None for p in model.parameters())
 
 
 # --- CUDA -----------------------------------------------------------------------------------

@@ -109,6 +109,12 @@ def test_over_http_a_module_that_is_there_is_taken(vanishing: tuple[TestClient, 
     assert runner.orders[0].model_target == "vanishing_models:factory"
 
 
+def _gradcheck(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m app.worker.gradcheck ARGS`, as a launcher starts a rank, here."""
+    command = [sys.executable, "-m", "app.worker.gradcheck", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
 @pytest.mark.slow
 def test_the_rank_program_refuses_it_in_one_line_before_its_process_group(tmp_path: Path) -> None:
     """What torchrun starts on each node: no rendezvous is reachable here (MASTER_ADDR points
@@ -123,15 +129,9 @@ def test_the_rank_program_refuses_it_in_one_line_before_its_process_group(tmp_pa
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": "9",
     }
-    command = [sys.executable, "-m", "app.worker.gradcheck", "--request", json.dumps({"plan": PLAN})]
-    done = subprocess.run(
-        [*command, "--model-factory", "no_such_pkg_here.models:resnet", "--timeout-s", "30"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    request = json.dumps({"plan": PLAN})
+    done = _gradcheck(
+        env, "--request", request, "--model-factory", "no_such_pkg_here.models:resnet", "--timeout-s", "30"
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
@@ -139,21 +139,7 @@ def test_the_rank_program_refuses_it_in_one_line_before_its_process_group(tmp_pa
         "environment; install its package here or add its folder to PYTHONPATH"
     ]
     registered = {**env, "BATCHPLAN_CHECK_MODELS": "resnet=no_such_pkg_here.models:resnet"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.worker.gradcheck",
-            "--request",
-            json.dumps({"plan": PLAN, "model": "resnet"}),
-        ],
-        cwd=ROOT,
-        env=registered,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _gradcheck(registered, "--request", json.dumps({"plan": PLAN, "model": "resnet"}))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: /model: check model 'resnet' cannot be built here")
     assert "Traceback" not in done.stderr

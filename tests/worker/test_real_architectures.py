@@ -21,12 +21,11 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
-import torch.distributed as dist
 from fastapi.testclient import TestClient
 from support.apps import warm_app, warm_client
+from support.one_rank import one_rank_group
 from support.polling import run_check
 from torch import nn
-from torch._C._distributed_c10d import HashStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.checks import equivalence_probes
@@ -52,11 +51,10 @@ def group() -> Iterator[None]:
     # times slower with a thread pool.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
     try:
-        yield
+        with one_rank_group():
+            yield
     finally:
-        dist.destroy_process_group()
         torch.set_num_threads(threads)
 
 

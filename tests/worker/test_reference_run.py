@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.bodies import node_groups
 from torch.utils.data import DataLoader, DistributedSampler
 
 from app.core.planner import plan
@@ -14,12 +15,7 @@ from app.worker.samplers import ProportionalSampler
 from app.worker.training.reference_run import reference_run, step_indices
 
 UNEVEN = {
-    "topology": {
-        "node_groups": [
-            {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 1.0},
-        ]
-    },
+    "topology": node_groups(("fast", 1, 2, 2.0), ("slow", 1, 1, 1.0)),
     "global_batch_size": 20,
     "gradient_accumulation_steps": 2,
     "dataset": {"num_samples": 53, "epochs": 2, "seed": 5},

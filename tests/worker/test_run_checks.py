@@ -7,7 +7,6 @@ the run. One app with four warm ranks serves the module; every dataset is a few 
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,29 +17,16 @@ pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
 from support.apps import warm_client
-from support.bodies import fast_and_slow
+from support.bodies import RUN_RECIPE, fast_and_slow
 from support.polling import check_result, hold_ranks, run_check
 
-from app.ports import free_port
 from app.schemas.checks import CHECK_EXAMPLES
 from app.worker.checks.run_controls import RUN_CONTROLS
-from app.worker.contract.rank_command import torchrun_argv
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_CONTROL_NAMES = {c.name for c in RUN_CONTROLS}
-# Warmup, cosine decay, weight decay and clipping that bites: every run-level control changes it.
-RECIPE = {
-    "base_lr": 0.1,
-    "rule": "none",
-    "warmup_steps": 3,
-    "warmup_start_lr": 0.0,
-    "decay": "cosine",
-    "train_steps": 12,
-    "weight_decay": 0.01,
-    "max_grad_norm": 0.5,
-}
 FOUR = {"num_nodes": 1, "gpus_per_node": 4}
 
 
@@ -119,7 +105,7 @@ def test_an_accumulated_plan_drops_each_epochs_leftover_micro_batches(client: Te
         "global_batch_size": 12,
         "micro_batch_size": 2,
         "dataset": {"num_samples": 37, "seed": 3},
-        "learning_rate": {**RECIPE, "optimizer": "adam", "decay": "linear", "min_lr": 0.001},
+        "learning_rate": {**RUN_RECIPE, "optimizer": "adam", "decay": "linear", "min_lr": 0.001},
     }
     result = run_result(client, plan, 7)
     assert epochs(result) == [0, 0, 0, 1, 1, 1, 2]
@@ -140,7 +126,7 @@ def test_an_even_plans_short_last_micro_batch_is_weighted_as_the_plan_says(clien
         "global_batch_size": 6,
         "micro_batch_size": 3,
         "dataset": {"num_samples": 33, "seed": 7},
-        "learning_rate": {**RECIPE, "momentum": 0.8, "nesterov": True},
+        "learning_rate": {**RUN_RECIPE, "momentum": 0.8, "nesterov": True},
     }
     result = run_result(client, plan, 8)
     assert epochs(result) == [0] * 6 + [1] * 2
@@ -148,7 +134,7 @@ def test_an_even_plans_short_last_micro_batch_is_weighted_as_the_plan_says(clien
 
 
 def test_an_uneven_mixed_gpu_plan_runs_two_epochs(client: TestClient) -> None:
-    plan = {**fast_and_slow(2.0, 24), "dataset": {"num_samples": 48, "seed": 1}, "learning_rate": RECIPE}
+    plan = {**fast_and_slow(2.0, 24), "dataset": {"num_samples": 48, "seed": 1}, "learning_rate": RUN_RECIPE}
     result = run_result(client, plan, 4)
     assert result["split"] == "proportional" and result["micro_batch_sizes"] == [8, 16]
     assert epochs(result) == [0, 0, 1, 1]
@@ -160,7 +146,7 @@ def test_more_replicas_than_processes_run_as_the_plan_says(client: TestClient) -
     plan = {
         "topology": {"num_nodes": 1, "gpus_per_node": 8},
         "global_batch_size": 32,
-        "learning_rate": RECIPE,
+        "learning_rate": RUN_RECIPE,
     }
     result = run_result(client, plan, 6)
     assert result["replicas_per_process"] == 2
@@ -174,7 +160,7 @@ def test_a_token_plan_counts_each_steps_valid_tokens(client: TestClient) -> None
         "global_batch_tokens": 256,
         "micro_batch_tokens": 32,
         "loss_normalization": "token",
-        "learning_rate": {**RECIPE, "optimizer": "adamw", "max_grad_norm": 0.2},
+        "learning_rate": {**RUN_RECIPE, "optimizer": "adamw", "max_grad_norm": 0.2},
     }
     result = run_result(client, plan, 4, workload="tokens")
     assert epochs(result) == [0, 0, 1, 1]
@@ -198,7 +184,7 @@ def test_a_mesh_plan_runs_on_its_mesh(client: TestClient, parallelism: dict[str,
         "micro_batch_size": 3,
         "gradient_accumulation_steps": 2,
         "parallelism": parallelism,
-        "learning_rate": RECIPE,
+        "learning_rate": RUN_RECIPE,
     }
     result = run_result(client, plan, 4)
     assert result["mesh"] is not None and epochs(result) == [0, 0, 1, 1]
@@ -208,7 +194,7 @@ def test_a_wrong_combination_is_a_422_never_a_one_step_check(client: TestClient)
     cases = [
         # a run longer than the recipe's
         (
-            {"plan": {"topology": FOUR, "global_batch_size": 16, "learning_rate": RECIPE}, "steps": 13},
+            {"plan": {"topology": FOUR, "global_batch_size": 16, "learning_rate": RUN_RECIPE}, "steps": 13},
             "/steps",
         ),
         # the search re-plans the check
@@ -269,35 +255,3 @@ def test_the_chart_draws_a_finished_run_and_says_why_when_there_is_none(client: 
     running = client.get(f"{location}/trajectory.png")
     assert running.status_code == 409 and running.headers["content-type"] == "application/problem+json"
     assert client.delete(location).status_code == 200
-
-
-def test_the_rank_program_runs_the_same_run_across_two_torchrun_nodes() -> None:
-    """The multi-node path: two torchrun nodes of one process each, an uneven plan; each node
-    prints rank 0's result, and it is the run the warm ranks check."""
-    plan = {**fast_and_slow(3.0, 24), "learning_rate": RECIPE}
-    request = json.dumps({"plan": plan, "steps": 4})
-    endpoint = f"127.0.0.1:{free_port()}"
-    nodes = [
-        subprocess.Popen(
-            torchrun_argv(
-                request, nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint, extra=["--result-on-every-node"]
-            ),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    try:
-        outputs = [node.communicate(timeout=240) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
-    results = [json.loads(next(x for x in out.splitlines() if x.startswith("{"))) for out, _ in outputs]
-    assert results[0] == results[1]
-    result = results[0]
-    assert result["passed"] and result["nnodes"] == 2 and result["trajectory_matches"]
-    assert [s["epoch"] for s in result["trajectory"]] == [0, 0, 1, 1]
-    assert {c["name"] for c in result["controls"]} >= {"scheduler_per_process", "set_epoch_missing"}

@@ -21,8 +21,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
-import torch.distributed as dist
-from torch._C._distributed_c10d import HashStore
+from support.one_rank import one_rank_group
 
 from app.ports import free_port
 from app.worker.checks import run_referee
@@ -137,11 +136,8 @@ def _fast_reference() -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def group() -> Iterator[CheckGroup]:
-    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
-    try:
-        yield CheckGroup(0, 1, torch.device("cpu"), "gloo")
-    finally:
-        dist.destroy_process_group()
+    with one_rank_group() as group:
+        yield group
 
 
 def _run(group: CheckGroup) -> dict[str, Any]:

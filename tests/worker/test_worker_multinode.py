@@ -1,5 +1,6 @@
 """Checks that span processes started elsewhere: two servers on this machine joining one
-2-node check over HTTP, a server killed mid-check, and the rank program under torchrun."""
+2-node check over HTTP, a server killed mid-check, and the rank program under torchrun (one
+step, and a run of several across two torchrun nodes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.bodies import fast_and_slow
+from support.bodies import RUN_RECIPE, fast_and_slow
 from support.polling import wait_check, wait_for
 from support.processes import alive
 from support.servers import Server, serve, worker_env
@@ -104,20 +105,14 @@ def _torchrun(
     return json.loads(lines[0])
 
 
-@pytest.mark.slow
-def test_every_node_of_a_torchrun_check_prints_rank_0s_result() -> None:
-    """Two torchrun "nodes" on this host: a launch script on either node (the preflight) reads
-    the same verdict from its own output."""
-    request = json.dumps({"plan": fast_and_slow(3.0, 24)})
+def _on_two_torchrun_nodes(request: str, *, timeout: int) -> list[str]:
+    """The rank program on two torchrun "nodes" of one process each on this host, each told to
+    print rank 0's result (--result-on-every-node): what each node printed, once both exit 0."""
     endpoint = f"127.0.0.1:{free_port()}"
     nodes = [
         subprocess.Popen(
             torchrun_argv(
-                request,
-                nproc_per_node=1,
-                nnodes=2,
-                rdzv_endpoint=endpoint,
-                extra=["--result-on-every-node"],
+                request, nproc_per_node=1, nnodes=2, rdzv_endpoint=endpoint, extra=["--result-on-every-node"]
             ),
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -127,12 +122,21 @@ def test_every_node_of_a_torchrun_check_prints_rank_0s_result() -> None:
         for _ in range(2)
     ]
     try:
-        outputs = [node.communicate(timeout=180) for node in nodes]
+        outputs = [node.communicate(timeout=timeout) for node in nodes]
     finally:
         for node in nodes:
             node.kill()
     assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
-    results = [[json.loads(x) for x in out.splitlines() if x.startswith("{")] for out, _ in outputs]
+    return [out for out, _ in outputs]
+
+
+@pytest.mark.slow
+def test_every_node_of_a_torchrun_check_prints_rank_0s_result() -> None:
+    """Two torchrun "nodes" on this host: a launch script on either node (the preflight) reads
+    the same verdict from its own output."""
+    request = json.dumps({"plan": fast_and_slow(3.0, 24)})
+    outputs = _on_two_torchrun_nodes(request, timeout=180)
+    results = [[json.loads(x) for x in out.splitlines() if x.startswith("{")] for out in outputs]
     assert [len(r) for r in results] == [1, 1]
     assert results[0] == results[1] and results[0][0]["passed"] and results[0][0]["nnodes"] == 2
 
@@ -182,3 +186,17 @@ def test_a_factory_on_gpus_finds_equivalence_noise_and_its_micro_batch() -> None
     assert search["max_micro_batch_size"] == 64  # a replica's whole share fits an H100-class GPU
     noise = result["noise_scale"]  # one GPU: one replica, one micro-batch, nothing to compare
     assert noise is None if gpus == 1 else noise["steps"] == 8
+
+
+def test_the_rank_program_runs_the_same_run_across_two_torchrun_nodes() -> None:
+    """The multi-node path: two torchrun nodes of one process each, an uneven plan; each node
+    prints rank 0's result, and it is the run the warm ranks check."""
+    plan = {**fast_and_slow(3.0, 24), "learning_rate": RUN_RECIPE}
+    request = json.dumps({"plan": plan, "steps": 4})
+    outputs = _on_two_torchrun_nodes(request, timeout=240)
+    results = [json.loads(next(x for x in out.splitlines() if x.startswith("{"))) for out in outputs]
+    assert results[0] == results[1]
+    result = results[0]
+    assert result["passed"] and result["nnodes"] == 2 and result["trajectory_matches"]
+    assert [s["epoch"] for s in result["trajectory"]] == [0, 0, 1, 1]
+    assert {c["name"] for c in result["controls"]} >= {"scheduler_per_process", "set_epoch_missing"}

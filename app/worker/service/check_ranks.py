@@ -10,6 +10,8 @@ import dataclasses
 from app.ports import free_port
 from app.worker.contract import protocol
 from app.worker.contract.check_result import CheckResult
+from app.worker.contract.mesh_spec import mesh_world
+from app.worker.contract.spec import CheckSpec
 from app.worker.service.rank_process import RankProcess
 from app.worker.service.runner import CheckOrder, RankError
 
@@ -17,6 +19,24 @@ from app.worker.service.runner import CheckOrder, RankError
 # report too (each then has left the check and torn its process group down) for all of them
 # to be kept warm; one that does not is stuck, and every rank is replaced.
 MODEL_ERROR_GRACE_S = 5.0
+
+
+def ranks_for(spec: CheckSpec, pool_size: int) -> tuple[int, int]:
+    """How many warm ranks the check takes on this node, and how many replicas they run: a
+    rank per replica up to the pool's size (a rank then runs several), but every mesh rank is
+    a real process (admission holds the mesh within the pool)."""
+    if spec.mesh is not None:
+        world = mesh_world(spec.mesh)
+        return world, world
+    return min(spec.data_parallel_size, pool_size), spec.data_parallel_size
+
+
+def backend_for(requested: str, gpus: int, ranks: list[RankProcess]) -> tuple[str, list[RankProcess]]:
+    """The process group's backend and the ranks that run: NCCL when asked, or under auto when
+    every rank gets a GPU, on at most one rank per GPU; gloo on all of them otherwise."""
+    if requested == "nccl" or (requested == "auto" and gpus >= len(ranks)):
+        return "nccl", ranks[: min(len(ranks), gpus)]
+    return "gloo", ranks
 
 
 async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protocol.FromRank]:

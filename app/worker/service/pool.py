@@ -19,9 +19,8 @@ from typing import Any
 
 from app.worker.contract import protocol
 from app.worker.contract.check_result import CheckResult
-from app.worker.contract.mesh_spec import mesh_world
 from app.worker.service import fork_server
-from app.worker.service.check_ranks import run_on_ranks
+from app.worker.service.check_ranks import backend_for, ranks_for, run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
 from app.worker.service.rank_process import RankProcess, reap
 from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError, RanksUnavailable
@@ -279,23 +278,14 @@ class RankPool:
 
     async def run_check(self, order: CheckOrder) -> CheckResult:
         """Run one check on min(replicas, size) warm ranks (one per mesh rank for a mesh)."""
-        spec = order.spec
-        dp = spec.data_parallel_size
-        wanted = min(dp, self.size)
-        if spec.mesh is not None:
-            # Every mesh rank is a real process (admission holds the mesh within the pool).
-            dp = wanted = mesh_world(spec.mesh)
+        wanted, replicas = ranks_for(order.spec, self.size)
         order.progress.waiting_for = wanted
         ranks = await self.acquire(wanted)
         order.progress.holding = True
-        gpus = int(self.host_info.gpus or 0)
-        backend = "gloo"
-        if spec.backend == "nccl" or (spec.backend == "auto" and gpus >= wanted):
-            backend = "nccl"
-        local = ranks[: min(len(ranks), gpus)] if backend == "nccl" else ranks
+        backend, local = backend_for(order.spec.backend, int(self.host_info.gpus or 0), ranks)
         healthy = False
         try:
-            result = await run_on_ranks(local, order, backend=backend, replicas=dp)
+            result = await run_on_ranks(local, order, backend=backend, replicas=replicas)
             healthy = True
             return result
         except RankError as err:
