@@ -235,4 +235,4 @@ class PlanRequestIn(RequestModel):
             raise with_checked_suggestions(data, err, handler) from None
 
     def to_core(self) -> core.PlanRequest:
-        return core_request.plan_request(self.model_dump())
+        return core_request.plan_request(self)
