@@ -5,7 +5,6 @@ schedule in one sentence. app.core.recipe resolves the recipe and re-exports the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 from app.core.lr_schedule import lr_at
@@ -18,7 +17,7 @@ def with_summary(lr: LearningRatePlan) -> LearningRatePlan:
 
 
 def _values(lr: LearningRatePlan) -> tuple[Any, ...]:
-    """What summary and _sentence read of a plan, in their order."""
+    """What summary reads of a plan, in its order."""
     return (
         lr.warmup_start_lr,
         lr.lr,
@@ -42,14 +41,23 @@ def summary(
     gamma: float | None,
 ) -> dict[str, Any]:
     """lr_at_warmup_end, lr_at_last_step and schedule of a recipe, from its values: what
-    `lr_of` and `schedule_sentence` say of the plan that holds them."""
+    `lr_of` says of the plan that holds them, and the schedule in words, as the plan states it
+    and every export writes it."""
     last = steps - 1 if steps else None
     shape: dict[str, Any] = {"start": start, "peak": peak, "warmup": warmup, "decay": decay, "floor": floor}
     shape |= {"last_step": last, "milestones": milestones, "gamma": gamma if gamma is not None else 0.1}
+    if decay == Decay.STEP:
+        after = f"{peak!r}, x {gamma!r} at optimizer steps {', '.join(str(m) for m in milestones)}"
+    elif decay == Decay.CONSTANT:
+        after = f"constant {peak!r}"
+    else:
+        after = f"{decay} decay from {peak!r} to {floor!r} at the last step ({(steps or 1) - 1})"
+    if warmup:
+        after = f"linear warmup from {start!r} to {peak!r} over {warmup} optimizer steps, then {after}"
     return {
         "lr_at_warmup_end": lr_at(warmup, **shape),
         "lr_at_last_step": lr_at(last, **shape) if last is not None else None,
-        "schedule": _sentence(start, peak, warmup, decay, floor, steps, milestones, gamma),
+        "schedule": after,
     }
 
 
@@ -70,32 +78,6 @@ def lr_of(lr: LearningRatePlan, step: int, last_step: int | None = None) -> floa
     )
 
 
-def _steps(values: Sequence[int]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
 def schedule_sentence(lr: LearningRatePlan) -> str:
     """The schedule in words, as the plan states it and every export writes it."""
-    return _sentence(*_values(lr))
-
-
-def _sentence(
-    start: float,
-    peak: float,
-    warmup: int,
-    decay: str,
-    floor: float,
-    steps: int | None,
-    milestones: tuple[int, ...],
-    gamma: float | None,
-) -> str:
-    if decay == Decay.STEP:
-        after = f"{peak!r}, x {gamma!r} at optimizer steps {_steps(milestones)}"
-    elif decay == Decay.CONSTANT:
-        after = f"constant {peak!r}"
-    else:
-        last = (steps or 1) - 1
-        after = f"{decay} decay from {peak!r} to {floor!r} at the last step ({last})"
-    if not warmup:
-        return after
-    return f"linear warmup from {start!r} to {peak!r} over {warmup} optimizer steps, then {after}"
+    return str(summary(*_values(lr))["schedule"])
