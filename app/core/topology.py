@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar, overload
 
 from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
@@ -43,7 +43,13 @@ class cached_property(Generic[T]):  # noqa: N801 (named as the functools one it 
         self.func = func
         self.name = func.__name__
 
-    def __get__(self, instance: Any, owner: Any = None) -> T:
+    @overload
+    def __get__(self, instance: None, owner: Any = None) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: Any = None) -> T: ...
+    def __get__(self, instance: object, owner: Any = None) -> T | Self:
+        if instance is None:  # read on the class: the descriptor itself, as functools' gives
+            return self
         # The instance's own __dict__ then answers every later read, before this descriptor.
         value = instance.__dict__[self.name] = self.func(instance)
         return value
