@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from app.core.errors import DomainError, InfeasiblePlan, InvalidValue
+from app.core.errors import DomainError, InfeasiblePlan, InvalidValue, passes
 from app.core.field_suggestions import keep_working, nearest_working
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
@@ -184,14 +184,6 @@ def elastic_plan(request: ElasticRequest) -> ElasticPlan:
         raise keep_working(request, err, _plans) from None
 
 
-def _plans(request: ElasticRequest) -> bool:
-    try:
-        _elastic_plan(request)
-    except DomainError:
-        return False
-    return True
-
-
 def _elastic_plan(request: ElasticRequest) -> ElasticPlan:
     micros = _validate(request)
     low, high = request.min_gpus, request.max_gpus
@@ -241,3 +233,6 @@ def _elastic_plan(request: ElasticRequest) -> ElasticPlan:
         learning_rate=lr,
         warnings=tuple(warnings),
     )
+
+
+_plans = passes(_elastic_plan, DomainError)  # whether a request plans: how a suggestion is tried

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self, TypeVar
+
+T = TypeVar("T")
 
 
 class ErrorKind(StrEnum):
@@ -131,3 +134,17 @@ class Unavailable(DomainError):
     slug: str = "http-503"
     title: str = "HTTP error"
     kind: ErrorKind = ErrorKind.UNAVAILABLE
+
+
+def passes(check: Callable[[T], Any], error: type[Exception]) -> Callable[[T], bool]:
+    """Whether `check(request)` runs without raising `error`: how a suggested request is tried
+    (the planner's and the elastic plan's alike)."""
+
+    def passing(request: T) -> bool:
+        try:
+            check(request)
+        except error:
+            return False
+        return True
+
+    return passing

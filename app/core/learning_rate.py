@@ -105,6 +105,22 @@ def plan_learning_rate(
             f"batches; the square-root rule (rule: sqrt or auto) is the usual choice"
         )
     betas, eps = _running_betas(spec, adam)
+    warmup = warmup_steps(spec, optimizer_steps_per_epoch)
+    lr = spec.base_lr * factor
+    if not math.isfinite(lr) or lr <= 0:
+        raise InvalidValue(
+            f"the scaled learning rate {lr!r} is not a finite positive number",
+            pointer="/learning_rate/base_lr",
+        )
+    recipe_fields, recipe_warnings = recipe.complete(
+        spec,
+        lr=lr,
+        warmup_steps=warmup,
+        rule=rule.value,
+        global_batch=samples_per_step or global_batch_size,
+        steps_per_epoch=optimizer_steps_per_epoch,
+        epochs=epochs,
+    )
     plan = LearningRatePlan(
         optimizer=spec.optimizer.value,
         rule=rule.value,
@@ -112,19 +128,11 @@ def plan_learning_rate(
         base_lr=spec.base_lr,
         base_batch_size=spec.base_batch_size,
         factor=factor,
-        lr=spec.base_lr * factor,
-        warmup_steps=warmup_steps(spec, optimizer_steps_per_epoch),
-        warmup_start_lr=spec.base_lr,
+        lr=lr,
+        warmup_steps=warmup,
         adam=adam,
         betas=betas,
         eps=eps,
-    )
-    if not math.isfinite(plan.lr) or plan.lr <= 0:
-        raise InvalidValue(
-            f"the scaled learning rate {plan.lr!r} is not a finite positive number",
-            pointer="/learning_rate/base_lr",
-        )
-    plan, recipe_warnings = recipe.complete(
-        plan, spec, samples_per_step or global_batch_size, optimizer_steps_per_epoch, epochs
+        **recipe_fields,
     )
     return plan, warnings + recipe_warnings

@@ -1,9 +1,24 @@
-"""Frozen inputs and outputs of the planner. Plain dataclasses: no web types here."""
+"""Frozen inputs and outputs of the planner. Plain dataclasses: no web types here.
+
+The inputs live here; the outputs (Plan and its parts) in app.core.plan_result_types, re-exported
+so that `plan_types.Plan` keeps working wherever it is named."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+
+from app.core.plan_result_types import (
+    AdamAdjustment,
+    BatchEfficiency,
+    DeviceMeshPlan,
+    LearningRatePlan,
+    MeshDimension,
+    Plan,
+    ReplicaGroup,
+    SamplerPlan,
+    TokenPlan,
+)
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
 MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
@@ -150,157 +165,28 @@ class PlanRequest:
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaGroup:
-    """Consecutive data-parallel ranks [start, stop) that share every setting."""
-
-    start: int
-    stop: int
-    node_group: str
-    micro_batch_size: int
-    samples_per_step: int
-    loss_scale: float | None  # None under loss_normalization token: TokenPlan.loss_scale_formula
-    relative_throughput: float
-    max_micro_batch_size: int | None
-    num_samples_per_replica: int | None = None
-
-    @property
-    def count(self) -> int:
-        return self.stop - self.start
-
-
-@dataclass(frozen=True, slots=True)
-class SamplerPlan:
-    kind: str  # "DistributedSampler" or "proportional"
-    num_replicas: int
-    shuffle: bool
-    seed: int
-    drop_last: bool
-    num_samples_per_replica: int | None  # None when replicas take different shares
-    total_size: int
-    padded_samples: int
-    dropped_samples: int
-    micro_steps_per_epoch: int
-    optimizer_steps_per_epoch: int
-    samples_per_micro_step: int
-    epochs: int | None = None
-    total_optimizer_steps: int | None = None
-    # Micro-steps per epoch past the last whole optimizer step, and what the run does with
-    # them: "dropped" (skipped; the next epoch starts a new step), in every export and the
-    # reference run alike.
-    leftover_micro_steps: int = 0
-    leftover: str = "dropped"
-
-
-@dataclass(frozen=True, slots=True)
-class AdamAdjustment:
-    beta1: float
-    beta2: float
-    eps: float
-    kappa: float
-    valid: bool
-
-
-@dataclass(frozen=True, slots=True)
-class LearningRatePlan:
-    optimizer: str
-    rule: str  # the rule applied ("auto" resolved)
-    requested_rule: str
-    base_lr: float
-    base_batch_size: int
-    factor: float
-    lr: float
-    warmup_steps: int
-    warmup_start_lr: float
-    adam: AdamAdjustment | None = None
-    base_batch_tokens: int | None = None  # when set, factor is against tokens per step
-    # The recipe (app.core.recipe), evaluated step by step by app.core.lr_schedule.lr_at.
-    decay: str = "constant"
-    min_lr: float = 0.0
-    milestones: tuple[int, ...] = ()
-    gamma: float | None = None  # step decay only
-    train_steps: int | None = None  # the run's optimizer steps, when known
-    lr_at_warmup_end: float | None = None  # the lr of step warmup_steps (the peak)
-    lr_at_last_step: float | None = None  # None when the run's length is unknown
-    schedule: str = ""  # the schedule in one sentence, as every export writes it
-    momentum: float | None = None  # SGD and LARS
-    nesterov: bool = False
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = None  # None: no clipping
-    # Adam-like: the betas and eps that run (the square-root rule's when it applies and holds).
-    betas: tuple[float, float] | None = None
-    eps: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BatchEfficiency:
-    """The plan's global batch against the critical batch B_crit ~ B_noise (McCandlish et
-    al. 2018): (S/S_min - 1)(E/E_min - 1) = 1. Field for field the plan's `efficiency`."""
-
-    batch_size: int  # the global batch that runs
-    gradient_noise_scale: float
-    gradient_noise_scale_stderr: float | None
-    critical_batch_size: float
-    batch_to_critical: float  # B / B_crit
-    steps_vs_min: float  # S / S_min = 1 + B_noise / B
-    samples_vs_min: float  # E / E_min = 1 + B / B_noise
-    step_efficiency: float  # S_min / S
-    sample_efficiency: float  # E_min / E
-    verdict: str  # "near_critical", "above_critical" or "below_critical"
-    recommendation: str
-
-
-@dataclass(frozen=True, slots=True)
-class MeshDimension:
-    name: str  # pp, dp_replicate, dp_shard, cp or tp
-    size: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceMeshPlan:
-    """The mesh in init_device_mesh's order (torchtitan's: pp, dp_replicate, dp_shard, cp,
-    tp), dimensions of size 1 left out."""
-
-    dimensions: tuple[MeshDimension, ...]
-    data_parallel_dimensions: tuple[str, ...]  # the sampler's group: dp_replicate x dp_shard
-    data_parallel_replicate: int
-    data_parallel_shard: int
-    expert: int
-    wrapper: str  # "ddp", "fsdp" or "hsdp"
-    init_device_mesh: str  # the call, to paste
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    world_size: int
-    model_parallel_size: int
-    data_parallel_size: int
-    requested_global_batch_size: int | None
-    global_batch_size: int
-    micro_batch_size: int | None  # None when replica groups differ
-    gradient_accumulation_steps: int
-    replica_groups: tuple[ReplicaGroup, ...]
-    split: str  # "even" or "proportional"
-    divisibility: str
-    loss_reduction: str
-    sampler: SamplerPlan | None
-    learning_rate: LearningRatePlan | None
-    warnings: tuple[str, ...]
-    explanation: tuple[str, ...]
-    efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale
-    tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
-    device_mesh: DeviceMeshPlan | None = None  # always set by the planner
-
-
-@dataclass(frozen=True, slots=True)
-class TokenPlan:
-    """The plan counted in tokens (app.core.tokens). Counts are None without sequence_length,
-    and per-replica ones also when replicas take different micro-batches."""
-
-    unit: str  # "tokens" or "samples": what the request gave its batch in
-    sequence_length: int | None
-    loss_normalization: str
-    tokens_per_micro_batch: int | None  # per data-parallel replica
-    tokens_per_step: int | None  # per optimizer step, all replicas
-    tokens_per_epoch: int | None  # what the sampler's epoch feeds, padding included
-    loss_scale_formula: str | None  # under token: what each rank multiplies its summed loss by
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "MAX_WORLD_SIZE",
+    "AdamAdjustment",
+    "BatchEfficiency",
+    "DatasetSpec",
+    "Decay",
+    "DeviceMeshPlan",
+    "Divisibility",
+    "LRRule",
+    "LearningRatePlan",
+    "LearningRateSpec",
+    "LossNormalization",
+    "LossReduction",
+    "MeshDimension",
+    "NodeGroup",
+    "Optimizer",
+    "Parallelism",
+    "Plan",
+    "PlanRequest",
+    "ReplicaGroup",
+    "SamplerPlan",
+    "TokenPlan",
+    "Topology",
+]

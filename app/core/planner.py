@@ -7,7 +7,7 @@ import math
 
 from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
-from app.core.errors import InvalidValue, PlanError, field_key
+from app.core.errors import InvalidValue, PlanError, field_key, passes
 from app.core.explain import explain, mesh_sentences
 from app.core.field_suggestions import with_request_fields
 from app.core.noise_scale import efficiency, readable
@@ -183,15 +183,6 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
         raise pointed from None
 
 
-def _plans(request: PlanRequest) -> bool:
-    """Whether `request` plans: how a suggestion is tried (without suggestions of its own)."""
-    try:
-        _plan_or_raise(request)
-    except PlanError:
-        return False
-    return True
-
-
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
@@ -277,3 +268,6 @@ def _plan(request: PlanRequest) -> Plan:
         warnings=planned.warnings + tuple(token_warnings),
         explanation=planned.explanation + tuple(token_lines),
     )
+
+
+_plans = passes(_plan_or_raise, PlanError)  # whether a request plans: how a suggestion is tried

@@ -8,14 +8,15 @@ The lr at every step is `app.core.lr_schedule.lr_at` of the resolved `LearningRa
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Sequence
 from decimal import ROUND_CEILING, Decimal, localcontext
+from typing import Any
 
 from app.core.errors import InvalidValue
-from app.core.lr_schedule import lr_at
-from app.core.plan_types import Decay, LearningRatePlan, LearningRateSpec, Optimizer
+from app.core.plan_types import Decay, LearningRateSpec, Optimizer
+from app.core.recipe_summary import lr_of, schedule_sentence, summary, with_summary
+
+__all__ = ["complete", "epochs_to_steps", "lr_of", "run_length", "schedule_sentence", "with_summary"]
 
 # SGD's momentum when the request names none: Goyal et al.'s ImageNet recipe, and what every
 # export wrote before the plan had a momentum of its own.
@@ -169,27 +170,31 @@ def _optimizer_settings(spec: LearningRateSpec) -> float | None:
 
 
 def complete(
-    plan: LearningRatePlan,
     spec: LearningRateSpec,
+    *,
+    lr: float,
+    warmup_steps: int,
+    rule: str,
     global_batch: int,
     steps_per_epoch: int | None,
     epochs: int | None,
-) -> tuple[LearningRatePlan, list[str]]:
-    """`plan` (its lr and warmup set) with the rest of the recipe, and the recipe's warnings."""
-    steps, warnings = run_length(spec, global_batch, steps_per_epoch, epochs, plan.warmup_steps)
+) -> tuple[dict[str, Any], list[str]]:
+    """The rest of the recipe for a scaled `lr` and its warmup, as LearningRatePlan's fields,
+    and the recipe's warnings. Fields, not a plan: the caller builds the plan once, where a
+    plan and two `dataclasses.replace` of its 26 fields cost a sixth of a whole request
+    (bench/bench_instructions.py)."""
+    steps, warnings = run_length(spec, global_batch, steps_per_epoch, epochs, warmup_steps)
     momentum = _optimizer_settings(spec)
     decay = spec.decay or Decay.CONSTANT
     start = spec.base_lr if spec.warmup_start_lr is None else spec.warmup_start_lr
-    if spec.warmup_start_lr is not None and not (math.isfinite(start) and 0 <= start <= plan.lr):
+    if spec.warmup_start_lr is not None and not (math.isfinite(start) and 0 <= start <= lr):
         raise InvalidValue(
-            f"warmup_start_lr must be from 0 to the peak learning rate {plan.lr!r}",
+            f"warmup_start_lr must be from 0 to the peak learning rate {lr!r}",
             pointer=_LR + "warmup_start_lr",
         )
     floor = 0.0 if spec.min_lr is None else spec.min_lr
-    if not (math.isfinite(floor) and 0 <= floor <= plan.lr):
-        raise InvalidValue(
-            f"min_lr must be from 0 to the peak learning rate {plan.lr!r}", pointer=_LR + "min_lr"
-        )
+    if not (math.isfinite(floor) and 0 <= floor <= lr):
+        raise InvalidValue(f"min_lr must be from 0 to the peak learning rate {lr!r}", pointer=_LR + "min_lr")
     if decay in (Decay.COSINE, Decay.LINEAR) and steps is None:
         raise InvalidValue(
             f"{decay.value} decay ends at the run's last step: give learning_rate.train_steps or "
@@ -198,90 +203,44 @@ def complete(
         )
     if not (math.isfinite(spec.gamma) and 0 < spec.gamma < 1):
         raise InvalidValue("gamma must lie in (0, 1)", pointer=_LR + "gamma")
-    _check_warmup(spec, plan.warmup_steps, steps, steps_per_epoch)
+    _check_warmup(spec, warmup_steps, steps, steps_per_epoch)
     milestones: tuple[int, ...] = ()
     if decay is Decay.STEP:
-        milestones = _milestones(spec, plan.warmup_steps, steps, steps_per_epoch)
+        milestones = _milestones(spec, warmup_steps, steps, steps_per_epoch)
     elif spec.milestones is not None or spec.milestone_epochs is not None:
         field = "milestones" if spec.milestones is not None else "milestone_epochs"
         raise InvalidValue(f"{field} are for decay step, not {decay.value}", pointer=_LR + field)
-    warnings += _no_effect(spec, plan, decay, start)
-    resolved = dataclasses.replace(
-        plan,
-        warmup_start_lr=start,
-        decay=decay.value,
-        min_lr=floor,
-        milestones=milestones,
-        gamma=spec.gamma if decay is Decay.STEP else None,
-        train_steps=steps,
-        momentum=momentum,
-        nesterov=spec.nesterov,
-        weight_decay=spec.weight_decay,
-        max_grad_norm=spec.max_grad_norm,
-    )
-    return with_summary(resolved), warnings
+    warnings += _no_effect(spec, lr, warmup_steps, rule, decay, start)
+    gamma = spec.gamma if decay is Decay.STEP else None
+    fields = {
+        "warmup_start_lr": start,
+        "decay": decay.value,
+        "min_lr": floor,
+        "milestones": milestones,
+        "gamma": gamma,
+        "train_steps": steps,
+        "momentum": momentum,
+        "nesterov": spec.nesterov,
+        "weight_decay": spec.weight_decay,
+        "max_grad_norm": spec.max_grad_norm,
+    }
+    fields.update(summary(start, lr, warmup_steps, decay.value, floor, steps, milestones, gamma))
+    return fields, warnings
 
 
-def _no_effect(spec: LearningRateSpec, plan: LearningRatePlan, decay: Decay, start: float) -> list[str]:
+def _no_effect(
+    spec: LearningRateSpec, lr: float, warmup_steps: int, rule: str, decay: Decay, start: float
+) -> list[str]:
     out = []
-    if plan.warmup_steps and start == plan.lr:
+    if warmup_steps and start == lr:
         source = "base_lr" if spec.warmup_start_lr is None else "warmup_start_lr"
         out.append(
             f"the warmup changes nothing: it starts at {source} {start!r}, which is already the lr "
-            f"(rule {plan.rule}); set learning_rate.warmup_start_lr (0, or a fraction of the lr) for "
+            f"(rule {rule}); set learning_rate.warmup_start_lr (0, or a fraction of the lr) for "
             f"a real warmup, or leave the warmup out"
         )
-    if spec.warmup_start_lr is not None and not plan.warmup_steps:
+    if spec.warmup_start_lr is not None and not warmup_steps:
         out.append("warmup_start_lr has no effect without warmup_steps or warmup_epochs")
     if spec.min_lr and decay not in (Decay.COSINE, Decay.LINEAR):
         out.append(f"min_lr has no effect with decay {decay.value}: only cosine and linear decay end there")
     return out
-
-
-def with_summary(lr: LearningRatePlan) -> LearningRatePlan:
-    """The plan with the lr at warmup's end and at the last step, and its schedule sentence."""
-    last = lr.train_steps - 1 if lr.train_steps else None
-    return dataclasses.replace(
-        lr,
-        lr_at_warmup_end=lr_of(lr, lr.warmup_steps),
-        lr_at_last_step=lr_of(lr, last) if last is not None else None,
-        schedule=schedule_sentence(lr),
-    )
-
-
-def lr_of(lr: LearningRatePlan, step: int, last_step: int | None = None) -> float:
-    """The recipe's lr at optimizer step `step`; `last_step` overrides the run's own."""
-    if last_step is None and lr.train_steps:
-        last_step = lr.train_steps - 1
-    return lr_at(
-        step,
-        start=lr.warmup_start_lr,
-        peak=lr.lr,
-        warmup=lr.warmup_steps,
-        decay=lr.decay,
-        floor=lr.min_lr,
-        last_step=last_step,
-        milestones=lr.milestones,
-        gamma=lr.gamma if lr.gamma is not None else 0.1,
-    )
-
-
-def _steps(values: Sequence[int]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def schedule_sentence(lr: LearningRatePlan) -> str:
-    """The schedule in words, as the plan states it and every export writes it."""
-    if lr.decay == Decay.STEP:
-        after = f"{lr.lr!r}, x {lr.gamma!r} at optimizer steps {_steps(lr.milestones)}"
-    elif lr.decay == Decay.CONSTANT:
-        after = f"constant {lr.lr!r}"
-    else:
-        last = (lr.train_steps or 1) - 1
-        after = f"{lr.decay} decay from {lr.lr!r} to {lr.min_lr!r} at the last step ({last})"
-    if not lr.warmup_steps:
-        return after
-    return (
-        f"linear warmup from {lr.warmup_start_lr!r} to {lr.lr!r} over {lr.warmup_steps} optimizer "
-        f"steps, then {after}"
-    )

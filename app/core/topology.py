@@ -8,8 +8,9 @@ groups runs at the pace of its slowest GPU and within its smallest cap.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Any, Generic, Self, TypeVar, overload
 
 from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
@@ -28,6 +29,30 @@ class Segment:
     @property
     def count(self) -> int:
         return self.stop - self.start
+
+
+T = TypeVar("T")
+
+
+class cached_property(Generic[T]):  # noqa: N801 (named as the functools one it stands for)
+    """functools.cached_property without its lock: Python 3.11's takes an RLock on every first
+    read, and every plan reads two of these once (3.12 dropped the lock too). A plan is
+    computed on one thread, so a race could only compute the same value twice."""
+
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+
+    @overload
+    def __get__(self, instance: None, owner: Any = None) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: Any = None) -> T: ...
+    def __get__(self, instance: object, owner: Any = None) -> T | Self:
+        if instance is None:  # read on the class: the descriptor itself, as functools' gives
+            return self
+        # The instance's own __dict__ then answers every later read, before this descriptor.
+        value = instance.__dict__[self.name] = self.func(instance)
+        return value
 
 
 @dataclass(frozen=True)  # no slots: the derived properties below are cached per layout

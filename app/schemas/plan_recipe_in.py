@@ -1,0 +1,153 @@
+"""The training recipe in the body of POST /v1/plans (LearningRateIn, the request's
+`learning_rate`; the elastic export takes the same), as validated and documented."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from app.core import plan_types as core
+from app.core.plan_types import MAX_SAFE_INTEGER
+from app.schemas.types import WHOLE, Count, PositiveFloat, RequestModel, with_examples
+
+Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
+NonNegativeLr = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Milestone = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
+MilestoneEpoch = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+
+
+class LearningRateIn(RequestModel):
+    """The training recipe: the lr's scaling, warmup and decay, the run's length, and the
+    optimizer's settings. Every export writes all of it in its tool's terms."""
+
+    model_config = with_examples(
+        {
+            "base_lr": 0.1,
+            "base_batch_size": 256,
+            "rule": "linear",
+            "optimizer": "sgd",
+            "warmup_epochs": 5,
+        },
+        {
+            "base_lr": 0.1,
+            "base_batch_size": 256,
+            "rule": "linear",
+            "optimizer": "sgd",
+            "warmup_epochs": 5,
+            "decay": "step",
+            "milestone_epochs": [30, 60, 80],
+            "momentum": 0.9,
+            "weight_decay": 0.0001,
+        },
+        {
+            "base_lr": 0.0003,
+            "base_batch_size": 256,
+            "optimizer": "adamw",
+            "warmup_steps": 2000,
+            "warmup_start_lr": 0.0,
+            "decay": "cosine",
+            "min_lr": 0.00003,
+            "train_steps": 100000,
+            "weight_decay": 0.1,
+            "max_grad_norm": 1.0,
+        },
+    )
+
+    base_lr: PositiveFloat
+    base_batch_size: Count = 256
+    rule: core.LRRule = core.LRRule.AUTO
+    optimizer: core.Optimizer = core.Optimizer.SGD
+    warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
+    warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
+    eps: PositiveFloat = 1e-8
+    base_batch_tokens: Count | None = Field(
+        None,
+        description="Scale against tokens per optimizer step instead of samples: the factor is "
+        "applied to (global batch x sequence_length) / base_batch_tokens. Needs sequence_length; "
+        "base_batch_size is then not used.",
+        examples=[1048576],
+    )
+    warmup_start_lr: NonNegativeLr | None = Field(
+        None,
+        description="Where the linear warmup starts (step 0); it reaches the scaled lr at step "
+        "warmup_steps. Default: base_lr (Goyal et al.). 0 is allowed; at most the scaled lr.",
+        examples=[0.0],
+    )
+    decay: core.Decay | None = Field(
+        None,
+        description="After warmup: constant (the default), cosine or linear to min_lr at the run's "
+        "last step, or step (x gamma at each milestone).",
+        examples=["cosine"],
+    )
+    min_lr: NonNegativeLr | None = Field(
+        None,
+        description="The lr at the run's last step under cosine and linear decay; default 0, at "
+        "most the scaled lr.",
+        examples=[0.00003],
+    )
+    milestones: list[Milestone] | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description="Step decay: the optimizer steps at which the lr is multiplied by gamma, "
+        "increasing, after the warmup and before the run's end.",
+        examples=[[30000, 60000, 80000]],
+    )
+    milestone_epochs: list[MilestoneEpoch] | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        description="Step decay's milestones in epochs instead (ceil(epochs x optimizer steps per "
+        "epoch); needs dataset).",
+        examples=[[30, 60, 80]],
+    )
+    gamma: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Step decay's factor at each milestone.",
+        examples=[0.1],
+    )
+    train_steps: Count | None = Field(
+        None,
+        description="The run's optimizer steps; default dataset.epochs x optimizer_steps_per_epoch. "
+        "With dataset.epochs, at most that.",
+        examples=[100000],
+    )
+    train_samples: Count | None = Field(
+        None,
+        description="The run's length in samples instead: train_samples // global batch steps, as "
+        "Megatron's --train-samples.",
+        examples=[51200000],
+    )
+    momentum: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="SGD's (and LARS's) momentum; default 0.9. Adam-like optimizers use betas.",
+        examples=[0.9],
+    )
+    nesterov: bool = Field(
+        False, strict=True, description="Nesterov momentum (SGD with momentum > 0).", examples=[True]
+    )
+    weight_decay: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="As torch's optimizers apply it, to every parameter: L2 in the gradient for "
+        "sgd, lars and adam, decoupled for adamw and lamb.",
+        examples=[0.1],
+    )
+    max_grad_norm: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Clip the all-reduced gradient to this global L2 norm (torch's "
+        "clip_grad_norm_) before each optimizer step; default none: no clipping.",
+        examples=[1.0],
+    )
