@@ -14,6 +14,8 @@ from fractions import Fraction
 from math import lcm
 from typing import TypeVar
 
+import torch
+
 from app.worker.contract.check_result import SkippedControl
 from app.worker.contract.spec import CheckSpec
 
@@ -187,7 +189,37 @@ def changes_gradient(
 
     The gradient is linear in the per-sample weights and distinct samples have distinct
     gradients, so equal weights are exactly the case where the mistake does no harm here.
+    Each sample's control weight minus its reference weight, as whole numbers over a common
+    denominator, summed per sample by torch (int64, where no sum can overflow it; else in
+    Python's integers): any sum that is not zero is a sample weighed differently.
     """
+    batches = list(control_batches)
+    by_weight: dict[Fraction, list[Sequence[int]]] = defaultdict(list)
+    for indices, scale, reduction, replicas in batches:
+        by_weight[scale * replicas / (dp * (len(indices) if reduction == "mean" else 1))].append(indices)
+    by_weight[-Fraction(1, len(reference_batch))].append(reference_batch)
+    common = lcm(*(w.denominator for w in by_weight))
+    whole = {w: w.numerator * (common // w.denominator) for w in by_weight}
+    bound = sum(abs(whole[w]) * len(i) for w, reads in by_weight.items() for i in reads)
+    if bound >= _INT64_SAFE:
+        return changes_gradient_in_python(batches, reference_batch, dp)
+    tensors = [
+        (torch.as_tensor(i, dtype=torch.int64), whole[w]) for w, reads in by_weight.items() for i in reads
+    ]
+    every = torch.cat([t for t, _ in tensors])
+    weights = torch.cat([torch.full_like(t, w) for t, w in tensors])
+    samples, position = torch.unique(every, return_inverse=True)
+    net = torch.zeros(len(samples), dtype=torch.int64).index_add_(0, position, weights)
+    return bool(net.any())
+
+
+_INT64_SAFE = 1 << 62
+
+
+def changes_gradient_in_python(
+    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
+) -> bool:
+    """changes_gradient in Python's integers, sample by sample: any size, and slower."""
     control, c_common = _weights(control_batches, dp)
     reference, r_common = _weights([(reference_batch, Fraction(dp), "mean", 1)], dp)
     keys = set(control) | set(reference)
