@@ -28,8 +28,8 @@ from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.contract.timings import Timer
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
-from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
-from app.worker.training.sync_batch_norm import cpu_refusal, training_sync_batch_norms
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, load, model_code
 
 
@@ -57,11 +57,20 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
         factor = group.world / spec.data_parallel_size
         return ddp_gradient(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
 
+    def controls_step(model: DistributedDataParallel, controls: list[SampleControl]) -> list[torch.Tensor]:
+        if forward_is_collective(model.module):
+            return [step(c) for c in controls]
+        runs = [_local_batches(spec, shards, sampled, c) for c in controls]
+        factor = group.world / spec.data_parallel_size
+        return weighted_gradients(
+            model.module, runs, factor=factor, workload=workload, dtype=dtype, device=device
+        )
+
     grad = step(None)
     timer.lap("step")
     reference_batch = shards.epoch[: spec.global_batch_size]
     applicable, skipped = split_controls(spec, shards.every_replica, reference_batch)
-    control_grads = [(c, step(c)) for c in applicable]
+    control_grads = list(zip(applicable, controls_step(model, applicable), strict=True))
     timer.lap("controls")
     noise = None
     if spec.noise_steps > 0:

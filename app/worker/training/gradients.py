@@ -8,6 +8,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.training.synthetic_model import backward, flat_gradient
@@ -42,6 +43,53 @@ def ddp_gradient(
         with nullcontext() if i == len(batches) - 1 else model.no_sync():
             backward(workload.loss(model, x, y, reduction) * (scale * factor))
     return flat_gradient(model.module).detach().clone()
+
+
+def weighted_gradients(
+    module: torch.nn.Module,
+    runs: Sequence[Sequence[Batch]],
+    *,
+    factor: float,
+    workload: Workload,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """What `ddp_gradient` gives for each run's batches, from one backward pass per distinct
+    (micro-batch, reduction) on this rank and one all-reduce for every run.
+
+    A step's gradient is linear in its micro-batches' loss scales, so each distinct
+    micro-batch's gradient is taken once and every run weighs it by the scales it gives it.
+    The module runs without DDP (whose hooks would all-reduce each backward): only for a
+    module whose forward makes no collective of its own (no training SyncBatchNorm).
+    """
+    units: dict[tuple[tuple[int, ...], str], list[float]] = {}
+    for r, batches in enumerate(runs):
+        for indices, scale, reduction in batches:
+            units.setdefault((tuple(indices), reduction), [0.0] * len(runs))[r] += scale * factor
+    parameters = list(module.parameters())
+    trainable = [p for p in parameters if p.requires_grad]
+    like = flat_gradient(module)  # its size and dtype
+    total = torch.zeros(len(runs), like.numel(), dtype=like.dtype, device=device)
+    for (indices, reduction), weights in units.items():
+        x, y = workload.batch(indices, dtype, device)
+        grads = dict(
+            zip(
+                trainable,
+                torch.autograd.grad(workload.loss(module, x, y, reduction), trainable, allow_unused=True),
+                strict=True,
+            )
+        )
+        unit = torch.cat(
+            [
+                g.reshape(-1) if (g := grads.get(p)) is not None else torch.zeros_like(p).reshape(-1)
+                for p in parameters
+            ]
+        )
+        total.add_(torch.outer(torch.tensor(weights, dtype=unit.dtype, device=device), unit))
+    if runs:
+        dist.all_reduce(total)
+        total.div_(dist.get_world_size())
+    return list(total.unbind(0))
 
 
 def reference_gradient(
