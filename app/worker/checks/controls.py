@@ -171,8 +171,10 @@ def split_controls(
     """The controls that change this plan's gradient (they run), and the others with the
     reason each does not apply. `reads(control)`: what every replica reads under it."""
 
+    tensors = Tensors()  # the controls read the same few lists: each is made a tensor once
+
     def harmless_because(control: SampleControl) -> str | None:
-        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size):
+        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size, tensors):
             return None
         return _harmless_rule(control, spec) or (
             "on this plan's first step it weighs every sample as the plan does (the samples it "
@@ -182,8 +184,25 @@ def split_controls(
     return partition(CONTROLS, harmless_because)
 
 
+class Tensors:
+    """Index lists as int64 tensors, each made once: keyed by the list's identity, and holding
+    the list, so that no other list can take its identity while this lives."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[Sequence[int], torch.Tensor]] = {}
+
+    def __call__(self, indices: Sequence[int]) -> torch.Tensor:
+        made = self._made.get(id(indices))
+        if made is None:
+            made = self._made[id(indices)] = (indices, torch.as_tensor(indices, dtype=torch.int64))
+        return made[1]
+
+
 def changes_gradient(
-    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
+    control_batches: Iterable[WeightedBatch],
+    reference_batch: Sequence[int],
+    dp: int,
+    tensors: Tensors | None = None,
 ) -> bool:
     """Whether the control weighs any sample differently from 1/G over the reference batch.
 
@@ -203,11 +222,10 @@ def changes_gradient(
     bound = sum(abs(whole[w]) * len(i) for w, reads in by_weight.items() for i in reads)
     if bound >= _INT64_SAFE:
         return changes_gradient_in_python(batches, reference_batch, dp)
-    tensors = [
-        (torch.as_tensor(i, dtype=torch.int64), whole[w]) for w, reads in by_weight.items() for i in reads
-    ]
-    every = torch.cat([t for t, _ in tensors])
-    weights = torch.cat([torch.full_like(t, w) for t, w in tensors])
+    tensor = tensors or Tensors()
+    parts = [(tensor(i), whole[w]) for w, reads in by_weight.items() for i in reads]
+    every = torch.cat([t for t, _ in parts])
+    weights = torch.cat([torch.full_like(t, w) for t, w in parts])
     samples, position = torch.unique(every, return_inverse=True)
     net = torch.zeros(len(samples), dtype=torch.int64).index_add_(0, position, weights)
     return bool(net.any())

@@ -60,7 +60,12 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
     def controls_step(model: DistributedDataParallel, controls: list[SampleControl]) -> list[torch.Tensor]:
         if forward_is_collective(model.module):
             return [step(c) for c in controls]
-        runs = [_local_batches(spec, shards, sampled, c) for c in controls]
+        # A workload's sum over a batch's samples is its mean times their number: controls that
+        # read the same micro-batch summed and averaged share its one backward.
+        runs = [
+            [(b, scale * len(b), "mean") if r == "sum" else (b, scale, r) for b, scale, r in batches]
+            for batches in (_local_batches(spec, shards, sampled, c) for c in controls)
+        ]
         factor = group.world / spec.data_parallel_size
         return weighted_gradients(
             model.module, runs, factor=factor, workload=workload, dtype=dtype, device=device
