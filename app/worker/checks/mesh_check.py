@@ -11,7 +11,7 @@ program under torchrun (`app.worker.gradcheck`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import cycle, islice
 
@@ -37,6 +37,7 @@ from app.worker.contract.check_result import CheckResult, SkippedControl
 from app.worker.contract.mesh_spec import mesh_world, wrapper_of
 from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
+from app.worker.training.gradients import reference_gradient
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
@@ -219,16 +220,6 @@ def _row(run: dict[str, torch.Tensor], sizes: dict[str, int], dtype: torch.dtype
     return torch.cat([held, *values])
 
 
-def _reference(
-    workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    model = workload.module(dtype, device)
-    x, y = workload.batch(batch, dtype, device)
-    backward(workload.loss(model, x, y, "mean"))
-    named = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    return torch.cat([named[n].reshape(-1) for n, _ in model.named_parameters()])
-
-
 def run_mesh_check(
     spec: CheckSpec,
     group: CheckGroup,
@@ -268,7 +259,7 @@ def run_mesh_check(
     timer.lap("controls")
     if group.rank != 0:
         return None
-    reference = _reference(workload, shards.epoch[: spec.global_batch_size], dtype, device)
+    reference = reference_gradient(workload, shards.epoch[: spec.global_batch_size], dtype, device).cpu()
     timer.lap("reference")
     grad, *control_grads = gathered
     controls = [(r.control, g) for r, g in zip(runs, control_grads, strict=True) if r.control]

@@ -17,6 +17,38 @@ from app.worker.training.workload import Workload
 Batch = tuple[Sequence[int], float, str]  # sample indices, loss scale, reduction
 
 
+def micro_steps(
+    model: DistributedDataParallel,
+    batches: Sequence[Batch],
+    *,
+    factor: float,
+    workload: Workload,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> float:
+    """One step's backward passes: every local micro-batch but the last under `no_sync()`, each
+    loss times its scale and `factor`; the last backward lets DDP all-reduce (a mean over
+    processes). Returns the sum of the losses times their scales.
+
+    `factor` = processes / replicas: a process that runs several replicas sums their
+    gradients, and DDP's mean over processes then equals the mean over replicas.
+    """
+    model.zero_grad(set_to_none=True)
+    cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
+    total = 0.0
+    for i, (indices, scale, reduction) in enumerate(batches):
+        key = tuple(indices)
+        if key not in cache:
+            # Controls that make every replica read the same samples reuse the same tensors.
+            cache = {key: workload.batch(indices, dtype, device)}
+        x, y = cache[key]
+        with nullcontext() if i == len(batches) - 1 else model.no_sync():
+            loss = workload.loss(model, x, y, reduction)
+            backward(loss * (scale * factor))
+        total += loss.item() * scale
+    return total
+
+
 def ddp_gradient(
     model: DistributedDataParallel,
     batches: Sequence[Batch],
@@ -26,22 +58,8 @@ def ddp_gradient(
     dtype: torch.dtype,
     device: torch.device,
 ) -> torch.Tensor:
-    """One step's gradient: every local micro-batch but the last under `no_sync()`, each loss
-    times its scale; the last backward lets DDP all-reduce (a mean over processes).
-
-    `factor` = processes / replicas: a process that runs several replicas sums their
-    gradients, and DDP's mean over processes then equals the mean over replicas.
-    """
-    model.zero_grad(set_to_none=True)
-    cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
-    for i, (indices, scale, reduction) in enumerate(batches):
-        key = tuple(indices)
-        if key not in cache:
-            # Controls that make every replica read the same samples reuse the same tensors.
-            cache = {key: workload.batch(indices, dtype, device)}
-        x, y = cache[key]
-        with nullcontext() if i == len(batches) - 1 else model.no_sync():
-            backward(workload.loss(model, x, y, reduction) * (scale * factor))
+    """One step's gradient (`micro_steps`), as every process holds it after DDP's all-reduce."""
+    micro_steps(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
     return flat_gradient(model.module).detach().clone()
 
 
@@ -95,7 +113,8 @@ def weighted_gradients(
 def reference_gradient(
     workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """One process, the mean loss over exactly the global batch."""
+    """One process, the mean loss over exactly the global batch (SyncBatchNorm as BatchNorm:
+    rank 0 computes it alone)."""
     model = workload.single_process_module(dtype, device)
     x, y = workload.batch(batch, dtype, device)
     backward(workload.loss(model, x, y, "mean"))
