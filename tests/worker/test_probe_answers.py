@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 import torch
 
 from app.worker.checks import probe_answers
@@ -57,6 +58,7 @@ def _kept_answers_are_agreed(rank: int, world: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_kept_answers_are_used_only_when_every_rank_holds_them_and_equal_fresh_ones() -> None:
     ranks = on_ranks(2, _kept_answers_are_agreed)
     assert [r["held"] for r in ranks] == [[True, False, False], [True, False, False]]
