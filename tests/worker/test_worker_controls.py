@@ -145,3 +145,56 @@ def test_a_control_no_rule_covers_still_says_why_it_did_not_run() -> None:
     _, not_run = split_controls(spec, shards.every_replica, shards.epoch)
     reasons = {s.name: s.reason for s in not_run}
     assert reasons["no_distributed_sampler"].startswith("on this plan's first step it weighs every sample")
+
+
+def test_the_int64_sums_decide_as_the_exact_python_integers_do() -> None:
+    """On the reads of every control of plans even, uneven, accumulated, summed, padded and
+    emulated, and on random reads with repeated samples: the same answer both ways."""
+    import random
+
+    pytest.importorskip("torch")
+    from app.worker.checks.controls import changes_gradient_in_python
+    from app.worker.checks.shards import Shards
+
+    plans = [
+        {"topology": FOUR, "global_batch_size": 64, "micro_batch_size": 8},
+        {"topology": FOUR, "global_batch_size": 32, "loss_reduction": "sum"},
+        {"topology": MIXED, "global_batch_size": 24, "loss_reduction": "sum"},
+        {"topology": MIXED, "global_batch_size": 48, "micro_batch_size": 4},
+        {"topology": FOUR, "global_batch_size": 12, "dataset": {"num_samples": 10}},
+        {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 256},
+    ]
+    cases = 0
+    for plan in plans:
+        spec = _spec(plan)
+        shards = Shards(spec)
+        for control in CONTROLS:
+            reads = shards.every_replica(control)
+            dp = spec.data_parallel_size
+            assert changes_gradient(reads, shards.epoch, dp) == changes_gradient_in_python(
+                reads, shards.epoch, dp
+            )
+            cases += 1
+    draw = random.Random(7)
+    answers = set()
+    for _ in range(200):
+        reference = [draw.randrange(6) for _ in range(draw.randrange(1, 7))]
+        reads = [
+            (
+                [draw.randrange(6) for _ in range(draw.randrange(1, 4))],
+                Fraction(draw.randrange(1, 5), draw.randrange(1, 5)),
+                draw.choice(["mean", "sum"]),
+                draw.randrange(1, 3),
+            )
+            for _ in range(draw.randrange(1, 4))
+        ]
+        dp = draw.randrange(1, 4)
+        if draw.random() < 0.3:  # the reference's samples, summed at 1/G in two parts: no change
+            cut = draw.randrange(len(reference) + 1)
+            shuffled = draw.sample(reference, len(reference))
+            weight = Fraction(dp, len(reference))
+            reads = [(p, weight, "sum", 1) for p in (shuffled[:cut], shuffled[cut:]) if p]
+        answer = changes_gradient(reads, reference, dp)
+        assert answer == changes_gradient_in_python(reads, reference, dp)
+        answers.add(answer)
+    assert cases == 30 and answers == {True, False}

@@ -14,6 +14,8 @@ from fractions import Fraction
 from math import lcm
 from typing import TypeVar
 
+import torch
+
 from app.worker.contract.check_result import SkippedControl
 from app.worker.contract.spec import CheckSpec
 
@@ -169,8 +171,10 @@ def split_controls(
     """The controls that change this plan's gradient (they run), and the others with the
     reason each does not apply. `reads(control)`: what every replica reads under it."""
 
+    tensors = Tensors()  # the controls read the same few lists: each is made a tensor once
+
     def harmless_because(control: SampleControl) -> str | None:
-        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size):
+        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size, tensors):
             return None
         return _harmless_rule(control, spec) or (
             "on this plan's first step it weighs every sample as the plan does (the samples it "
@@ -180,14 +184,60 @@ def split_controls(
     return partition(CONTROLS, harmless_because)
 
 
+class Tensors:
+    """Index lists as int64 tensors, each made once: keyed by the list's identity, and holding
+    the list, so that no other list can take its identity while this lives."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[Sequence[int], torch.Tensor]] = {}
+
+    def __call__(self, indices: Sequence[int]) -> torch.Tensor:
+        made = self._made.get(id(indices))
+        if made is None:
+            made = self._made[id(indices)] = (indices, torch.as_tensor(indices, dtype=torch.int64))
+        return made[1]
+
+
 def changes_gradient(
-    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
+    control_batches: Iterable[WeightedBatch],
+    reference_batch: Sequence[int],
+    dp: int,
+    tensors: Tensors | None = None,
 ) -> bool:
     """Whether the control weighs any sample differently from 1/G over the reference batch.
 
     The gradient is linear in the per-sample weights and distinct samples have distinct
     gradients, so equal weights are exactly the case where the mistake does no harm here.
+    Each sample's control weight minus its reference weight, as whole numbers over a common
+    denominator, summed per sample by torch (int64, where no sum can overflow it; else in
+    Python's integers): any sum that is not zero is a sample weighed differently.
     """
+    batches = list(control_batches)
+    by_weight: dict[Fraction, list[Sequence[int]]] = defaultdict(list)
+    for indices, scale, reduction, replicas in batches:
+        by_weight[scale * replicas / (dp * (len(indices) if reduction == "mean" else 1))].append(indices)
+    by_weight[-Fraction(1, len(reference_batch))].append(reference_batch)
+    common = lcm(*(w.denominator for w in by_weight))
+    whole = {w: w.numerator * (common // w.denominator) for w in by_weight}
+    bound = sum(abs(whole[w]) * len(i) for w, reads in by_weight.items() for i in reads)
+    if bound >= _INT64_SAFE:
+        return changes_gradient_in_python(batches, reference_batch, dp)
+    tensor = tensors or Tensors()
+    parts = [(tensor(i), whole[w]) for w, reads in by_weight.items() for i in reads]
+    every = torch.cat([t for t, _ in parts])
+    weights = torch.cat([torch.full_like(t, w) for t, w in parts])
+    samples, position = torch.unique(every, return_inverse=True)
+    net = torch.zeros(len(samples), dtype=torch.int64).index_add_(0, position, weights)
+    return bool(net.any())
+
+
+_INT64_SAFE = 1 << 62
+
+
+def changes_gradient_in_python(
+    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
+) -> bool:
+    """changes_gradient in Python's integers, sample by sample: any size, and slower."""
     control, c_common = _weights(control_batches, dp)
     reference, r_common = _weights([(reference_batch, Fraction(dp), "mean", 1)], dp)
     keys = set(control) | set(reference)

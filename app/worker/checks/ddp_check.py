@@ -19,7 +19,7 @@ import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.checks import equivalence
-from app.worker.checks import equivalence_probes as probes
+from app.worker.checks import probe_answers as answers
 from app.worker.checks.controls import SampleControl, split_controls
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
@@ -28,21 +28,9 @@ from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.contract.timings import Timer
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
-from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
-from app.worker.training.sync_batch_norm import cpu_refusal, training_sync_batch_norms
-from app.worker.training.synthetic_model import backward
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, load, model_code
-
-
-def _probe_forward(
-    module: torch.nn.Module,
-    workload: Workload,
-    indices: Sequence[int],
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Any:
-    x, _ = workload.batch(indices, dtype, device)
-    return lambda: workload.forward(module, x)
 
 
 def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None = None) -> CheckResult | None:
@@ -69,11 +57,25 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
         factor = group.world / spec.data_parallel_size
         return ddp_gradient(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
 
+    def controls_step(model: DistributedDataParallel, controls: list[SampleControl]) -> list[torch.Tensor]:
+        if forward_is_collective(model.module):
+            return [step(c) for c in controls]
+        # A workload's sum over a batch's samples is its mean times their number: controls that
+        # read the same micro-batch summed and averaged share its one backward.
+        runs = [
+            [(b, scale * len(b), "mean") if r == "sum" else (b, scale, r) for b, scale, r in batches]
+            for batches in (_local_batches(spec, shards, sampled, c) for c in controls)
+        ]
+        factor = group.world / spec.data_parallel_size
+        return weighted_gradients(
+            model.module, runs, factor=factor, workload=workload, dtype=dtype, device=device
+        )
+
     grad = step(None)
     timer.lap("step")
     reference_batch = shards.epoch[: spec.global_batch_size]
     applicable, skipped = split_controls(spec, shards.every_replica, reference_batch)
-    control_grads = [(c, step(c)) for c in applicable]
+    control_grads = list(zip(applicable, controls_step(model, applicable), strict=True))
     timer.lap("controls")
     noise = None
     if spec.noise_steps > 0:
@@ -109,34 +111,35 @@ def _wrapped(
 ) -> tuple[DistributedDataParallel, list[dict[str, Any]]]:
     """The module under DDP, and what it shows about DDP equivalence: its module tree, and
     runs of it on `probe` (the same samples on every rank) for randomness, rank dependence
-    and unused parameters."""
+    and unused parameters; answers a warm rank kept for this model are used when every rank
+    kept them (probe_answers says when)."""
     dtype, device = getattr(torch, spec.dtype), group.device
     findings = equivalence.static_findings(module, spec, processes=group.world, own_loss=workload.own_loss)
-
-    def backward_once(m: torch.nn.Module) -> None:
-        backward(workload.loss(m, *workload.batch(probe, dtype, device), "mean"))
-
-    unused = probes.unused_parameters(module, backward_once)
-    gradient_spread = probes.stochastic_gradient(module, backward_once)
+    key = answers.key_of(dtype, device, probe, group.rank, group.world)
+    found = answers.kept(workload, key, device)
+    local = (
+        found.local
+        if found is not None
+        else answers.local_probes(module, answers.probe_backward(workload, probe, dtype, device))
+    )
     model = DistributedDataParallel(
         module,
         device_ids=[device.index] if device.type == "cuda" else None,
-        find_unused_parameters=bool(unused),
+        find_unused_parameters=bool(local.unused),
     )
-    forward = _probe_forward(model.module, workload, probe, dtype, device)
-    stochastic = max(probes.stochastic_forward(forward, device), gradient_spread)
-    draws: list[str] = []
-    if stochastic > probes.different(spec.dtype):
-        alone = workload.single_process_module(dtype, device)  # no collectives in its forward
-        draws = probes.random_draws(_probe_forward(alone, workload, probe, dtype, device), alone, device)
+    if found is None:
+        found = answers.wrapped_probes(
+            model.module, workload, probe, local, dtype=dtype, dtype_name=spec.dtype, device=device
+        )
+        answers.keep(workload, key, found)
     findings += equivalence.empirical_findings(
-        stochastic=stochastic,
-        rank=probes.rank_difference(forward, device),
+        stochastic=found.stochastic,
+        rank=found.rank,
         processes=group.world,
-        unused=unused,
+        unused=list(found.local.unused),
         known=findings,
         dtype=spec.dtype,
-        draws=draws,
+        draws=list(found.draws),
     )
     return model, findings
 

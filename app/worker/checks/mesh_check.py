@@ -11,7 +11,7 @@ program under torchrun (`app.worker.gradcheck`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import cycle, islice
 
@@ -37,6 +37,7 @@ from app.worker.contract.check_result import CheckResult, SkippedControl
 from app.worker.contract.mesh_spec import mesh_world, wrapper_of
 from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
+from app.worker.training.gradients import reference_gradient
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
@@ -185,29 +186,38 @@ def _loss_of(workload: Workload, output: torch.Tensor, target: torch.Tensor, red
     return mean if reduction == "mean" else mean * output.shape[0]
 
 
-def _everyone(local: dict[str, torch.Tensor], world: int) -> dict[str, torch.Tensor]:
-    """The named gradients of every stage, on every rank (a stage holds only its layers)."""
-    gathered: list[dict[str, torch.Tensor] | None] = [None] * world
-    dist.all_gather_object(gathered, local)
-    merged: dict[str, torch.Tensor] = {}
-    for part in gathered:
-        merged.update(part or {})
-    return merged
+def _gathered(
+    runs: list[dict[str, torch.Tensor]], sizes: dict[str, int], dtype: torch.dtype, device: torch.device
+) -> list[torch.Tensor]:
+    """Every run's named gradients from every rank, flat in the order of `sizes` (each name's
+    element count, as built), on rank 0: a stage holds only its layers. One gather of one
+    tensor; each name's value is taken, as a dict update in rank order would, from the last
+    rank that holds it. The other ranks get an empty list."""
+    mine = torch.cat([_row(run, sizes, dtype) for run in runs]).to(device)  # NCCL gathers on the GPU
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    dist.gather(mine, parts, dst=0)
+    if parts is None:
+        return []
+    parts = [p.cpu() for p in parts]
+    names, width = len(sizes), len(sizes) + sum(sizes.values())
+    merged = torch.zeros(len(runs), width - names, dtype=dtype)
+    for part in parts:
+        rows = part.reshape(len(runs), width)
+        start = 0
+        for i, size in enumerate(sizes.values()):
+            if bool(rows[0, i]):
+                merged[:, start : start + size] = rows[:, names + start : names + start + size]
+            start += size
+    return list(merged.unbind(0))
 
 
-def _flat(named: dict[str, torch.Tensor], order: Sequence[str]) -> torch.Tensor:
-    return torch.cat([named[n].reshape(-1) for n in order])
-
-
-def _reference(
-    workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, list[str]]:
-    model = workload.module(dtype, device)
-    x, y = workload.batch(batch, dtype, device)
-    backward(workload.loss(model, x, y, "mean"))
-    named = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    order = [n for n, _ in model.named_parameters()]
-    return _flat(named, order), order
+def _row(run: dict[str, torch.Tensor], sizes: dict[str, int], dtype: torch.dtype) -> torch.Tensor:
+    """One run's row: 1 for each name this rank holds, then the values (zeros where it does not)."""
+    held = torch.tensor([1.0 if n in run else 0.0 for n in sizes], dtype=dtype)
+    values = [
+        run[n].reshape(-1).to(dtype) if n in run else torch.zeros(k, dtype=dtype) for n, k in sizes.items()
+    ]
+    return torch.cat([held, *values])
 
 
 def run_mesh_check(
@@ -229,29 +239,31 @@ def run_mesh_check(
     base = workload.module(dtype, device)
     split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize
 
-    def fresh() -> nn.Module:
-        # A control's step must not inherit the plan's FSDP state: every run wraps its own copy.
-        return shard_data_parallel(split(copy.deepcopy(base), mesh), mesh, sizes)
-
-    def step(module: nn.Module, run: _Run) -> dict[str, torch.Tensor]:
-        return _everyone(_step(module, mesh, me, workload, run, dtype=dtype, device=device), world)
-
-    module = fresh()
+    # One parallelised module serves every run: each starts from no gradients and none changes
+    # a weight (no optimizer step), as the next step of training would start.
+    module = shard_data_parallel(split(copy.deepcopy(base), mesh), mesh, sizes)
     timer.lap("parallelize")
     shards = Shards(spec)
     plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
     timer.lap("data")
-    grad = step(module, _Run(None, plan_reads, me.scale, spec.loss_reduction))
+
+    def step(run: _Run) -> dict[str, torch.Tensor]:
+        return _step(module, mesh, me, workload, run, dtype=dtype, device=device)
+
+    local = [step(_Run(None, plan_reads, me.scale, spec.loss_reduction))]
     timer.lap("step")
     runs, skipped = _control_runs(me, shards, plan_reads)
-    control_grads = [step(fresh(), run) for run in runs]
+    local += [step(run) for run in runs]
+    numels = {n: p.numel() for n, p in base.named_parameters()}
+    gathered = _gathered(local, numels, dtype, device)
     timer.lap("controls")
     if group.rank != 0:
         return None
-    reference, order = _reference(workload, shards.epoch[: spec.global_batch_size], dtype, device)
+    reference = reference_gradient(workload, shards.epoch[: spec.global_batch_size], dtype, device).cpu()
     timer.lap("reference")
-    controls = [(r.control, _flat(g, order)) for r, g in zip(runs, control_grads, strict=True) if r.control]
-    measured = Measured(_flat(grad, order), reference, controls, skipped, [], True, spec.micro_batch_sizes())
+    grad, *control_grads = gathered
+    controls = [(r.control, g) for r, g in zip(runs, control_grads, strict=True) if r.control]
+    measured = Measured(grad, reference, controls, skipped, [], True, spec.micro_batch_sizes())
     dims = [(n, sizes[n]) for n in ORDER if sizes[n] > 1]
     return judged_result(
         spec,

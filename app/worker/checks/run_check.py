@@ -15,8 +15,6 @@ does (gradients.ddp_gradient).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import nullcontext
 from fractions import Fraction
 
 import torch
@@ -30,10 +28,9 @@ from app.worker.checks.run_referee import Referee
 from app.worker.contract.check_result import CheckResult
 from app.worker.contract.run_request import planned_run
 from app.worker.contract.spec import CheckSpec, replica_range
-from app.worker.training.gradients import Batch
+from app.worker.training.gradients import Batch, micro_steps
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.replica_feed import replica_steps
-from app.worker.training.synthetic_model import backward
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload
 
@@ -46,27 +43,6 @@ def run_workload(spec: CheckSpec, workload: Workload) -> Workload:
     return TokenWorkload(
         spec.seed, spec.sequence_length, workload if isinstance(workload, Registered) else None
     )
-
-
-def _micro_steps(
-    model: DistributedDataParallel,
-    batches: Sequence[Batch],
-    factor: float,
-    workload: Workload,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> float:
-    """This rank's micro-batches of a step: every backward but the last under `no_sync()`, each
-    loss times its scale and `factor`. Returns the sum of the scaled losses."""
-    model.zero_grad(set_to_none=True)
-    total = 0.0
-    for i, (indices, scale, reduction) in enumerate(batches):
-        x, y = workload.batch(indices, dtype, device)
-        with nullcontext() if i == len(batches) - 1 else model.no_sync():
-            loss = workload.loss(model, x, y, reduction)
-            backward(loss * (scale * factor))
-        total += loss.item() * scale
-    return total
 
 
 def _all_reduced(values: list[float], device: torch.device, dtype: torch.dtype) -> list[float]:
@@ -121,7 +97,8 @@ def run_ddp_run(
         else:
             valid.append(None)
             batches = [(b, scales[r], plan.loss_reduction) for r, (_, bs) in reads.items() for b in bs]
-        losses.append(_micro_steps(model, batches, factor, work, dtype, device) / dp)
+        total = micro_steps(model, batches, factor=factor, workload=work, dtype=dtype, device=device)
+        losses.append(total / dp)
         if recipe.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(module.parameters(), recipe.max_grad_norm)
         rate = lr_of(recipe, k)

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import accumulate
 
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from app.worker.checks.controls import SAMPLER, SampleControl, WeightedBatch, control_positions
 from app.worker.contract.spec import CheckSpec
 from app.worker.training import samplers
-from app.worker.training.samplers import EpochOrder, IndexDataset, ProportionalSampler
+from app.worker.training.samplers import EpochOrder, IndexDataset, plan_sampler
 
 # DistributedSampler builds the whole epoch as a Python list (about 40 bytes a sample) on every
 # call (10 MiB at this size): up to it a check reads its first replica through it; beyond, through the same
@@ -65,25 +65,15 @@ class Shards:
     def through_sampler(self, replica: int) -> list[list[int]]:
         """What a DataLoader over the plan's sampler yields for the first optimizer step."""
         spec = self.spec
-        sampler: DistributedSampler[int] | ProportionalSampler
-        if spec.split == "even":
-            sampler = DistributedSampler(
-                IndexDataset(spec.num_samples),
-                num_replicas=spec.data_parallel_size,
-                rank=replica,
-                shuffle=spec.shuffle,
-                seed=spec.data_seed,
-                drop_last=spec.drop_last,
-            )
-        else:
-            sampler = ProportionalSampler(
-                spec.num_samples,
-                self.sizes,
-                replica,
-                shuffle=spec.shuffle,
-                seed=spec.data_seed,
-                drop_last=spec.drop_last,
-            )
+        sampler = plan_sampler(
+            spec.split,
+            spec.num_samples,
+            self.sizes,
+            replica,
+            shuffle=spec.shuffle,
+            seed=spec.data_seed,
+            drop_last=spec.drop_last,
+        )
         sampler.set_epoch(0)
         loader = DataLoader(IndexDataset(spec.num_samples), batch_size=self.sizes[replica], sampler=sampler)
         batches: list[list[int]] = []

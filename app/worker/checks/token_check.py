@@ -28,7 +28,8 @@ from app.worker.contract.check_result import CheckResult
 from app.worker.contract.sequence_length import sequence_length_warning
 from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.contract.timings import Timer
-from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload
 
@@ -136,18 +137,25 @@ def run_token_check(
         # The plan's sample scale on each micro-batch's own token mean.
         return Fraction(spec.loss_scales()[r]) / c[r][k][0] if c[r][k][0] else Fraction(0)
 
+    def batches(scale: Scale) -> list[Batch]:
+        return [(b, float(scale(r, k, counts)), "sum") for r in local for k, b in enumerate(sampled[r])]
+
     def step(scale: Scale) -> torch.Tensor:
-        batches: list[Batch] = [
-            (b, float(scale(r, k, counts)), "sum") for r in local for k, b in enumerate(sampled[r])
-        ]
-        return ddp_gradient(model, batches, factor=factor, workload=tokens, dtype=dtype, device=device)
+        return ddp_gradient(model, batches(scale), factor=factor, workload=tokens, dtype=dtype, device=device)
 
     grad = step(plan_scale)
     timer.lap("step")
     applicable, skipped = partition(
         TOKEN_CONTROLS, lambda c: None if changes_gradient(c.scale, counts) else c.harmless_when
     )
-    control_grads = [(c, step(c.scale)) for c in applicable]
+    if forward_is_collective(module):
+        control_grads = [(c, step(c.scale)) for c in applicable]
+    else:
+        runs = [batches(c.scale) for c in applicable]
+        gradients = weighted_gradients(
+            module, runs, factor=factor, workload=tokens, dtype=dtype, device=device
+        )
+        control_grads = list(zip(applicable, gradients, strict=True))
     timer.lap("controls")
     if group.rank != 0:
         return None

@@ -8,12 +8,45 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.training.synthetic_model import backward, flat_gradient
 from app.worker.training.workload import Workload
 
 Batch = tuple[Sequence[int], float, str]  # sample indices, loss scale, reduction
+
+
+def micro_steps(
+    model: DistributedDataParallel,
+    batches: Sequence[Batch],
+    *,
+    factor: float,
+    workload: Workload,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> float:
+    """One step's backward passes: every local micro-batch but the last under `no_sync()`, each
+    loss times its scale and `factor`; the last backward lets DDP all-reduce (a mean over
+    processes). Returns the sum of the losses times their scales.
+
+    `factor` = processes / replicas: a process that runs several replicas sums their
+    gradients, and DDP's mean over processes then equals the mean over replicas.
+    """
+    model.zero_grad(set_to_none=True)
+    cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
+    total = 0.0
+    for i, (indices, scale, reduction) in enumerate(batches):
+        key = tuple(indices)
+        if key not in cache:
+            # Controls that make every replica read the same samples reuse the same tensors.
+            cache = {key: workload.batch(indices, dtype, device)}
+        x, y = cache[key]
+        with nullcontext() if i == len(batches) - 1 else model.no_sync():
+            loss = workload.loss(model, x, y, reduction)
+            backward(loss * (scale * factor))
+        total += loss.item() * scale
+    return total
 
 
 def ddp_gradient(
@@ -25,29 +58,63 @@ def ddp_gradient(
     dtype: torch.dtype,
     device: torch.device,
 ) -> torch.Tensor:
-    """One step's gradient: every local micro-batch but the last under `no_sync()`, each loss
-    times its scale; the last backward lets DDP all-reduce (a mean over processes).
-
-    `factor` = processes / replicas: a process that runs several replicas sums their
-    gradients, and DDP's mean over processes then equals the mean over replicas.
-    """
-    model.zero_grad(set_to_none=True)
-    cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
-    for i, (indices, scale, reduction) in enumerate(batches):
-        key = tuple(indices)
-        if key not in cache:
-            # Controls that make every replica read the same samples reuse the same tensors.
-            cache = {key: workload.batch(indices, dtype, device)}
-        x, y = cache[key]
-        with nullcontext() if i == len(batches) - 1 else model.no_sync():
-            backward(workload.loss(model, x, y, reduction) * (scale * factor))
+    """One step's gradient (`micro_steps`), as every process holds it after DDP's all-reduce."""
+    micro_steps(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
     return flat_gradient(model.module).detach().clone()
+
+
+def weighted_gradients(
+    module: torch.nn.Module,
+    runs: Sequence[Sequence[Batch]],
+    *,
+    factor: float,
+    workload: Workload,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    """What `ddp_gradient` gives for each run's batches, from one backward pass per distinct
+    (micro-batch, reduction) on this rank and one all-reduce for every run.
+
+    A step's gradient is linear in its micro-batches' loss scales, so each distinct
+    micro-batch's gradient is taken once and every run weighs it by the scales it gives it.
+    The module runs without DDP (whose hooks would all-reduce each backward): only for a
+    module whose forward makes no collective of its own (no training SyncBatchNorm).
+    """
+    units: dict[tuple[tuple[int, ...], str], list[float]] = {}
+    for r, batches in enumerate(runs):
+        for indices, scale, reduction in batches:
+            units.setdefault((tuple(indices), reduction), [0.0] * len(runs))[r] += scale * factor
+    parameters = list(module.parameters())
+    trainable = [p for p in parameters if p.requires_grad]
+    like = flat_gradient(module)  # its size and dtype
+    total = torch.zeros(len(runs), like.numel(), dtype=like.dtype, device=device)
+    for (indices, reduction), weights in units.items():
+        x, y = workload.batch(indices, dtype, device)
+        grads = dict(
+            zip(
+                trainable,
+                torch.autograd.grad(workload.loss(module, x, y, reduction), trainable, allow_unused=True),
+                strict=True,
+            )
+        )
+        unit = torch.cat(
+            [
+                g.reshape(-1) if (g := grads.get(p)) is not None else torch.zeros_like(p).reshape(-1)
+                for p in parameters
+            ]
+        )
+        total.add_(torch.outer(torch.tensor(weights, dtype=unit.dtype, device=device), unit))
+    if runs:
+        dist.all_reduce(total)
+        total.div_(dist.get_world_size())
+    return list(total.unbind(0))
 
 
 def reference_gradient(
     workload: Workload, batch: Sequence[int], dtype: torch.dtype, device: torch.device
 ) -> torch.Tensor:
-    """One process, the mean loss over exactly the global batch."""
+    """One process, the mean loss over exactly the global batch (SyncBatchNorm as BatchNorm:
+    rank 0 computes it alone)."""
     model = workload.single_process_module(dtype, device)
     x, y = workload.batch(batch, dtype, device)
     backward(workload.loss(model, x, y, "mean"))

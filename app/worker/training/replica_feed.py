@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from app.core.plan_types import Plan
 from app.worker.training.plan_steps import dataset_size, micro_batch_sizes, run_steps
-from app.worker.training.samplers import IndexDataset, ProportionalSampler
+from app.worker.training.samplers import IndexDataset, plan_sampler
 
 # As the one-step check's Shards: up to here a replica reads through its real sampler.
 REAL_SAMPLER_MAX_SAMPLES = 1 << 18
@@ -38,25 +38,15 @@ def replica_steps(plan: Plan, replica: int, steps: int) -> Iterator[ReplicaStep]
     assert plan.sampler is not None
     sampler_plan, n = plan.sampler, dataset_size(plan)
     micro = micro_batch_sizes(plan)
-    sampler: DistributedSampler[int] | ProportionalSampler
-    if plan.split == "even":
-        sampler = DistributedSampler(
-            IndexDataset(n),
-            num_replicas=plan.data_parallel_size,
-            rank=replica,
-            shuffle=sampler_plan.shuffle,
-            seed=sampler_plan.seed,
-            drop_last=sampler_plan.drop_last,
-        )
-    else:
-        sampler = ProportionalSampler(
-            n,
-            micro,
-            replica,
-            shuffle=sampler_plan.shuffle,
-            seed=sampler_plan.seed,
-            drop_last=sampler_plan.drop_last,
-        )
+    sampler = plan_sampler(
+        plan.split,
+        n,
+        micro,
+        replica,
+        shuffle=sampler_plan.shuffle,
+        seed=sampler_plan.seed,
+        drop_last=sampler_plan.drop_last,
+    )
     loader = DataLoader(IndexDataset(n), batch_size=micro[replica], sampler=sampler)
     g, per_epoch = plan.gradient_accumulation_steps, sampler_plan.optimizer_steps_per_epoch
     done, epoch = 0, 0

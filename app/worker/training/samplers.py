@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 import torch
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset, DistributedSampler, Sampler
 
 
 class IndexDataset(Dataset[int]):
@@ -135,3 +135,29 @@ class ProportionalSampler(Sampler[int]):
         for step in range(self.micro_steps):
             start = step * self.samples_per_micro_step + self.offset
             yield from order.read(range(start, start + self.micro_batch_size))
+
+
+def plan_sampler(
+    split: str,
+    num_samples: int,
+    micro_batch_sizes: Sequence[int],
+    replica: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    drop_last: bool,
+) -> DistributedSampler[int] | ProportionalSampler:
+    """Replica `replica`'s sampler as a plan's training job builds it: torch's
+    DistributedSampler for an even split, ProportionalSampler for a proportional one."""
+    if split == "even":
+        return DistributedSampler(
+            IndexDataset(num_samples),
+            num_replicas=len(micro_batch_sizes),
+            rank=replica,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
+    return ProportionalSampler(
+        num_samples, micro_batch_sizes, replica, shuffle=shuffle, seed=seed, drop_last=drop_last
+    )

@@ -30,6 +30,13 @@ class AnyBatchNorm(_BatchNorm):
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
 
+def forward_is_collective(module: nn.Module) -> bool:
+    """Whether the module's forward calls a collective (a training SyncBatchNorm's does): then
+    every rank must run as many forwards as its peers, so each control steps through DDP on
+    its own instead of sharing a rank's distinct micro-batches (gradients.weighted_gradients)."""
+    return bool(training_sync_batch_norms(module))
+
+
 def training_sync_batch_norms(module: nn.Module) -> list[str]:
     return [
         n or "(root)" for n, m in module.named_modules() if isinstance(m, nn.SyncBatchNorm) and m.training

@@ -1,0 +1,235 @@
+"""Where a check's rank time goes: warm gloo ranks in this process tree, no HTTP.
+
+    .venv/bin/python bench/profile_checks.py [--case ddp8 ...] [--runs 7] [--profile] [--top 25]
+                                              [--results out.json]
+
+Forks one process per rank, imports torch and builds a DDP model once in each (as a warm rank
+does), then runs each case's check `--runs` times after one discarded run, each on a fresh
+process group, as `rank/rank_server.py` does. It prints per case the median rank time (rank 0,
+from a barrier after the group formed to the end of the check) and rank 0's laps; with
+`--profile`, cProfile of rank 0 over the counted runs (the top functions by own time and by
+cumulative time). `--results` writes rank 0's results without their timings (the
+deterministic fields), to diff two trees' answers.
+
+`--base DIR` compares with another revision side by side (a worktree of it: `git worktree add
+/tmp/base REV`): each case runs `--rounds` times in turn under that tree and this one (each a
+fresh process tree with its own tree first on PYTHONPATH), and the script prints each tree's
+median rank time and their ratio (this tree / base), and whether the deterministic fields of
+both answers are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import multiprocessing as mp
+import os
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if os.environ.get("PYTHONPATH") is None:
+    sys.path.insert(0, str(HERE.parent))
+
+
+def _plan(replicas: int, **more: Any) -> dict[str, Any]:
+    return {"topology": {"num_nodes": 1, "gpus_per_node": replicas}, **more}
+
+
+def _mesh(parallelism: dict[str, int]) -> dict[str, Any]:
+    return _plan(4, micro_batch_size=3, gradient_accumulation_steps=4, parallelism=parallelism)
+
+
+# name: (processes, check request). bench_checks.py's bodies, and the 262,144-sample check.
+CASES: dict[str, tuple[int, dict[str, Any]]] = {
+    "ddp2": (2, {"plan": _plan(2, global_batch_size=16, micro_batch_size=4)}),
+    "ddp4": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4)}),
+    "ddp8": (8, {"plan": _plan(8, global_batch_size=64, micro_batch_size=4)}),
+    "tokens8": (
+        8,
+        {
+            "plan": _plan(
+                8,
+                sequence_length=16,
+                global_batch_tokens=64 * 16,
+                micro_batch_tokens=4 * 16,
+                loss_normalization="token",
+            )
+        },
+    ),
+    "dp2_x_tp2": (4, {"plan": _mesh({"tensor": 2})}),
+    "pp2_x_dp2": (4, {"plan": _mesh({"pipeline": 2})}),
+    "fsdp4": (4, {"plan": _mesh({"data_parallel_shard": 4})}),
+    "samples_262144": (
+        2,
+        {"plan": _plan(2, global_batch_size=1 << 18, micro_batch_size=1 << 15, loss_reduction="sum")},
+    ),
+}
+
+
+def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[str, Any], out: Any) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import PrefixStore, TCPStore
+
+    from app.worker.checks.check_kinds import run_spec
+    from app.worker.checks.result_parts import CheckGroup
+    from app.worker.contract.request import build_spec, check_request
+    from app.worker.training.workload import load
+
+    torch.set_num_threads(1)
+    store = TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
+    spec = build_spec(check_request(request))
+    workload = load(spec.model, None, spec.seed)
+    device = torch.device("cpu")
+    profiler = cProfile.Profile() if args["profile"] and rank == 0 else None
+    times: list[float] = []
+    results: list[Any] = []
+    for run in range(args["runs"] + 1):
+        dist.init_process_group("gloo", store=PrefixStore(f"check{run}", store), rank=rank, world_size=world)
+        try:
+            dist.barrier()
+            counted = run > 0
+            if profiler is not None and counted:
+                profiler.enable()
+            started = time.perf_counter()
+            result = run_spec(spec, CheckGroup(rank, world, device, "gloo"), workload, None)
+            dist.barrier()
+            elapsed = time.perf_counter() - started
+            if profiler is not None and counted:
+                profiler.disable()
+        finally:
+            dist.destroy_process_group()
+        if counted:
+            times.append(elapsed)
+            results.append(result)
+    if rank != 0:
+        return
+    last = results[-1]
+    payload = last.to_json()
+    stats_text = ""
+    if profiler is not None:
+        buffer = io.StringIO()
+        stats = pstats.Stats(profiler, stream=buffer)
+        stats.sort_stats("tottime").print_stats(args["top"])
+        stats.sort_stats("cumulative").print_stats(args["top"])
+        stats_text = buffer.getvalue()
+    out.send({"times": times, "result": payload, "profile": stats_text})
+
+
+def run_case(name: str, runs: int, profile: bool, top: int) -> dict[str, Any]:
+    from app.ports import free_port
+
+    world, request = CASES[name]
+    port = free_port()
+    ctx = mp.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+    args = {"runs": runs, "profile": profile, "top": top}
+    procs = [ctx.Process(target=_rank, args=(r, world, port, request, args, send)) for r in range(world)]
+    for p in procs:
+        p.start()
+    answer = receive.recv()
+    for p in procs:
+        p.join(timeout=120)
+    return dict(answer)
+
+
+def _deterministic(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "timings_s"}
+
+
+def _one_tree(tree: Path, case: str, runs: int) -> dict[str, Any]:
+    """One case under `tree`'s `app`, in a fresh process: its rank times and its answer."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "answer.json"
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "profile_checks.py"),
+                "--case",
+                case,
+                "--runs",
+                str(runs),
+                "--raw",
+                str(out),
+            ],
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return dict(json.loads(out.read_text()))
+
+
+def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
+    """Each case under both trees in turn, `rounds` times: medians over every counted run."""
+    this = HERE.parent
+    print(f"base {base}, this tree {this}; {rounds} rounds of {runs} runs each, in turn")
+    for case in cases:
+        times: dict[str, list[float]] = {"base": [], "this": []}
+        answers: dict[str, Any] = {}
+        for _ in range(rounds):
+            for label, tree in (("base", base), ("this", this)):
+                answer = _one_tree(tree, case, runs)
+                times[label] += answer["times"]
+                answers[label] = _deterministic(answer["result"])
+        old, new = statistics.median(times["base"]), statistics.median(times["this"])
+        same = "equal" if answers["base"] == answers["this"] else "DIFFERENT"
+        print(f"{case}: base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; answers {same}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="default: all")
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--results", type=Path, help="write each case's result (no timings) here")
+    parser.add_argument("--base", type=Path, help="a worktree of the revision to compare with")
+    parser.add_argument("--rounds", type=int, default=3, help="with --base: turns per tree")
+    parser.add_argument("--raw", type=Path, help=argparse.SUPPRESS)  # --base's child: one case's answer
+    args = parser.parse_args()
+    if args.base:
+        compare(args.base.resolve(), args.case or list(CASES), args.runs, args.rounds)
+        return 0
+    if args.raw:
+        answer = run_case(args.case[0], args.runs, False, 0)
+        args.raw.write_text(json.dumps({"times": answer["times"], "result": answer["result"]}))
+        return 0
+    import app
+
+    print(f"app from {Path(app.__file__).parent}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
+    results = {}
+    for name in args.case or list(CASES):
+        answer = run_case(name, args.runs, args.profile, args.top)
+        result = answer["result"]
+        laps = {k: v for k, v in result["timings_s"].items() if k != "rank_total"}
+        median = statistics.median(answer["times"])
+        print(
+            f"{name}: median {median:.4f} s (min {min(answer['times']):.4f}, max {max(answer['times']):.4f}) "
+            f"over {args.runs}; passed {result['passed']}, rel_l2 {result['rel_l2']:.2e}, "
+            f"controls {[c['name'] for c in result['controls']]}"
+        )
+        print(f"  rank 0 laps (last run): {laps}")
+        if answer["profile"]:
+            print(answer["profile"])
+        results[name] = _deterministic(result)
+    if args.results:
+        args.results.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
