@@ -107,7 +107,13 @@ class RankProcess:
         """Send `msg` and wait for the reply, which must be an `expect`."""
         if self.dead:
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
-        await asyncio.to_thread(self.conn.send, msg.to_dict())
+        try:
+            await asyncio.to_thread(self.conn.send, msg.to_dict())
+        except OSError:
+            # It died before its reader saw the pipe close (a broken pipe, or a reset): the
+            # same death, said the same way, not an internal error of the check.
+            self._died()
+            raise RankDied(self.describe_death(), self.killed_by_shutdown_signal()) from None
         reply = await self.inbox.get()
         if isinstance(reply, _Dead):
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
