@@ -8,12 +8,18 @@ pytest-xdist worker, and says what a test must do to run beside any other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 pytest_plugins = ("support.parallel",)
+
+# Four xdist workers share two cores, and torch in each of them (and in the processes they
+# start) would run a thread per core: one intra-op thread each keeps them from competing for
+# cores they do not have. Set before any test imports torch; a test that wants more sets it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
