@@ -28,8 +28,11 @@ from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError, R
 log = logging.getLogger("batchplan.worker")
 
 # A fork warms up in tens of milliseconds once start() returns (the fork server has done the
-# imports by then); one that takes this long is stuck and gets replaced.
+# imports by then); one that takes this long is stuck and gets replaced. Each try in a row waits
+# twice as long, up to WARM_UP_MAX_S: on a host so loaded that warming takes longer than the
+# first wait, a fixed one would kill every start just before it was done, for ever.
 WARM_UP_TIMEOUT_S = 15.0
+WARM_UP_MAX_S = 120.0
 # A start that failed (the fork server died under it, or the rank died before it was warm) is
 # tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S: a fork server killed while it
 # imports comes back at once, and one that cannot start at all does not spin.
@@ -119,12 +122,11 @@ class RankPool:
             return
         self.processes.append(rank)
         rank.start_reader()
-        await asyncio.sleep(WARM_UP_TIMEOUT_S)
+        patience = min(WARM_UP_TIMEOUT_S * 2**attempt, WARM_UP_MAX_S)
+        await asyncio.sleep(patience)
         if not rank.ready and not rank.dead and rank in self.processes and not self.stopping:
             self._remove(rank)
-            self._start_failed(
-                f"rank process {rank.pid} did not warm up within {WARM_UP_TIMEOUT_S:g} s", attempt
-            )
+            self._start_failed(f"rank process {rank.pid} did not warm up within {patience:g} s", attempt)
 
     def _start_failed(self, reason: str, attempt: int, at_least: float = 0.0) -> None:
         """A start failed: say why, try again after a back-off, and call the pool failing once
