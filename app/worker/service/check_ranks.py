@@ -20,6 +20,11 @@ from app.worker.service.runner import CheckOrder, RankError
 # to be kept warm; one that does not is stuck, and every rank is replaced.
 MODEL_ERROR_GRACE_S = 5.0
 
+# The ranks' own rendezvous and collective timeouts outlast the check's timeout_s by this
+# much: the service's deadline is the one that ends a check, in its own words ("did not
+# finish within timeout_s"), not a rank's store timeout that fires at the same instant.
+RANKS_OUTLAST_S = 5.0
+
 
 def ranks_for(spec: CheckSpec, pool_size: int) -> tuple[int, int]:
     """How many warm ranks the check takes on this node, and how many replicas they run: a
@@ -71,7 +76,8 @@ async def run_on_ranks(
     endpoint = rendezvous.endpoint if rendezvous else f"127.0.0.1:{free_port()}"
     run_id = rendezvous.run_id if rendezvous else order.job_id
     nnodes = rendezvous.nnodes if rendezvous else 1
-    join = protocol.Join(endpoint, run_id, nnodes, order.timeout_s, offered=len(ranks), replicas=replicas)
+    timeout_s = order.timeout_s + RANKS_OUTLAST_S
+    join = protocol.Join(endpoint, run_id, nnodes, timeout_s, offered=len(ranks), replicas=replicas)
     joined = await ranks[0].request(join, protocol.Joined)
     count = joined.local_count
     tasks = [
@@ -81,7 +87,7 @@ async def run_on_ranks(
                     endpoint,
                     run_id,
                     nnodes,
-                    order.timeout_s,
+                    timeout_s,
                     spec=order.spec,
                     world=joined.world,
                     backend=backend,
