@@ -5,15 +5,13 @@ JSON on stdin and prints, for each, DeepSpeed's own numbers or its refusal."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Any
 
-import deepspeed
 import torch
-from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 from deepspeed.runtime.config import DeepSpeedConfig
 from deepspeed.runtime.lr_schedules import WarmupLR
+from deepspeed_gloo import init_gloo
 
 
 class DataParallelUnit:
@@ -54,12 +52,7 @@ def numbers(config: dict[str, Any], dp: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-    # init_distributed compiles DeepSpeed's shared-memory all-reduce kernel (a C++ op, 30 s and
-    # more, again for each venv path) that no number read here goes through; marked not
-    # compatible, as on any host it cannot build on, DeepSpeed runs on gloo alone.
-    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_gloo()
     cases = json.load(sys.stdin)
     print("RESULT " + json.dumps([numbers(config, dp) for config, dp in cases]), flush=True)
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from deepspeed_gloo import init_gloo
 from torchtitan_loader import _package_without_init
 
 
@@ -122,10 +123,7 @@ TOOLS = {"deepspeed": deepspeed_lrs, "torchtitan": torchtitan_lrs, "megatron": m
 
 
 def main() -> None:
-    import deepspeed
-
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-    deepspeed.init_distributed(dist_backend="gloo")
+    init_gloo()
     _package_without_init()
     for line in sys.stdin:
         request = json.loads(line)
