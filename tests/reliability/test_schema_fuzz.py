@@ -18,16 +18,29 @@ from schemathesis.checks import (  # noqa: E402
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.pytest.lazy import get_all_tests  # noqa: E402
 
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 APP = create_app(Settings(worker_enabled=False, log_level="warning"))
-schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
-# Valid and invalid requests alike: neither may crash the server or break the schema.
-schema.config.generation.update(
-    modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
-)
+# One test per operation, named at collection from the app's own document; schemathesis
+# builds each operation's test (its examples, coverage and fuzzing phases) when that test
+# runs. Built at collection (`schema.parametrize()`), the coverage cases cost every
+# pytest-xdist worker 7 s of CPU, since each worker collects every module.
+OPERATIONS = [f"{method.upper()} {path}" for path, item in APP.openapi()["paths"].items() for method in item]
+SETTINGS = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def schema() -> schemathesis.BaseSchema:
+    loaded = schemathesis.openapi.from_asgi("/openapi.json", APP)
+    # Valid and invalid requests alike: neither may crash the server or break the schema.
+    loaded.config.generation.update(
+        modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
+    )
+    return loaded
+
 
 WORKER_PATHS = (
     "/v1/checks",
@@ -38,14 +51,7 @@ WORKER_PATHS = (
 PROBLEM = "application/problem+json"
 
 
-@schema.parametrize()
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
-def test_api_conforms_to_its_schema(case: schemathesis.Case) -> None:
+def _conforms(case: schemathesis.Case) -> None:
     worker = case.operation.path in WORKER_PATHS
     response = case.call()
     checks = [status_code_conformance, content_type_conformance, response_schema_conformance]
@@ -61,3 +67,16 @@ def test_api_conforms_to_its_schema(case: schemathesis.Case) -> None:
         body = response.json()
         assert {"type", "title", "status", "detail"} <= body.keys()
         assert body["status"] == response.status_code
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_api_conforms_to_its_schema(schema: schemathesis.BaseSchema, operation: str) -> None:
+    method, path = operation.split(" ", 1)
+    (built,) = get_all_tests(
+        schema=schema.include(method=method, path=path),
+        test_func=_conforms,
+        settings=SETTINGS,
+        given_kwargs=None,
+    )
+    _, run = built.ok()
+    run()
