@@ -109,6 +109,15 @@ def _workload(spec: CheckSpec, workload: Workload | None) -> TokenWorkload:
     return TokenWorkload(spec.seed, spec.sequence_length, base)
 
 
+def refuse_before_group(spec: CheckSpec, workload: Workload) -> None:
+    """The sequence-length refusal of run_token_check, for a rank program about to join its
+    process group: every rank refuses alike before it joins, since once in the group the first
+    rank to exit closes the store under the others (one then failed with a connection reset
+    instead of the refusal). Raises SpecError; nothing when the check may run."""
+    if spec.workload == "tokens" and isinstance(workload, Registered):
+        sequence_length_warning(spec, _workload(spec, workload).data_sequence_length)
+
+
 def run_token_check(
     spec: CheckSpec, group: CheckGroup, workload: Workload | None = None
 ) -> CheckResult | None:

@@ -34,6 +34,7 @@ from app.core.errors import DomainError
 from app.core.model_registry import SYNTHETIC, TARGET, parse_models
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
+from app.worker.checks.token_check import refuse_before_group
 from app.worker.contract.mesh_spec import mesh_world
 from app.worker.contract.request import build_spec, check_request
 from app.worker.contract.spec import CheckSpec
@@ -136,11 +137,12 @@ def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dic
     backend, device = choose_backend(spec.backend, local_world, local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    workload = load(spec.model, target, spec.seed)
+    refuse_before_group(spec, workload)
     started = time.perf_counter()
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_s))
     setup = time.perf_counter() - started
     try:
-        workload = load(spec.model, target, spec.seed)
         nnodes = max(1, world // local_world)
         result = run_spec(spec, CheckGroup(rank, world, device, backend, nnodes), workload, target)
         shared = [result.with_setup_time(setup).to_json() if result is not None else None]
