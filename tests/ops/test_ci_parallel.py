@@ -135,6 +135,12 @@ def test_the_readme_test_command_is_the_one_ci_runs() -> None:
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test in ci, (test, "is not a line of .ci/run")
     assert ci.index(test) == len(ci) - 1  # the last: pytest's summary line closes CI's output
-    # .ci/run's install is the README's, quiet and without pip's up-front bytecode compile.
-    quiet = [line.replace(" -q ", " ").replace(" --no-compile ", " ") for line in ci]
+    # .ci/run's install is the README's, quiet and without pip's up-front bytecode compile;
+    # run by uv where uv can be had, for the same packages.
+    quiet = [line.strip().replace(" -q ", " ").replace(" --no-compile ", " ") for line in ci]
     assert install[-1] in quiet, (install, "is not .ci/run's")
+    asked = install[-1].split(" install ", 1)[1]
+    assert any(line.strip().endswith(f'"${{where[@]}}" {asked}') for line in ci), (
+        asked,
+        "uv asks for other packages",
+    )
