@@ -225,15 +225,33 @@ class ExposureOut(BaseModel):
     )
 
 
-class HostOut(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class HostProcessOut(BaseModel):
+    pid: int | None = Field(description="null while the process starts.")
+    state: Literal["warming", "idle", "busy", "dead"]
 
+
+class HostOut(BaseModel):
     worker_enabled: bool
     ready: bool = Field(description="Every rank process is warm.")
+    not_ready_reason: str | None = Field(None, description="Why not ready; null when ready.")
+    failing: str | None = Field(None, description="Set while rank processes keep failing to start.")
     processes_per_host: int
     warm_processes: int
+    busy_processes: int = 0
+    processes: list[HostProcessOut] = []
     gpus: int | None = Field(description="null until the first rank process is warm.")
+    gpu_names: list[str] = []
+    cuda_available: bool | None = Field(None, description="null until the first rank process is warm.")
     backends: list[str]
+    torch_version: str | None = Field(None, description="The ranks' torch; null until one is warm.")
+    spawn_error: str | None = Field(None, description="Why the last rank process start failed, if one did.")
+    queued: int = 0
+    running: int = 0
+    queue_size: int | None = Field(None, description="Checks that may wait; null without the worker.")
+    concurrent_checks: int | None = None
+    max_replicas_per_check: int | None = None
+    check_timeout_s: float | None = Field(None, description="The longest timeout_s a check may ask for.")
+    models: list[CheckModelOut] = Field([], description="As GET /v1/check-models lists them.")
     exposure: ExposureOut | None = Field(
         None,
         description="Who can reach the worker: where it listens and whether a key guards it.",

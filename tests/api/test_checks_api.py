@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.checks import CHECK_EXAMPLES, HostOut
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +53,9 @@ def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
     assert host["worker_enabled"] and host["ready"] and host["warm_processes"] == 4
     assert "gloo" in host["backends"] and host["gpus"] == 0
     assert [p["state"] for p in host["processes"]] == ["idle"] * 4
+    # Every key the service reports is served, and each is in the schema with its type.
+    assert set(client.app.state.checks.host()) | {"exposure"} == set(host) == set(HostOut.model_fields)
+    assert host["models"] == client.get("/v1/check-models").json()["models"]
     ready = client.get("/readyz").json()
     assert ready["worker"] == {"enabled": True, "ready": True, "warm_processes": 4, "processes_per_host": 4}
 
