@@ -24,7 +24,7 @@ from app.core.model_registry import NAME, PROBE_PENDING, SYNTHETIC
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
-from app.schemas.types import WHOLE
+from app.schemas.types import WHOLE, with_examples
 
 # app.core.jobs.JobStatus's values, listed inline in the OpenAPI document (as a Literal would
 # list them) rather than as a schema of their own: in a job, and as the list's query parameter.
@@ -231,6 +231,46 @@ class HostProcessOut(BaseModel):
 
 
 class HostOut(BaseModel):
+    model_config = with_examples(
+        {
+            "worker_enabled": True,
+            "ready": True,
+            "not_ready_reason": None,
+            "failing": None,
+            "processes_per_host": 2,
+            "warm_processes": 2,
+            "busy_processes": 0,
+            "processes": [{"pid": 4711, "state": "idle"}, {"pid": 4712, "state": "idle"}],
+            "gpus": 0,
+            "gpu_names": [],
+            "cuda_available": False,
+            "backends": ["gloo"],
+            "torch_version": "2.13.0+cpu",
+            "spawn_error": None,
+            "queued": 0,
+            "running": 0,
+            "queue_size": 64,
+            "concurrent_checks": 1,
+            "max_replicas_per_check": 64,
+            "check_timeout_s": 120.0,
+            "models": [
+                {
+                    "name": SYNTHETIC,
+                    "status": "loaded",
+                    "status_detail": None,
+                    "loaded": True,
+                    "error": None,
+                    "description": "the built-in model: an 8-16-4 tanh MLP on synthetic samples",
+                    "parameters": 212,
+                    "dataset_size": None,
+                    "sequence_length": None,
+                    "default": True,
+                }
+            ],
+            "exposure": {"listening": ["127.0.0.1:8001"], "api_key": False, "warning": None},
+        }
+    )
+
     worker_enabled: bool
     ready: bool = Field(description="Every rank process is warm.")
     not_ready_reason: str | None = Field(None, description="Why not ready; null when ready.")

@@ -56,6 +56,9 @@ def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
     # Every key the service reports is served, and each is in the schema with its type.
     assert set(client.app.state.checks.host()) | {"exposure"} == set(host) == set(HostOut.model_fields)
     assert host["models"] == client.get("/v1/check-models").json()["models"]
+    # Swagger's example has every key a warm host serves, each valid as served.
+    (example,) = HostOut.model_config["json_schema_extra"]["examples"]  # type: ignore[index]
+    assert set(example) == set(host) and HostOut.model_validate(example).model_dump(mode="json") == example
     ready = client.get("/readyz").json()
     assert ready["worker"] == {"enabled": True, "ready": True, "warm_processes": 4, "processes_per_host": 4}
 
