@@ -4,9 +4,10 @@
                                               [--results out.json]
 
 Forks one process per rank, imports torch and builds a DDP model once in each (as a warm rank
-does), then runs each case's check `--runs` times after one discarded run, each on a fresh
-process group, as `rank/rank_server.py` does. It prints per case the median rank time (rank 0,
-from a barrier after the group formed to the end of the check) and rank 0's laps; with
+does), then runs each case's check `--runs` times after one discarded run, all on one
+process group, as warm ranks keep theirs from check to check (`rank/kept_group.py`). It
+prints per case the median rank time (rank 0, from a barrier before the check to the end of
+the check) and rank 0's laps; with
 `--profile`, cProfile of rank 0 over the counted runs (the top functions by own time and by
 cumulative time). `--results` writes rank 0's results without their timings (the
 deterministic fields), to diff two trees' answers.
@@ -95,9 +96,10 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     profiler = cProfile.Profile() if args["profile"] and rank == 0 else None
     times: list[float] = []
     results: list[Any] = []
-    for run in range(args["runs"] + 1):
-        dist.init_process_group("gloo", store=PrefixStore(f"check{run}", store), rank=rank, world_size=world)
-        try:
+    # One group for every run, as a warm rank keeps its group from one check to the next.
+    dist.init_process_group("gloo", store=PrefixStore("checks", store), rank=rank, world_size=world)
+    try:
+        for run in range(args["runs"] + 1):
             dist.barrier()
             counted = run > 0
             if profiler is not None and counted:
@@ -108,11 +110,11 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
             elapsed = time.perf_counter() - started
             if profiler is not None and counted:
                 profiler.disable()
-        finally:
-            dist.destroy_process_group()
-        if counted:
-            times.append(elapsed)
-            results.append(result)
+            if counted:
+                times.append(elapsed)
+                results.append(result)
+    finally:
+        dist.destroy_process_group()
     if rank != 0:
         return
     last = results[-1]

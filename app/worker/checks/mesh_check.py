@@ -4,8 +4,10 @@ and the plan's micro-batches as the schedule's), every parameter's `full_tensor(
 compared with the single-process gradient of the mean loss over the same global batch.
 
 Runs on an initialised default process group of exactly one process per mesh rank: the warm
-ranks call `run_mesh_check` with a fresh group per check, as for DDP, and so does the rank
-program under torchrun (`app.worker.gradcheck`).
+ranks call `run_mesh_check` on the group they keep from check to check (rank.kept_group), as
+for DDP, and so does the rank program under torchrun (`app.worker.gradcheck`). On a mesh
+without a pipeline the controls are weighings of one backward per distinct micro-batch
+(training.mesh_gradients); the plan's own step always runs through the real wrappers.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.utils.data import DistributedSampler
 
 from app.core.device_mesh import ORDER
 from app.worker.checks.controls import Control, split_controls
 from app.worker.checks.mesh_controls import (
+    MESH_CONTROLS,
     PIPELINE_LOSS_NOT_SCALED,
     REPLICAS_FROM_SHARD_GROUP,
     SAMPLER_BY_GLOBAL_RANK,
     TENSOR_PEERS_DIFFERENT_DATA,
     split_mesh_controls,
 )
+from app.worker.checks.mesh_steps import MeshSteps
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.contract.check_result import CheckResult, SkippedControl
@@ -38,15 +41,14 @@ from app.worker.contract.mesh_spec import mesh_world, wrapper_of
 from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
 from app.worker.training.gradients import reference_gradient
+from app.worker.training.mesh_gradients import weighted_mesh_gradients
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
-    full_gradients,
     shard_data_parallel,
     synthetic_parallelize,
 )
 from app.worker.training.samplers import IndexDataset
-from app.worker.training.synthetic_model import backward
 from app.worker.training.workload import Workload, load
 
 Reads = list[list[int]]  # a rank's micro-batches of sample indices
@@ -134,56 +136,45 @@ def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_R
     return runs, skipped + mesh_skipped
 
 
-def _step(
+def weighable(sizes: dict[str, int]) -> bool:
+    """Whether the controls can be weighings of one backward per distinct micro-batch
+    (training.mesh_gradients): not under a pipeline, whose schedule owns the backward passes,
+    nor context parallel, whose shards of a sequence are not micro-batches of their own."""
+    return sizes["pp"] == 1 and sizes["cp"] == 1
+
+
+def _weighed(
     module: nn.Module,
-    mesh: DeviceMesh,
     me: _Rank,
     workload: Workload,
-    run: _Run,
+    runs: list[_Run],
     *,
     dtype: torch.dtype,
     device: torch.device,
-) -> dict[str, torch.Tensor]:
-    """One optimizer step's gradient on this rank's share, gathered whole and by name."""
-    g, reads, scale, reduction = me.spec.gradient_accumulation_steps, run.reads, run.scale, run.reduction
-    module.zero_grad(set_to_none=True)
-    if me.sizes["pp"] > 1:
-        pp = me.sizes["pp"]
-        stage = PipelineStage(module, me.place["pp"], pp, device, group=mesh["pp"].get_group())
-
-        def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            # The schedule divides by its micro-batches (scale_grads): undo it in the plan's scale.
-            return _loss_of(workload, output, target, reduction) * (scale * g)
-
-        kind = Schedule1F1B if g >= pp else ScheduleGPipe
-        schedule = kind(stage, n_microbatches=g, loss_fn=loss_fn, scale_grads=run.scale_grads)
-        x, y = workload.batch([i for batch in reads for i in batch], dtype, device)
-        if me.place["pp"] == 0:
-            schedule.step(x, target=y if pp == 1 else None)
-        elif me.place["pp"] == pp - 1:
-            schedule.step(target=y)
-        else:
-            schedule.step()
-    else:
-        for k, batch in enumerate(reads):
-            sync = getattr(module, "set_requires_gradient_sync", None)
-            if sync is not None:
-                sync(k == g - 1)  # FSDP: reduce once per step, like DDP's no_sync
-            x, y = workload.batch(batch, dtype, device)
-            backward(workload.loss(module, x, y, reduction) * scale)
-    return full_gradients(module)
-
-
-def _loss_of(workload: Workload, output: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:
-    """The workload's loss of an output the schedule computed (its loss_fn is a mean)."""
-    if workload.loss_fn is None:
-        # The schedule calls the loss on the last stage's output; a model's own outputs.loss
-        # has no place in it.
-        raise ValueError(
-            f"model {workload.name!r}: a pipeline-parallel check needs a loss_fn from its factory"
-        )
-    mean: torch.Tensor = workload.loss_fn(output, target)
-    return mean if reduction == "mean" else mean * output.shape[0]
+) -> list[torch.Tensor]:
+    """Each run's whole gradient on a mesh without a pipeline, from `module` (this rank's
+    tensor-parallel share, no data-parallel wrapper). A DDP control reads what the replica
+    reads, the same on its tensor peers, so its micro-batches are shared by content; a mesh
+    control's reads differ between tensor peers, which must run the same passes in the same
+    order, so each of its micro-batches is its own."""
+    steps = [
+        [
+            (None if r.control not in MESH_CONTROLS else (i, k), batch, r.scale, r.reduction)
+            for k, batch in enumerate(r.reads)
+        ]
+        for i, r in enumerate(runs)
+    ]
+    sizes = me.sizes
+    return weighted_mesh_gradients(
+        module,
+        steps,
+        workload=workload,
+        replicas=sizes["dp_replicate"] * sizes["dp_shard"],
+        tensor_rank=me.place["tp"],
+        tensor_size=sizes["tp"],
+        dtype=dtype,
+        device=device,
+    )
 
 
 def _gathered(
@@ -247,15 +238,29 @@ def run_mesh_check(
     plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
     timer.lap("data")
 
+    steps = MeshSteps(
+        module,
+        mesh,
+        me.place,
+        workload,
+        accumulation=spec.gradient_accumulation_steps,
+        dtype=dtype,
+        device=device,
+    )
+
     def step(run: _Run) -> dict[str, torch.Tensor]:
-        return _step(module, mesh, me, workload, run, dtype=dtype, device=device)
+        return steps.gradients(run.reads, run.scale, run.reduction, run.scale_grads)
 
     local = [step(_Run(None, plan_reads, me.scale, spec.loss_reduction))]
     timer.lap("step")
     runs, skipped = _control_runs(me, shards, plan_reads)
-    local += [step(run) for run in runs]
     numels = {n: p.numel() for n, p in base.named_parameters()}
-    gathered = _gathered(local, numels, dtype, device)
+    if weighable(sizes):
+        weighed = _weighed(split(copy.deepcopy(base), mesh), me, workload, runs, dtype=dtype, device=device)
+        gathered = _gathered(local, numels, dtype, device)[:1] + [g.cpu() for g in weighed]
+    else:
+        local += [step(run) for run in runs]
+        gathered = _gathered(local, numels, dtype, device)
     timer.lap("controls")
     if group.rank != 0:
         return None

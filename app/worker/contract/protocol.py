@@ -68,6 +68,11 @@ class Run(_Message):
     rank: int
     local_index: int  # -1: this process sits the check out
     leader: bool
+    # The name under which the ranks keep the check's process group for the next check on the
+    # same ranks ("": tear it down after), and whether every rank already holds it (no
+    # rendezvous then: the endpoint is unused).
+    group: str = ""
+    reuse: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {**_Message.to_dict(self), "spec": self.spec.to_json()}

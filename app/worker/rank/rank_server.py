@@ -5,7 +5,8 @@ to the same process, which would deadlock). The messages are those of
 `contract.protocol`, plain dicts on the pipe:
 
 - `Join` to a node's leader: meet the other nodes, answer the assignment (`Joined`);
-- `Run`: form a fresh process group, run the check, tear the group down (`Result` or `Done`).
+- `Run`: form a process group (or reuse the one kept from the last check on the same ranks,
+  kept_group), run the check, keep the group or tear it down (`Result` or `Done`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from app.worker.contract.check_result import CheckResult
 from app.worker.contract.targets import FactoryError
 from app.worker.rank import rendezvous
 from app.worker.rank.backend import choose_backend
+from app.worker.rank.kept_group import KeptGroup
 from app.worker.rank.model_errors import model_traceback
 from app.worker.training import mesh_models
 from app.worker.training.synthetic_model import backward, batch_loss, build_model, synthetic_batch
@@ -125,52 +127,65 @@ class RankServer:
     def __init__(self) -> None:
         self.store: TCPStore | None = None  # the leader's, from "join" to the end of "run"
         self.serving = False
+        self.group = KeptGroup()
 
     def join(self, msg: protocol.Join) -> protocol.Joined:
+        self.group.drop()  # a join forms a new group; the store it opens may be the kept one's port
         self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s, msg.nnodes)
         assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
         return protocol.Joined(**assignment.as_dict())
 
     def run(self, msg: protocol.Run) -> protocol.Result | protocol.Done:
-        store = (
-            self.store
-            if msg.leader and self.store is not None
-            else rendezvous.join_store(msg.endpoint, msg.timeout_s)
-        )
         try:
-            return self._run(msg, store)
+            if msg.reuse:
+                kept = self.group.take(msg.group)
+                return self._run(msg, kept.store, kept.serving, formed=False)
+            self.group.drop()
+            if msg.leader and self.store is not None:
+                store, serving = self.store, self.serving
+            else:
+                store, serving = rendezvous.join_store(msg.endpoint, msg.timeout_s), False
+            return self._run(msg, store, serving, formed=True)
         finally:
             self.store, self.serving = None, False
 
-    def _run(self, msg: protocol.Run, store: TCPStore) -> protocol.Result | protocol.Done:
+    def _run(
+        self, msg: protocol.Run, store: TCPStore, serving: bool, *, formed: bool
+    ) -> protocol.Result | protocol.Done:
         spec = msg.spec
         run_id, rank, world = msg.run_id, msg.rank, msg.world
         if msg.local_index >= 0:
             backend, device = choose_backend(msg.backend, msg.local_processes, msg.local_index)
             if device.type == "cuda":
                 torch.cuda.set_device(device)
-            started = time.perf_counter()
-            # A fresh group per check: a group broken by a dead peer never carries over.
-            dist.init_process_group(
-                backend,
-                store=PrefixStore(f"{run_id}/pg", store),
-                rank=rank,
-                world_size=world,
-                timeout=timedelta(seconds=msg.timeout_s),
-            )
-            setup = time.perf_counter() - started
+            setup = 0.0  # a kept group: none formed
+            if formed:
+                started = time.perf_counter()
+                dist.init_process_group(
+                    backend,
+                    store=PrefixStore(f"{run_id}/pg", store),
+                    rank=rank,
+                    world_size=world,
+                    timeout=timedelta(seconds=msg.timeout_s),
+                )
+                setup = time.perf_counter() - started
             try:
                 # Built once the group exists: a factory may ask for its rank.
                 workload = _workload(spec.model, msg.model_target, spec.seed, rank, world)
                 group = CheckGroup(rank, world, device, backend, msg.nnodes)
                 check = run_spec(spec, group, workload, msg.model_target)
-            finally:
-                dist.destroy_process_group()
+            except BaseException:
+                self.group.drop()
+                raise
+            if msg.group:
+                self.group.keep(msg.group, store, serving)
+            else:
+                self.group.drop()
             if check is not None:
                 rendezvous.publish_result(store, run_id, check.with_setup_time(setup).to_json())
         if not msg.leader:
             return protocol.Done()
-        result = rendezvous.collect_result(store, run_id, msg.nnodes, self.serving, msg.timeout_s)
+        result = rendezvous.collect_result(store, run_id, msg.nnodes, serving, msg.timeout_s)
         return protocol.Result(CheckResult.from_json(result))
 
 

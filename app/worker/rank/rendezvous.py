@@ -108,4 +108,7 @@ def collect_result(
     deadline = time.monotonic() + timeout_s
     while serving and store.add(f"{run_id}/done", 0) < nnodes and time.monotonic() < deadline:
         time.sleep(0.005)
+    if serving:  # a kept group's store serves the next checks too
+        for key in (f"{run_id}/result", f"{run_id}/done"):
+            store.delete_key(key)
     return result

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 
 from app.ports import free_port
 from app.worker.contract import protocol
@@ -68,17 +69,43 @@ async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protoco
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _kept_group(ranks: list[RankProcess], backend: str, timeout_s: float) -> tuple[str, bool]:
+    """The process group this check keeps for the next one on the same ranks, and whether
+    every rank already holds it, formed by these ranks in this order with this backend and
+    timeout (rank.kept_group says why)."""
+    held = {rank.group for rank in ranks}
+    kept = held.pop() if len(held) == 1 else None
+    if (
+        kept is not None
+        and kept[1:] == (len(ranks), backend, timeout_s)
+        and all(rank.group_rank == i for i, rank in enumerate(ranks))
+    ):
+        return kept[0], True
+    return uuid.uuid4().hex, False
+
+
 async def run_on_ranks(
     ranks: list[RankProcess], order: CheckOrder, *, backend: str, replicas: int
 ) -> CheckResult:
     """Run `order` on `ranks` (this node's); raises RankError (with `ranks_kept`) or RankDied."""
     rendezvous = order.rendezvous
-    endpoint = rendezvous.endpoint if rendezvous else f"127.0.0.1:{free_port()}"
-    run_id = rendezvous.run_id if rendezvous else order.job_id
-    nnodes = rendezvous.nnodes if rendezvous else 1
     timeout_s = order.timeout_s + RANKS_OUTLAST_S
-    join = protocol.Join(endpoint, run_id, nnodes, timeout_s, offered=len(ranks), replicas=replicas)
-    joined = await ranks[0].request(join, protocol.Joined)
+    if rendezvous is None:  # this host alone: the ranks keep their group for the next check
+        ranks = ranks[: min(len(ranks), replicas)]
+        group, reuse = _kept_group(ranks, backend, timeout_s)
+    else:
+        group, reuse = "", False
+    for rank in ranks:
+        rank.group = None  # until this check has succeeded on it
+    if reuse:
+        joined = protocol.Joined(node_rank=0, nnodes=1, offset=0, world=len(ranks), local_count=len(ranks))
+        endpoint, run_id = "", order.job_id
+    else:
+        endpoint = rendezvous.endpoint if rendezvous else f"127.0.0.1:{free_port()}"
+        run_id = rendezvous.run_id if rendezvous else order.job_id
+        nnodes = rendezvous.nnodes if rendezvous else 1
+        join = protocol.Join(endpoint, run_id, nnodes, timeout_s, offered=len(ranks), replicas=replicas)
+        joined = await ranks[0].request(join, protocol.Joined)
     count = joined.local_count
     tasks = [
         asyncio.create_task(
@@ -86,7 +113,7 @@ async def run_on_ranks(
                 protocol.Run(
                     endpoint,
                     run_id,
-                    nnodes,
+                    joined.nnodes,
                     timeout_s,
                     spec=order.spec,
                     world=joined.world,
@@ -96,6 +123,8 @@ async def run_on_ranks(
                     rank=joined.offset + i,
                     local_index=i if i < count else -1,
                     leader=i == 0,
+                    group=group,
+                    reuse=reuse,
                 ),
                 protocol.Result if i == 0 else protocol.Done,
             )
@@ -104,4 +133,7 @@ async def run_on_ranks(
     ]
     leader = (await _replies(tasks))[0]
     assert isinstance(leader, protocol.Result)
+    if group:
+        for i, rank in enumerate(ranks):
+            rank.group, rank.group_rank = (group, len(ranks), backend, timeout_s), i
     return dataclasses.replace(leader.result, node_rank=joined.node_rank)

@@ -50,6 +50,10 @@ class RankProcess:
         # The fork server it came from: a rank that dies with it has no status of its own.
         self.fork_server_pid = fork_server.current_pid()
         self.attempt = 0  # its failed starts in a row before it (the pool's retry count)
+        # The process group it keeps from its last check (check_ranks._kept_group): the
+        # group's name, size, backend and timeout, and this rank's place in it.
+        self.group: tuple[str, int, str, float] | None = None
+        self.group_rank = -1
 
     @property
     def pid(self) -> int | None:

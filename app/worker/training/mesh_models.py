@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -34,9 +35,29 @@ def mesh_names(sizes: dict[str, int]) -> list[str]:
     return [n for n in ORDER if n in keep] or ["dp_replicate"]
 
 
+# The meshes built on the current default group, by shape: a warm rank keeps its group from
+# one check to the next (rank.kept_group), and a mesh's groups live as long as it does, so each
+# shape is built once per group. Bounded by the shapes a world size has.
+_meshes: dict[tuple[Any, ...], DeviceMesh] = {}
+_meshes_of: list[Any] = []  # the default group they were built on
+
+
 def build_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
     names = mesh_names(sizes)
-    return init_device_mesh(device.type, tuple(sizes[n] for n in names), mesh_dim_names=tuple(names))
+    shape = tuple(sizes[n] for n in names)
+    world = dist.group.WORLD
+    if not _meshes_of or _meshes_of[0] is not world:
+        forget_meshes()
+        _meshes_of.append(world)
+    key = (device.type, shape, tuple(names))
+    if key not in _meshes:
+        _meshes[key] = init_device_mesh(device.type, shape, mesh_dim_names=tuple(names))
+    return _meshes[key]
+
+
+def forget_meshes() -> None:
+    _meshes.clear()
+    _meshes_of.clear()
 
 
 def data_parallel_mesh(mesh: DeviceMesh, sizes: dict[str, int]) -> DeviceMesh | None:

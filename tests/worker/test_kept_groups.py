@@ -1,0 +1,115 @@
+"""Warm ranks keep their process group from one check to the next on the same ranks: real
+rank processes of a RankPool, real gloo groups. A kept group gives the answer a fresh one
+gives; a check on other ranks, a check whose model raised, and a rank that died each make
+the next check form a fresh group, which then passes; meshes of several shapes share one
+group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from app.worker.contract.check_result import CheckResult
+from app.worker.contract.request import build_spec, check_request
+from app.worker.service.check_ranks import RANKS_OUTLAST_S
+from app.worker.service.runner import CheckOrder, RankError
+
+FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 32, "micro_batch_size": 4}
+TWO = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16, "micro_batch_size": 4}
+MESH = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+    "micro_batch_size": 3,
+    "gradient_accumulation_steps": 4,
+}
+RAISES = "app.worker.zoo.example_architectures:fixed_batch"  # its forward raises past two samples
+
+
+def _order(name: str, plan: dict[str, Any], model: str | None = None) -> CheckOrder:
+    body: dict[str, Any] = {"plan": plan, **({"model": "fixed_batch"} if model else {})}
+    return CheckOrder(name, build_spec(check_request(body)), 60, None, model)
+
+
+def _answer(result: CheckResult) -> dict[str, Any]:
+    """What a check answers, less how long it took."""
+    return {k: v for k, v in result.to_json().items() if k not in ("timings_s", "setup_s")}
+
+
+def _differing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+@pytest.mark.slow
+def test_checks_on_the_same_ranks_share_a_group_and_anything_else_forms_a_fresh_one() -> None:
+    from app.worker.service.pool import RankPool
+
+    async def scenario() -> dict[str, Any]:
+        pool = RankPool(4)
+        pool.start()
+        seen: dict[str, Any] = {}
+
+        async def check(name: str, order: CheckOrder) -> CheckResult:
+            result = await pool.run_check(order)
+            ranks = sorted(pool.processes, key=lambda r: r.group_rank)
+            seen[name] = (result, [r.group for r in ranks if r.group is not None])
+            return result
+
+        try:
+            async with asyncio.timeout(90):
+                while len(pool.warm()) < 4:
+                    await asyncio.sleep(0.05)
+            await check("formed", _order("a", FOUR))
+            await check("kept", _order("b", FOUR))
+            for parallelism in ({"tensor": 2}, {"pipeline": 2}, {"data_parallel_shard": 4}, {"tensor": 2}):
+                name = "mesh " + ",".join(f"{k}={v}" for k, v in parallelism.items())
+                await check(
+                    name if name not in seen else name + " again",
+                    _order(name, {**MESH, "parallelism": parallelism}),
+                )
+            await check("two ranks", _order("c", TWO))
+            await check("four after two", _order("d", FOUR))
+            try:
+                await pool.run_check(_order("e", FOUR, RAISES))
+            except RankError as err:
+                seen["raised"] = err
+            await check("after the model raised", _order("f", FOUR))
+            victim = pool.processes[-1]
+            assert victim.pid is not None
+            os.kill(victim.pid, signal.SIGKILL)
+            async with asyncio.timeout(60):
+                while victim in pool.processes or len(pool.warm()) < 4:
+                    await asyncio.sleep(0.05)
+            await check("after a rank died", _order("g", FOUR))
+            return seen
+        finally:
+            await pool.stop()
+
+    seen = asyncio.run(scenario())
+    for name, value in seen.items():
+        if name == "raised":
+            continue
+        assert value[0].passed, name
+    formed, kept = seen["formed"][0], seen["kept"][0]
+    # The second check ran on the first one's group: no group formed, the same answer.
+    assert formed.timings.init_process_group and formed.timings.init_process_group > 0
+    assert kept.timings.init_process_group == 0.0
+    assert _answer(kept) == _answer(formed), _differing(_answer(kept), _answer(formed))
+    assert len({g[0] for g in seen["formed"][1]}) == 1 and seen["formed"][1] == seen["kept"][1]
+    assert seen["formed"][1][0][1:] == (4, "gloo", 60 + RANKS_OUTLAST_S)
+    # Meshes of three shapes, and one again, on the same group.
+    meshes = [n for n in seen if n.startswith("mesh")]
+    assert len(meshes) == 4
+    for name in meshes:
+        assert seen[name][0].timings.init_process_group == 0.0, name
+        assert seen[name][1] == seen["formed"][1], name
+    # Other ranks, a model that raised, a dead rank: each time a fresh group.
+    for name in ("two ranks", "four after two", "after the model raised", "after a rank died"):
+        assert seen[name][0].timings.init_process_group > 0, name
+    assert seen["two ranks"][1][0][1] == 2
+    assert isinstance(seen["raised"], RankError) and seen["raised"].ranks_kept
+    assert _answer(seen["after a rank died"][0]) == _answer(formed)

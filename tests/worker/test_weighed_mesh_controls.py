@@ -1,0 +1,98 @@
+"""A mesh check's controls as weighings of one backward per distinct micro-batch (one
+all-reduce for them all) against each control stepped through the real wrappers on its own,
+as every mesh check did before: on real gloo ranks, dp x tp, FSDP, HSDP, tensor only, summed
+losses, uneven replicas and a registered model's own `parallelize`; the same controls with the
+same verdicts, their figures equal to 1e-12 in float64, every other field byte-identical."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from app.worker.checks import mesh_check
+from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.result_parts import CheckGroup
+from app.worker.contract.request import build_spec, check_request
+from app.worker.training.workload import load
+from tests.support.gloo_ranks import on_ranks
+
+
+def _four(parallelism: dict[str, int], **more: Any) -> dict[str, Any]:
+    return {
+        "topology": {"num_nodes": 1, "gpus_per_node": 4},
+        "micro_batch_size": 3,
+        "gradient_accumulation_steps": 2,
+        "parallelism": parallelism,
+        **more,
+    }
+
+
+MESH_MLP = "app.worker.example_mesh_models:mesh_mlp"
+CASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "dp2_x_tp2": (_four({"tensor": 2}), None),
+    "dp2_x_tp2_summed": (_four({"tensor": 2}, loss_reduction="sum"), None),
+    "tp4": (_four({"tensor": 4}), None),
+    "fsdp4": (_four({"data_parallel_shard": 4}), None),
+    "hsdp2x2": (_four({"data_parallel_shard": 2}, dataset={"num_samples": 100, "seed": 5}), None),
+    "uneven_dp2_x_tp2": (
+        {
+            "topology": {
+                "node_groups": [
+                    {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+                    {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+                ]
+            },
+            "global_batch_size": 18,
+            "gradient_accumulation_steps": 3,
+            "parallelism": {"tensor": 2},
+        },
+        None,
+    ),
+    "registered_parallelize": (_four({"tensor": 2}), MESH_MLP),
+}
+
+
+def _answers(rank: int, world: int) -> dict[str, Any]:
+    group = CheckGroup(rank, world, torch.device("cpu"), "gloo")
+    out: dict[str, Any] = {}
+    for name, (plan, target) in CASES.items():
+        body = {"plan": plan, **({"model": "mesh_mlp"} if target else {})}
+        spec = build_spec(check_request(body))
+        workload = load(spec.model, target, spec.seed)
+        weighed = run_spec(spec, group, workload, target)
+        # Each control through the real wrappers on its own: the path a pipeline takes.
+        mesh_check.weighable = lambda sizes: False
+        one_by_one = run_spec(spec, group, workload, target)
+        mesh_check.weighable = WEIGHABLE
+        if rank == 0:
+            assert weighed is not None and one_by_one is not None
+            out[name] = (weighed.to_json(), one_by_one.to_json())
+    return out
+
+
+WEIGHABLE = mesh_check.weighable
+
+
+@pytest.mark.slow
+def test_weighed_mesh_controls_give_every_control_the_verdict_and_figures_of_one_by_one() -> None:
+    answers = on_ranks(4, _answers)[0]
+    ran: dict[str, set[str]] = {}
+    for name, (weighed, one_by_one) in answers.items():
+        assert weighed["passed"] and one_by_one["passed"], name
+        assert [c["name"] for c in weighed["controls"]] == [c["name"] for c in one_by_one["controls"]], name
+        for new, old in zip(weighed["controls"], one_by_one["controls"], strict=True):
+            assert new["detected"] == old["detected"] is True, (name, new["name"])
+            for figure in ("rel_l2", "max_abs_diff"):
+                assert new[figure] == pytest.approx(old[figure], rel=1e-12, abs=0), (name, new["name"])
+        ran[name] = {c["name"] for c in weighed["controls"]}
+        differing = {"controls", "timings_s", "setup_s"}
+        assert {k: v for k, v in weighed.items() if k not in differing} == {
+            k: v for k, v in one_by_one.items() if k not in differing
+        }, name
+    # The mesh's own mistakes ran where their reads differ between tensor peers or replicas.
+    assert {"sampler_by_global_rank", "tensor_peers_see_different_data"} <= ran["dp2_x_tp2"]
+    assert {"sampler_by_global_rank", "tensor_peers_see_different_data"} <= ran["uneven_dp2_x_tp2"]
+    assert "replicas_from_shard_group" in ran["hsdp2x2"]
+    assert "sum_without_scaling" in ran["dp2_x_tp2"] and "accumulation_not_divided" in ran["fsdp4"]
