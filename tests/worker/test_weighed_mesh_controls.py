@@ -1,7 +1,8 @@
 """A mesh check's controls as weighings of one backward per distinct micro-batch (one
 all-reduce for them all) against each control stepped through the real wrappers on its own,
-as every mesh check did before: on real gloo ranks, dp x tp, FSDP, HSDP, tensor only, summed
-losses, uneven replicas and a registered model's own `parallelize`; the same controls with the
+as every mesh check did before: on real gloo ranks, dp x tp, FSDP, HSDP, tensor only, pipeline
+(with data or tensor parallel, one micro-batch or several), summed losses, uneven replicas and
+a registered model's own `parallelize`; the same controls with the
 same verdicts, their figures equal to 1e-12 in float64, every other field byte-identical."""
 
 from __future__ import annotations
@@ -51,6 +52,24 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
         None,
     ),
     "registered_parallelize": (_four({"tensor": 2}), MESH_MLP),
+    "pp2_x_dp2": (_four({"pipeline": 2}, gradient_accumulation_steps=4), None),
+    "pp2_x_dp2_summed": (_four({"pipeline": 2}, loss_reduction="sum"), None),
+    "pp2_x_tp2": (_four({"pipeline": 2, "tensor": 2}, gradient_accumulation_steps=3), None),
+    "pp2_x_dp2_one_micro_batch": (_four({"pipeline": 2}, gradient_accumulation_steps=1), None),
+    "uneven_pp2_x_dp2": (
+        {
+            "topology": {
+                "node_groups": [
+                    {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+                    {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+                ]
+            },
+            "global_batch_size": 18,
+            "gradient_accumulation_steps": 3,
+            "parallelism": {"pipeline": 2},
+        },
+        None,
+    ),
 }
 
 
@@ -62,8 +81,9 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         spec = build_spec(check_request(body))
         workload = load(spec.model, target, spec.seed)
         weighed = run_spec(spec, group, workload, target)
-        # Each control through the real wrappers on its own: the path a pipeline takes.
-        mesh_check.weighable = lambda sizes: False
+        # Each control through the real wrappers (and schedule) on its own: the path a model
+        # whose micro-batches cannot be stacked takes under a pipeline.
+        mesh_check.weighable = lambda *_: False
         one_by_one = run_spec(spec, group, workload, target)
         mesh_check.weighable = WEIGHABLE
         if rank == 0:
@@ -96,3 +116,6 @@ def test_weighed_mesh_controls_give_every_control_the_verdict_and_figures_of_one
     assert {"sampler_by_global_rank", "tensor_peers_see_different_data"} <= ran["uneven_dp2_x_tp2"]
     assert "replicas_from_shard_group" in ran["hsdp2x2"]
     assert "sum_without_scaling" in ran["dp2_x_tp2"] and "accumulation_not_divided" in ran["fsdp4"]
+    for name in ("pp2_x_dp2", "pp2_x_tp2", "uneven_pp2_x_dp2"):
+        assert {"sampler_by_global_rank", "pipeline_loss_not_scaled"} <= ran[name], name
+    assert "tensor_peers_see_different_data" in ran["pp2_x_tp2"]

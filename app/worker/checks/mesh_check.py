@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from itertools import cycle, islice
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DistributedSampler
@@ -26,7 +25,6 @@ from torch.utils.data import DistributedSampler
 from app.core.device_mesh import ORDER
 from app.worker.checks.controls import Control, split_controls
 from app.worker.checks.mesh_controls import (
-    MESH_CONTROLS,
     PIPELINE_LOSS_NOT_SCALED,
     REPLICAS_FROM_SHARD_GROUP,
     SAMPLER_BY_GLOBAL_RANK,
@@ -45,10 +43,12 @@ from app.worker.training.mesh_gradients import weighted_mesh_gradients
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
+    gathered_gradients,
     shard_data_parallel,
     synthetic_parallelize,
 )
 from app.worker.training.samplers import IndexDataset
+from app.worker.training.stacked_passes import Pipeline, stackable
 from app.worker.training.workload import Workload, load
 
 Reads = list[list[int]]  # a rank's micro-batches of sample indices
@@ -136,79 +136,61 @@ def _control_runs(me: _Rank, shards: Shards, plan_reads: Reads) -> tuple[list[_R
     return runs, skipped + mesh_skipped
 
 
-def weighable(sizes: dict[str, int]) -> bool:
-    """Whether the controls can be weighings of one backward per distinct micro-batch
-    (training.mesh_gradients): not under a pipeline, whose schedule owns the backward passes,
-    nor context parallel, whose shards of a sequence are not micro-batches of their own."""
-    return sizes["pp"] == 1 and sizes["cp"] == 1
+def weighable(sizes: dict[str, int], stacked: bool, own_split: bool) -> bool:
+    """Whether the controls can be weighings of shared passes (training.mesh_gradients): not
+    under context parallel, whose shards of a sequence are not micro-batches of their own; under
+    a pipeline only with the micro-batches stacked (the stages pass one forward along) and the
+    built-in split into stages (each parameter on one stage)."""
+    return sizes["cp"] == 1 and (sizes["pp"] == 1 or (stacked and not own_split))
+
+
+# Mistakes whose reads differ between the tensor or pipeline peers of one replica: their
+# micro-batches are never shared by content, so that every peer runs the same passes.
+_PEERS_READ_APART = (SAMPLER_BY_GLOBAL_RANK, TENSOR_PEERS_DIFFERENT_DATA)
 
 
 def _weighed(
     module: nn.Module,
+    mesh: DeviceMesh,
     me: _Rank,
     workload: Workload,
     runs: list[_Run],
+    numels: dict[str, int],
     *,
+    stacked: bool,
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[torch.Tensor]:
-    """Each run's whole gradient on a mesh without a pipeline, from `module` (this rank's
-    tensor-parallel share, no data-parallel wrapper). A DDP control reads what the replica
-    reads, the same on its tensor peers, so its micro-batches are shared by content; a mesh
-    control's reads differ between tensor peers, which must run the same passes in the same
-    order, so each of its micro-batches is its own."""
+    """Each run's whole gradient from `module` (this rank's share, no data-parallel wrapper).
+    A run whose schedule does not divide by its micro-batches (scale_grads off) weighs each by
+    their number."""
+    g, sizes = me.spec.gradient_accumulation_steps, me.sizes
     steps = [
         [
-            (None if r.control not in MESH_CONTROLS else (i, k), batch, r.scale, r.reduction)
+            (
+                (i, k) if r.control in _PEERS_READ_APART else None,
+                batch,
+                r.scale * (1 if r.scale_grads else g),
+                r.reduction,
+            )
             for k, batch in enumerate(r.reads)
         ]
         for i, r in enumerate(runs)
     ]
-    sizes = me.sizes
+    pipeline = Pipeline(mesh["pp"].get_group(), me.place["pp"], sizes["pp"]) if sizes["pp"] > 1 else None
     return weighted_mesh_gradients(
         module,
         steps,
         workload=workload,
+        numels=numels,
         replicas=sizes["dp_replicate"] * sizes["dp_shard"],
         tensor_rank=me.place["tp"],
         tensor_size=sizes["tp"],
+        stacked=stacked,
+        pipeline=pipeline,
         dtype=dtype,
         device=device,
     )
-
-
-def _gathered(
-    runs: list[dict[str, torch.Tensor]], sizes: dict[str, int], dtype: torch.dtype, device: torch.device
-) -> list[torch.Tensor]:
-    """Every run's named gradients from every rank, flat in the order of `sizes` (each name's
-    element count, as built), on rank 0: a stage holds only its layers. One gather of one
-    tensor; each name's value is taken, as a dict update in rank order would, from the last
-    rank that holds it. The other ranks get an empty list."""
-    mine = torch.cat([_row(run, sizes, dtype) for run in runs]).to(device)  # NCCL gathers on the GPU
-    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
-    dist.gather(mine, parts, dst=0)
-    if parts is None:
-        return []
-    parts = [p.cpu() for p in parts]
-    names, width = len(sizes), len(sizes) + sum(sizes.values())
-    merged = torch.zeros(len(runs), width - names, dtype=dtype)
-    for part in parts:
-        rows = part.reshape(len(runs), width)
-        start = 0
-        for i, size in enumerate(sizes.values()):
-            if bool(rows[0, i]):
-                merged[:, start : start + size] = rows[:, names + start : names + start + size]
-            start += size
-    return list(merged.unbind(0))
-
-
-def _row(run: dict[str, torch.Tensor], sizes: dict[str, int], dtype: torch.dtype) -> torch.Tensor:
-    """One run's row: 1 for each name this rank holds, then the values (zeros where it does not)."""
-    held = torch.tensor([1.0 if n in run else 0.0 for n in sizes], dtype=dtype)
-    values = [
-        run[n].reshape(-1).to(dtype) if n in run else torch.zeros(k, dtype=dtype) for n, k in sizes.items()
-    ]
-    return torch.cat([held, *values])
 
 
 def run_mesh_check(
@@ -255,12 +237,16 @@ def run_mesh_check(
     timer.lap("step")
     runs, skipped = _control_runs(me, shards, plan_reads)
     numels = {n: p.numel() for n, p in base.named_parameters()}
-    if weighable(sizes):
-        weighed = _weighed(split(copy.deepcopy(base), mesh), me, workload, runs, dtype=dtype, device=device)
-        gathered = _gathered(local, numels, dtype, device)[:1] + [g.cpu() for g in weighed]
+    stacked = stackable(base, workload, plan_reads[0])
+    if weighable(sizes, stacked, parallelize is not None):
+        share = split(copy.deepcopy(base), mesh)
+        weighed = _weighed(
+            share, mesh, me, workload, runs, numels, stacked=stacked, dtype=dtype, device=device
+        )
+        gathered = gathered_gradients(local, numels, dtype, device)[:1] + [g.cpu() for g in weighed]
     else:
         local += [step(run) for run in runs]
-        gathered = _gathered(local, numels, dtype, device)
+        gathered = gathered_gradients(local, numels, dtype, device)
     timer.lap("controls")
     if group.rank != 0:
         return None

@@ -2,9 +2,12 @@
 that must run through the real wrappers: the micro-batches under `fully_shard` (reduced once,
 on the last), or the pipeline schedule with the plan's micro-batches as its own.
 
-The schedule is built once per check: its first step infers the stages' shapes over the
-pipeline group (pickled metadata, a third of a step), and every step after that reuses them;
-each step sets the loss scale, reduction and `scale_grads` it runs with.
+Each step builds its own stage and schedule, which infer the stages' shapes over the pipeline
+group first (pickled metadata, a third of a step). Building the schedule once per check and
+stepping it again for each control (another loss scale, `scale_grads` switched) failed with a
+gloo size mismatch on 1F1B with two micro-batches of summed losses (not narrowed down further),
+and the controls share passes without a schedule where they can (mesh_gradients): only the
+plan's step, or the controls of a model whose micro-batches cannot be stacked, run here.
 """
 
 from __future__ import annotations
@@ -36,8 +39,6 @@ class MeshSteps:
         self.module, self.mesh, self.place, self.workload = module, mesh, place, workload
         self.g, self.dtype, self.device = accumulation, dtype, device
         self.pp = mesh["pp"].size() if "pp" in (mesh.mesh_dim_names or ()) else 1
-        self._schedule: Schedule1F1B | ScheduleGPipe | None = None
-        self._scale, self._reduction = 1.0, "mean"  # what the schedule's loss_fn applies now
 
     def gradients(
         self, reads: Sequence[Sequence[int]], scale: float, reduction: str, scale_grads: bool = True
@@ -46,9 +47,7 @@ class MeshSteps:
         gathered whole and by name."""
         self.module.zero_grad(set_to_none=True)
         if self.pp > 1:
-            schedule = self._schedule or self._build()
-            self._scale, self._reduction = scale, reduction
-            schedule.scale_grads = scale_grads
+            schedule = self._schedule(scale, reduction, scale_grads)
             x, y = self.workload.batch([i for batch in reads for i in batch], self.dtype, self.device)
             stage = self.place["pp"]
             if stage == 0:
@@ -66,18 +65,17 @@ class MeshSteps:
                 backward(self.workload.loss(self.module, x, y, reduction) * scale)
         return full_gradients(self.module)
 
-    def _build(self) -> Schedule1F1B | ScheduleGPipe:
+    def _schedule(self, scale: float, reduction: str, scale_grads: bool) -> Schedule1F1B | ScheduleGPipe:
         stage = PipelineStage(
             self.module, self.place["pp"], self.pp, self.device, group=self.mesh["pp"].get_group()
         )
 
         def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             # The schedule divides by its micro-batches (scale_grads): undo it in the plan's scale.
-            return _loss_of(self.workload, output, target, self._reduction) * (self._scale * self.g)
+            return _loss_of(self.workload, output, target, reduction) * (scale * self.g)
 
         kind = Schedule1F1B if self.g >= self.pp else ScheduleGPipe
-        self._schedule = kind(stage, n_microbatches=self.g, loss_fn=loss_fn)
-        return self._schedule
+        return kind(stage, n_microbatches=self.g, loss_fn=loss_fn, scale_grads=scale_grads)
 
 
 def _loss_of(workload: Workload, output: torch.Tensor, target: torch.Tensor, reduction: str) -> torch.Tensor:

@@ -1,13 +1,16 @@
-"""Many steps' gradients on a tensor-parallel share of the model, from one backward pass per
-distinct micro-batch and one all-reduce for them all: what a mesh check's controls need.
+"""Many steps' gradients on a mesh rank's share of the model (its pipeline stage, tensor
+parallel), from shared passes and one all-reduce for them all: what a mesh check's controls
+need.
 
 A step's gradient is linear in its micro-batches' loss scales, and the data-parallel wrapper
-only averages the replicas' sums; so each distinct micro-batch's local gradient is taken once
-(on the module before `fully_shard`, whose hooks would reduce every backward), every step
-weighs it by the scales it gives it, and one all-reduce over the whole mesh both averages the
-replicas and assembles the tensor-parallel shards: each rank adds its shard of a parameter at
-the shard's place in the whole tensor (a replicated one from the last tensor rank only, the
-value `full_tensor()` then the last rank's gather would report).
+only averages the replicas' sums; so the passes run on the module before `fully_shard` (whose
+hooks would reduce every backward) and every step weighs the micro-batches by the scales it
+gives them: all of them stacked in one forward and a backward per step where the stacked rows
+are independent samples (stacked_passes), else one backward per distinct micro-batch. One
+all-reduce over the whole mesh then averages the replicas and assembles the model: each rank
+adds its shard of a parameter at the shard's place in the whole tensor (a replicated one from
+the last tensor rank only, the value `full_tensor()` then the last rank's gather would
+report), a pipeline stage only the parameters it holds.
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor, Shard
 
+from app.worker.training.stacked_passes import Pipeline, Units, stacked_gradients
 from app.worker.training.workload import Workload
 
 # One micro-batch of a step: a key, its sample indices, its loss scale and its reduction. The
-# tensor-parallel peers must run the same passes in the same order: a key of None shares the
-# pass with every other unit of the same samples (for reads that are the same on the peers),
-# any other key only with units of that key.
+# tensor-parallel and pipeline peers must run the same passes in the same order: a key of None
+# shares the pass with every other unit of the same samples (for reads that are the same on the
+# peers), any other key only with units of that key.
 Unit = tuple[Hashable | None, Sequence[int], float, str]
 
 
@@ -33,14 +37,54 @@ def weighted_mesh_gradients(
     steps: Sequence[Sequence[Unit]],
     *,
     workload: Workload,
+    numels: dict[str, int],
     replicas: int,
     tensor_rank: int,
     tensor_size: int,
+    stacked: bool,
+    pipeline: Pipeline | None,
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[torch.Tensor]:
     """Each step's whole gradient, averaged over the data-parallel replicas, flat in the order
-    of `module.named_parameters()`; the same on every rank."""
+    of `numels` (the whole model's parameters, by name); the same on every rank. `stacked`
+    (which a pipeline needs) must be the same on every rank: decide it on the whole model."""
+    units = _units(steps)
+    held = dict(module.named_parameters())
+    trainable = [p for p in held.values() if p.requires_grad]
+    total = torch.zeros(len(steps), sum(numels.values()), dtype=dtype, device=device)
+
+    def whole(grads: dict[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
+        return torch.cat(
+            [
+                _placed(grads.get(held[n]), held[n], tensor_rank, tensor_size).reshape(-1).to(dtype)
+                if n in held
+                else torch.zeros(k, dtype=dtype, device=device)
+                for n, k in numels.items()
+            ]
+        )
+
+    if stacked:
+        for s, grads in enumerate(
+            stacked_gradients(module, workload, units, len(steps), trainable, pipeline, dtype, device)
+        ):
+            total[s] = whole(grads)
+    else:
+        if pipeline is not None:
+            raise ValueError("a pipeline stage's passes are stacked: its peers wait on one forward")
+        for indices, reduction, scales in units:
+            x, y = workload.batch(indices, dtype, device)
+            found = torch.autograd.grad(workload.loss(module, x, y, reduction), trainable, allow_unused=True)
+            unit = whole(dict(zip(trainable, found, strict=True)))
+            total.add_(torch.outer(torch.tensor(scales, dtype=dtype, device=device), unit))
+    if steps:
+        dist.all_reduce(total)
+        total.div_(replicas)
+    return list(total.unbind(0))
+
+
+def _units(steps: Sequence[Sequence[Unit]]) -> Units:
+    """The distinct micro-batches, each with its weight in every step."""
     weights: dict[Hashable, tuple[Sequence[int], str, list[float]]] = {}
     for s, units in enumerate(steps):
         for key, indices, scale, reduction in units:
@@ -49,75 +93,7 @@ def weighted_mesh_gradients(
             passes = "mean" if reduction == "sum" else reduction
             same = (tuple(indices) if key is None else (key,), passes)
             weights.setdefault(same, (indices, passes, [0.0] * len(steps)))[2][s] += weight
-    named = list(module.named_parameters())
-    trainable = [p for _, p in named if p.requires_grad]
-    sizes = [p.numel() for _, p in named]
-    total = torch.zeros(len(steps), sum(sizes), dtype=dtype, device=device)
-
-    def whole(grads: dict[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
-        return torch.cat([_placed(grads.get(p), p, tensor_rank, tensor_size).reshape(-1) for _, p in named])
-
-    shared = _one_forward(module, workload, list(weights.values()), len(steps), trainable, dtype, device)
-    if shared is not None:
-        for s, grads in enumerate(shared):
-            total[s] = whole(grads).to(dtype)
-    else:
-        for indices, reduction, scales in weights.values():
-            x, y = workload.batch(indices, dtype, device)
-            found = torch.autograd.grad(workload.loss(module, x, y, reduction), trainable, allow_unused=True)
-            unit = whole(dict(zip(trainable, found, strict=True))).to(dtype)
-            total.add_(torch.outer(torch.tensor(scales, dtype=dtype, device=device), unit))
-    if steps:
-        dist.all_reduce(total)
-        total.div_(replicas)
-    return list(total.unbind(0))
-
-
-# Layers whose output for a sample depends on the other samples of the batch, or on chance:
-# stacking micro-batches into one forward would change what each of them computes.
-_BATCH_COUPLED = (
-    nn.modules.batchnorm._BatchNorm,
-    nn.modules.instancenorm._InstanceNorm,
-    nn.modules.dropout._DropoutNd,
-)
-
-
-def _one_forward(
-    module: nn.Module,
-    workload: Workload,
-    units: list[tuple[Sequence[int], str, list[float]]],
-    steps: int,
-    trainable: list[nn.Parameter],
-    dtype: torch.dtype,
-    device: torch.device,
-) -> list[dict[torch.Tensor, torch.Tensor | None]] | None:
-    """Every step's gradients from one forward pass over all the micro-batches stacked (one
-    set of tensor-parallel collectives instead of one per micro-batch) and one backward per
-    step of its weighted sum of their mean losses; None where the stacked rows would not be
-    independent samples (a layer coupling them, the model's own loss, inputs that are not one
-    tensor)."""
-    if workload.loss_fn is None or any(isinstance(m, _BATCH_COUPLED) for m in module.modules()):
-        return None
-    batches = [workload.batch(indices, dtype, device) for indices, _, _ in units]
-    if not all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) for x, y in batches):
-        return None
-    rows = [len(x) for x, _ in batches]
-    output = workload.forward(module, torch.cat([x for x, _ in batches]))
-    targets = torch.cat([y for _, y in batches])
-    losses = torch.stack(
-        [
-            workload.loss_fn(o, t)
-            for o, t in zip(torch.split(output, rows), torch.split(targets, rows), strict=True)
-        ]
-    )
-    weights = torch.tensor([scales for _, _, scales in units], dtype=losses.dtype, device=device).T
-    out: list[dict[torch.Tensor, torch.Tensor | None]] = []
-    for s in range(steps):
-        found = torch.autograd.grad(
-            (weights[s] * losses).sum(), trainable, retain_graph=s < steps - 1, allow_unused=True
-        )
-        out.append(dict(zip(trainable, found, strict=True)))
-    return out
+    return list(weights.values())
 
 
 def _placed(

@@ -120,3 +120,37 @@ def full_gradients(model: nn.Module) -> dict[str, torch.Tensor]:
             grad = grad.full_tensor()
         out[name] = grad.detach().to("cpu").clone()
     return out
+
+
+def gathered_gradients(
+    runs: list[dict[str, torch.Tensor]], sizes: dict[str, int], dtype: torch.dtype, device: torch.device
+) -> list[torch.Tensor]:
+    """Every run's named gradients from every rank, flat in the order of `sizes` (each name's
+    element count, as built), on rank 0: a stage holds only its layers. One gather of one
+    tensor; each name's value is taken, as a dict update in rank order would, from the last
+    rank that holds it. The other ranks get an empty list."""
+    mine = torch.cat([_row(run, sizes, dtype) for run in runs]).to(device)  # NCCL gathers on the GPU
+    parts = [torch.empty_like(mine) for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    dist.gather(mine, parts, dst=0)
+    if parts is None:
+        return []
+    parts = [p.cpu() for p in parts]
+    names, width = len(sizes), len(sizes) + sum(sizes.values())
+    merged = torch.zeros(len(runs), width - names, dtype=dtype)
+    for part in parts:
+        rows = part.reshape(len(runs), width)
+        start = 0
+        for i, size in enumerate(sizes.values()):
+            if bool(rows[0, i]):
+                merged[:, start : start + size] = rows[:, names + start : names + start + size]
+            start += size
+    return list(merged.unbind(0))
+
+
+def _row(run: dict[str, torch.Tensor], sizes: dict[str, int], dtype: torch.dtype) -> torch.Tensor:
+    """One run's row: 1 for each name this rank holds, then the values (zeros where it does not)."""
+    held = torch.tensor([1.0 if n in run else 0.0 for n in sizes], dtype=dtype)
+    values = [
+        run[n].reshape(-1).to(dtype) if n in run else torch.zeros(k, dtype=dtype) for n, k in sizes.items()
+    ]
+    return torch.cat([held, *values])
