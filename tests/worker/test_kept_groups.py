@@ -2,7 +2,8 @@
 rank processes of a RankPool, real gloo groups. A kept group gives the answer a fresh one
 gives; a check on other ranks, a check whose model raised, and a rank that died each make
 the next check form a fresh group, which then passes; meshes of several shapes share one
-group."""
+group, and a mesh check's parallelised modules serve the next check of the model on that
+mesh with the same answer."""
 
 from __future__ import annotations
 
@@ -107,9 +108,41 @@ def test_checks_on_the_same_ranks_share_a_group_and_anything_else_forms_a_fresh_
     for name in meshes:
         assert seen[name][0].timings.init_process_group == 0.0, name
         assert seen[name][1] == seen["formed"][1], name
+    # The second dp x tp check ran on the first one's parallelised modules: the same answer.
+    assert _answer(seen["mesh tensor=2 again"][0]) == _answer(seen["mesh tensor=2"][0])
     # Other ranks, a model that raised, a dead rank: each time a fresh group.
     for name in ("two ranks", "four after two", "after the model raised", "after a rank died"):
         assert seen[name][0].timings.init_process_group > 0, name
     assert seen["two ranks"][1][0][1] == 2
     assert isinstance(seen["raised"], RankError) and seen["raised"].ranks_kept
     assert _answer(seen["after a rank died"][0]) == _answer(formed)
+
+
+def test_a_kept_module_comes_back_with_its_buffers_as_built_and_goes_with_its_group() -> None:
+    import torch
+    from torch import nn
+
+    from app.worker.training import mesh_models
+    from tests.support.one_rank import one_rank_group
+
+    sizes = {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "cp": 1, "tp": 1}
+    base = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    builds: list[nn.Module] = []
+
+    def build(module: nn.Module) -> nn.Module:
+        builds.append(module)
+        return module
+
+    with one_rank_group():
+        mesh_models.build_mesh(sizes, torch.device("cpu"))
+        first = mesh_models.kept_module(("k",), base, build)
+        first(torch.randn(8, 3))  # a training forward moves BatchNorm's running statistics
+        assert not torch.equal(first[1].running_mean, base[1].running_mean)
+        again = mesh_models.kept_module(("k",), base, build)
+        assert again is first and len(builds) == 1
+        for name, buffer in again.named_buffers():
+            assert torch.equal(buffer, dict(base.named_buffers())[name]), name
+    with one_rank_group():  # another group: its meshes, and the modules on them, are new
+        mesh_models.build_mesh(sizes, torch.device("cpu"))
+        assert mesh_models.kept_module(("k",), base, build) is not first and len(builds) == 2
+        mesh_models.forget_meshes()

@@ -12,7 +12,6 @@ without a pipeline the controls are weighings of one backward per distinct micro
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import cycle, islice
@@ -44,6 +43,7 @@ from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
     gathered_gradients,
+    kept_module,
     shard_data_parallel,
     synthetic_parallelize,
 )
@@ -212,9 +212,11 @@ def run_mesh_check(
     base = workload.module(dtype, device)
     split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize
 
-    # One parallelised module serves every run: each starts from no gradients and none changes
-    # a weight (no optimizer step), as the next step of training would start.
-    module = shard_data_parallel(split(copy.deepcopy(base), mesh), mesh, sizes)
+    # One parallelised module serves every run (and the next check of this model on this mesh:
+    # mesh_models.kept_module): each starts from no gradients and none changes a weight (no
+    # optimizer step), as the next step of training would start.
+    key = (workload, spec.dtype, str(device), tuple(sorted(sizes.items())), split)
+    module = kept_module((*key, "wrapped"), base, lambda m: shard_data_parallel(split(m, mesh), mesh, sizes))
     timer.lap("parallelize")
     shards = Shards(spec)
     plan_reads = shards.local(range(me.dp_rank, me.dp_rank + 1))[me.dp_rank]
@@ -239,7 +241,7 @@ def run_mesh_check(
     numels = {n: p.numel() for n, p in base.named_parameters()}
     stacked = stackable(base, workload, plan_reads[0])
     if weighable(sizes, stacked, parallelize is not None):
-        share = split(copy.deepcopy(base), mesh)
+        share = kept_module((*key, "share"), base, lambda m: split(m, mesh))
         weighed = _weighed(
             share, mesh, me, workload, runs, numels, stacked=stacked, dtype=dtype, device=device
         )

@@ -9,6 +9,7 @@ arithmetic, and it composes with DTensor parameters where DistributedDataParalle
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -55,7 +56,33 @@ def build_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
     return _meshes[key]
 
 
+# A one-step mesh check never changes a weight (no optimizer step: its runs only take
+# gradients), so the parallelised modules it builds serve the next check of the same model on
+# the same mesh: parallelising and wrapping cost a quarter of a small check. Kept with the
+# mesh they live on; each use restores the buffers (a forward may update them) from the model
+# as built.
+_modules: dict[tuple[Any, ...], nn.Module] = {}
+
+
+def kept_module(key: tuple[Any, ...], base: nn.Module, build: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """`build(copy of base)`, kept under `key` (which must name the model, mesh, dtype and
+    split) while the meshes last, with its buffers as `base` holds them."""
+    if not _meshes_of:
+        raise RuntimeError("kept_module before build_mesh: a module lives on a mesh")
+    module = _modules.get(key)
+    if module is None:
+        module = _modules[key] = build(copy.deepcopy(base))
+        return module
+    built = dict(base.named_buffers())
+    with torch.no_grad():
+        for name, buffer in module.named_buffers():
+            if name in built:
+                buffer.copy_(built[name])
+    return module
+
+
 def forget_meshes() -> None:
+    _modules.clear()
     _meshes.clear()
     _meshes_of.clear()
 
