@@ -31,6 +31,13 @@ def _four(parallelism: dict[str, int], **more: Any) -> dict[str, Any]:
 
 
 MESH_MLP = "app.worker.example_mesh_models:mesh_mlp"
+# Two replicas of two ranks each, the fast one reading twice the samples of the slow one.
+UNEVEN = {
+    "node_groups": [
+        {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+        {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+    ]
+}
 CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "dp2_x_tp2": (_four({"tensor": 2}), None),
     "dp2_x_tp2_summed": (_four({"tensor": 2}, loss_reduction="sum"), None),
@@ -39,12 +46,7 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "hsdp2x2": (_four({"data_parallel_shard": 2}, dataset={"num_samples": 100, "seed": 5}), None),
     "uneven_dp2_x_tp2": (
         {
-            "topology": {
-                "node_groups": [
-                    {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-                    {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-                ]
-            },
+            "topology": UNEVEN,
             "global_batch_size": 18,
             "gradient_accumulation_steps": 3,
             "parallelism": {"tensor": 2},
@@ -58,12 +60,7 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
     "pp2_x_dp2_one_micro_batch": (_four({"pipeline": 2}, gradient_accumulation_steps=1), None),
     "uneven_pp2_x_dp2": (
         {
-            "topology": {
-                "node_groups": [
-                    {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-                    {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-                ]
-            },
+            "topology": UNEVEN,
             "global_batch_size": 18,
             "gradient_accumulation_steps": 3,
             "parallelism": {"pipeline": 2},
