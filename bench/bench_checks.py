@@ -147,9 +147,13 @@ def cold_torchrun(
         capture_output=True,
         text=True,
         timeout=600,
-        check=True,
+        check=False,  # its stderr says why, below
     )
     elapsed = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"cold torchrun of {request} exited {completed.returncode}:\n{completed.stderr[-4000:]}"
+        )
     line = next(line for line in completed.stdout.splitlines() if line.startswith("{"))
     return elapsed, json.loads(line)
 

@@ -39,6 +39,7 @@ from app.worker.contract.mesh_spec import mesh_world
 from app.worker.contract.request import build_spec, check_request
 from app.worker.contract.spec import CheckSpec
 from app.worker.rank.backend import choose_backend
+from app.worker.training import mesh_models
 from app.worker.training.workload import load
 
 
@@ -151,6 +152,7 @@ def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dic
             # go on to train alone because rank 0's verdict was printed elsewhere.
             dist.broadcast_object_list(shared, src=0)
     finally:
+        mesh_models.forget_meshes()  # before the group: the meshes' modules live on its groups
         dist.destroy_process_group()
     return shared[0] if rank == 0 or local_rank == 0 else None
 
