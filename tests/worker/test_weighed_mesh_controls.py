@@ -3,7 +3,9 @@ all-reduce for them all) against each control stepped through the real wrappers 
 as every mesh check did before: on real gloo ranks, dp x tp, FSDP, HSDP, tensor only, pipeline
 (with data or tensor parallel, one micro-batch or several), summed losses, uneven replicas and
 a registered model's own `parallelize`; the same controls with the
-same verdicts, their figures equal to 1e-12 in float64, every other field byte-identical."""
+same verdicts, their figures equal to 1e-12 in float64, every other field byte-identical (the
+plan's own gradient, assembled from the shards in one all-reduce, against `full_tensor()` and
+a gather)."""
 
 from __future__ import annotations
 
@@ -80,16 +82,18 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         weighed = run_spec(spec, group, workload, target)
         # Each control through the real wrappers (and schedule) on its own: the path a model
         # whose micro-batches cannot be stacked takes under a pipeline.
-        mesh_check.weighable = lambda *_: False
+        # And the plan's gradient through full_tensor() and one gather, not assembled in one
+        # all-reduce: the rest of the answer must be byte-identical.
+        mesh_check.weighable, mesh_check.assembled_gradient = (lambda *_: False), (lambda *_: None)
         one_by_one = run_spec(spec, group, workload, target)
-        mesh_check.weighable = WEIGHABLE
+        mesh_check.weighable, mesh_check.assembled_gradient = WEIGHABLE, ASSEMBLED
         if rank == 0:
             assert weighed is not None and one_by_one is not None
             out[name] = (weighed.to_json(), one_by_one.to_json())
     return out
 
 
-WEIGHABLE = mesh_check.weighable
+WEIGHABLE, ASSEMBLED = mesh_check.weighable, mesh_check.assembled_gradient
 
 
 @pytest.mark.slow

@@ -37,11 +37,13 @@ from app.worker.contract.check_result import CheckResult, SkippedControl
 from app.worker.contract.mesh_spec import mesh_world, wrapper_of
 from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
+from app.worker.training.assembled_gradient import assembled_gradient
 from app.worker.training.gradients import reference_gradient
 from app.worker.training.mesh_gradients import weighted_mesh_gradients
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
+    full_gradients,
     gathered_gradients,
     kept_module,
     shard_data_parallel,
@@ -232,29 +234,32 @@ def run_mesh_check(
         device=device,
     )
 
-    def step(run: _Run) -> dict[str, torch.Tensor]:
-        return steps.gradients(run.reads, run.scale, run.reduction, run.scale_grads)
-
-    local = [step(_Run(None, plan_reads, me.scale, spec.loss_reduction))]
+    numels = {n: p.numel() for n, p in base.named_parameters()}
+    steps.backward(plan_reads, me.scale, spec.loss_reduction)
+    whole = assembled_gradient(module, numels, dtype, device)
+    plan_grads = (
+        [whole.cpu()]
+        if whole is not None
+        else gathered_gradients([full_gradients(module)], numels, dtype, device)
+    )
     timer.lap("step")
     runs, skipped = _control_runs(me, shards, plan_reads)
-    numels = {n: p.numel() for n, p in base.named_parameters()}
     stacked = stackable(base, workload, plan_reads[0])
     if weighable(sizes, stacked, parallelize is not None):
         share = kept_module((*key, "share"), base, lambda m: split(m, mesh))
         weighed = _weighed(
             share, mesh, me, workload, runs, numels, stacked=stacked, dtype=dtype, device=device
         )
-        gathered = gathered_gradients(local, numels, dtype, device)[:1] + [g.cpu() for g in weighed]
+        control_grads = [g.cpu() for g in weighed]
     else:
-        local += [step(run) for run in runs]
-        gathered = gathered_gradients(local, numels, dtype, device)
+        each = [steps.gradients(r.reads, r.scale, r.reduction, r.scale_grads) for r in runs]
+        control_grads = gathered_gradients(each, numels, dtype, device) if runs else []
     timer.lap("controls")
     if group.rank != 0:
         return None
     reference = reference_gradient(workload, shards.epoch[: spec.global_batch_size], dtype, device).cpu()
     timer.lap("reference")
-    grad, *control_grads = gathered
+    grad = plan_grads[0]
     controls = [(r.control, g) for r, g in zip(runs, control_grads, strict=True) if r.control]
     measured = Measured(grad, reference, controls, skipped, [], True, spec.micro_batch_sizes())
     dims = [(n, sizes[n]) for n in ORDER if sizes[n] > 1]

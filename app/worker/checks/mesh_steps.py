@@ -45,6 +45,13 @@ class MeshSteps:
     ) -> dict[str, torch.Tensor]:
         """The step's gradient of the micro-batches `reads`, each loss times `scale`,
         gathered whole and by name."""
+        self.backward(reads, scale, reduction, scale_grads)
+        return full_gradients(self.module)
+
+    def backward(
+        self, reads: Sequence[Sequence[int]], scale: float, reduction: str, scale_grads: bool = True
+    ) -> None:
+        """The step's backward passes: the gradient is left on this rank's share."""
         self.module.zero_grad(set_to_none=True)
         if self.pp > 1:
             schedule = self._schedule(scale, reduction, scale_grads)
@@ -63,7 +70,6 @@ class MeshSteps:
                     sync(k == self.g - 1)  # FSDP: reduce once per step, like DDP's no_sync
                 x, y = self.workload.batch(batch, self.dtype, self.device)
                 backward(self.workload.loss(self.module, x, y, reduction) * scale)
-        return full_gradients(self.module)
 
     def _schedule(self, scale: float, reduction: str, scale_grads: bool) -> Schedule1F1B | ScheduleGPipe:
         stage = PipelineStage(
