@@ -142,7 +142,15 @@ def test_a_kept_module_comes_back_with_its_buffers_as_built_and_goes_with_its_gr
         assert again is first and len(builds) == 1
         for name, buffer in again.named_buffers():
             assert torch.equal(buffer, dict(base.named_buffers())[name]), name
+        # The last KEPT_MODULES used are kept: more models (a seed each) evict the oldest.
+        for seed in range(mesh_models.KEPT_MODULES):
+            mesh_models.kept_module(("other", seed), base, build)
+        assert len(builds) == 1 + mesh_models.KEPT_MODULES
+        assert mesh_models.kept_module(("k",), base, build) is not first
+        assert len(builds) == 2 + mesh_models.KEPT_MODULES
+        first = mesh_models.kept_module(("k",), base, build)
     with one_rank_group():  # another group: its meshes, and the modules on them, are new
         mesh_models.build_mesh(sizes, torch.device("cpu"))
-        assert mesh_models.kept_module(("k",), base, build) is not first and len(builds) == 2
+        assert mesh_models.kept_module(("k",), base, build) is not first
+        assert len(builds) == 3 + mesh_models.KEPT_MODULES
         mesh_models.forget_meshes()

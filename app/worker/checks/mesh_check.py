@@ -217,7 +217,15 @@ def run_mesh_check(
     # One parallelised module serves every run (and the next check of this model on this mesh:
     # mesh_models.kept_module): each starts from no gradients and none changes a weight (no
     # optimizer step), as the next step of training would start.
-    key = (workload, spec.dtype, str(device), tuple(sorted(sizes.items())), split)
+    model = (workload.name, getattr(workload, "target", None), workload.seed)
+    key = (
+        *model,
+        spec.dtype,
+        str(device),
+        tuple(sorted(sizes.items())),
+        split.__module__,
+        split.__qualname__,
+    )
     module = kept_module((*key, "wrapped"), base, lambda m: shard_data_parallel(split(m, mesh), mesh, sizes))
     timer.lap("parallelize")
     shards = Shards(spec)

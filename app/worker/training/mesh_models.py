@@ -59,20 +59,28 @@ def build_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
 # A one-step mesh check never changes a weight (no optimizer step: its runs only take
 # gradients), so the parallelised modules it builds serve the next check of the same model on
 # the same mesh: parallelising and wrapping cost a quarter of a small check. Kept with the
-# mesh they live on; each use restores the buffers (a forward may update them) from the model
-# as built.
-_modules: dict[tuple[Any, ...], nn.Module] = {}
+# mesh they live on, the last KEPT_MODULES used; each use restores the buffers (a forward may
+# update them) from the model as built. Building one is collective (distribute_tensor
+# scatters from rank 0), so every rank of the group must build at the same checks: the keys
+# are the same on every rank (names, never a process's own objects) and every rank of a kept
+# group runs the same checks in the same order, so their caches hit and evict alike.
+KEPT_MODULES = 8
+_modules: OrderedDict[tuple[Any, ...], nn.Module] = OrderedDict()
 
 
 def kept_module(key: tuple[Any, ...], base: nn.Module, build: Callable[[nn.Module], nn.Module]) -> nn.Module:
-    """`build(copy of base)`, kept under `key` (which must name the model, mesh, dtype and
-    split) while the meshes last, with its buffers as `base` holds them."""
+    """`build(copy of base)`, kept under `key` (which must name the model and its seed, the
+    mesh, the dtype and the split, the same on every rank) while the meshes last, with its
+    buffers as `base` holds them."""
     if not _meshes_of:
         raise RuntimeError("kept_module before build_mesh: a module lives on a mesh")
     module = _modules.get(key)
     if module is None:
         module = _modules[key] = build(copy.deepcopy(base))
+        while len(_modules) > KEPT_MODULES:
+            _modules.popitem(last=False)
         return module
+    _modules.move_to_end(key)
     built = dict(base.named_buffers())
     with torch.no_grad():
         for name, buffer in module.named_buffers():
