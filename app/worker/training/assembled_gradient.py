@@ -47,6 +47,13 @@ def _placed(parameter: torch.Tensor) -> torch.Tensor | None:
         return torch.zeros(parameter.shape, dtype=parameter.dtype, device=parameter.device)
     if not isinstance(grad, DTensor):
         return None
+    return placed(grad)
+
+
+def placed(grad: DTensor) -> torch.Tensor | None:
+    """This rank's part of a DTensor's whole value, in a tensor of zeros of its whole shape:
+    its shard at the shard's place, a replicated value only at the last coordinate of its mesh
+    dimension; None for a placement this does not place."""
     mesh, coordinate = grad.device_mesh, grad.device_mesh.get_coordinate()
     whole = torch.zeros(grad.shape, dtype=grad.dtype, device=grad.to_local().device)
     if coordinate is None:

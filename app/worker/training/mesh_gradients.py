@@ -20,8 +20,9 @@ from collections.abc import Hashable, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
 
+from app.worker.training.assembled_gradient import placed
 from app.worker.training.stacked_passes import Pipeline, Units, stacked_gradients
 from app.worker.training.workload import Workload
 
@@ -99,21 +100,14 @@ def _units(steps: Sequence[Sequence[Unit]]) -> Units:
 def _placed(
     grad: torch.Tensor | None, parameter: torch.Tensor, tensor_rank: int, tensor_size: int
 ) -> torch.Tensor:
-    """This rank's share of a parameter's whole gradient: its shard at the shard's place, or
-    the whole of a replicated one from the last tensor rank (zeros elsewhere)."""
-    whole = torch.zeros(parameter.shape, dtype=parameter.dtype, device=parameter.device)
+    """This rank's share of a parameter's whole gradient (assembled_gradient.placed): its shard
+    at the shard's place, or the whole of a replicated one from the last tensor rank (zeros
+    elsewhere); a plain tensor counts as replicated over the tensor ranks."""
     if grad is None:
-        return whole
-    placements = grad.placements if isinstance(grad, DTensor) else ()
-    local = grad.to_local() if isinstance(grad, DTensor) else grad
-    shards = [p for p in placements if isinstance(p, Shard)]
-    if not shards:
-        return local if tensor_rank == tensor_size - 1 else whole
-    if len(placements) != 1:
-        raise ValueError(f"a gradient sharded over {len(placements)} mesh dimensions: {placements}")
-    dim = shards[0].dim
-    # torch.chunk's split, as Shard places it: ceil(n / size) per rank, the last ones shorter.
-    chunk = -(-parameter.shape[dim] // tensor_size)
-    start = min(tensor_rank * chunk, parameter.shape[dim])
-    whole.narrow(dim, start, local.shape[dim]).copy_(local)
+        return torch.zeros(parameter.shape, dtype=parameter.dtype, device=parameter.device)
+    if not isinstance(grad, DTensor):
+        return grad if tensor_rank == tensor_size - 1 else torch.zeros_like(grad)
+    whole = placed(grad)
+    if whole is None:
+        raise ValueError(f"a gradient placed {grad.placements} on its mesh: no place for it here")
     return whole
