@@ -3,14 +3,13 @@ solution, for the even split (batch.py) and the proportional one (batch_proporti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.core.plan_types import Divisibility
+from app.core.records import record
 from app.core.split import Share
 from app.core.topology import Layout
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BatchProblem:
     layout: Layout
     global_batch_size: int | None
@@ -24,7 +23,7 @@ class BatchProblem:
         return self.divisibility in (Divisibility.EXACT, Divisibility.BALANCE)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BatchSolution:
     global_batch_size: int
     gradient_accumulation_steps: int

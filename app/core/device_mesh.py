@@ -16,17 +16,17 @@ of context x tensor and divides data_parallel_shard x context x tensor.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from app.core.errors import InvalidValue
 from app.core.integers import nearest
 from app.core.plan_types import DeviceMeshPlan, MeshDimension, Parallelism
+from app.core.records import record
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 DATA_PARALLEL_DIMS = ("dp_replicate", "dp_shard")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Coordinates:
     """One global rank's place in the mesh; `dp` is its data-parallel rank."""
 

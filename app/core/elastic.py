@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from app.core.errors import DomainError, InfeasiblePlan, InvalidValue, passes
 from app.core.field_suggestions import keep_working, nearest_working
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
+from app.core.records import record
 
 # The 38 smallest highly composite numbers, as DeepSpeed lists them (enough for 720K x base).
 HCN = (
@@ -38,7 +38,7 @@ MAX_COUNTS_LISTED = 10_000  # the response lists every valid count: bound it
 RANGE_TRIES = 64  # GPU bounds tried for a suggestion (a search takes well under a millisecond)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ElasticRequest:
     min_gpus: int
     max_gpus: int
@@ -48,14 +48,14 @@ class ElasticRequest:
     learning_rate: LearningRateSpec | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ElasticCount:
     gpus: int
     micro_batch_size: int
     gradient_accumulation_steps: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ElasticPlan:
     global_batch_size: int
     valid_gpus: tuple[int, ...]

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Self, TypeVar
 
+from app.core.records import record
+
 T = TypeVar("T")
 
 
@@ -32,7 +34,7 @@ def field_key(pointer: str) -> str:
     return ".".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FieldIssue:
     pointer: str  # RFC 6901 JSON pointer into the request, e.g. "/global_batch_size"
     detail: str

@@ -6,11 +6,11 @@ read jobs too; both may import the core.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from app.core.errors import Conflict
+from app.core.records import record
 
 
 class JobStatus(StrEnum):
@@ -46,7 +46,7 @@ class IllegalTransition(Conflict):
     """A job asked to move where its status does not lead."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Job:
     id: str
     status: JobStatus

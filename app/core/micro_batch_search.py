@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from fractions import Fraction
 
+from app.core.records import record
 
-@dataclass(frozen=True, slots=True)
+
+@record
 class Trial:
     """One attempt: whether `micro_batch_size` fit, its peak memory, and the error if it failed.
 
@@ -32,7 +33,7 @@ class Trial:
             _require_int("peak_bytes", self.peak_bytes, minimum=0)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SearchResult:
     max_micro_batch_size: int  # 0 when even 1 does not fit
     trials: tuple[Trial, ...]  # in the order they ran

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from app.core.plan_types import BatchEfficiency
+from app.core.records import record
 
 # A global batch within this factor of the critical one is "near" it: both efficiencies are
 # at least 1/3 there.
@@ -33,7 +33,7 @@ DEFAULT_DECAY = 0.9
 SIGN_DISAGREEMENT = 0.25
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StepEstimate:
     """One optimizer step's unbiased estimates of |G|^2 and tr(S), the covariance of one
     sample's gradient."""
@@ -91,7 +91,7 @@ def moving_average(values: Sequence[float], decay: float = DEFAULT_DECAY) -> flo
     return average / (1 - decay ** len(values))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NoiseScale:
     """B_simple from the moving averages of |G|^2 and tr(S), with a jackknife standard error
     over steps. `b_simple` is None when the averaged |G|^2 or tr(S) is not positive: the

@@ -3,10 +3,10 @@ app.core.plan_types re-exports them beside the inputs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from app.core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReplicaGroup:
     """Consecutive data-parallel ranks [start, stop) that share every setting."""
 
@@ -25,7 +25,7 @@ class ReplicaGroup:
         return self.stop - self.start
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SamplerPlan:
     kind: str  # "DistributedSampler" or "proportional"
     num_replicas: int
@@ -48,7 +48,7 @@ class SamplerPlan:
     leftover: str = "dropped"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AdamAdjustment:
     beta1: float
     beta2: float
@@ -57,7 +57,7 @@ class AdamAdjustment:
     valid: bool
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LearningRatePlan:
     optimizer: str
     rule: str  # the rule applied ("auto" resolved)
@@ -88,7 +88,7 @@ class LearningRatePlan:
     eps: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BatchEfficiency:
     """The plan's global batch against the critical batch B_crit ~ B_noise (McCandlish et
     al. 2018): (S/S_min - 1)(E/E_min - 1) = 1. Field for field the plan's `efficiency`."""
@@ -106,13 +106,13 @@ class BatchEfficiency:
     recommendation: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MeshDimension:
     name: str  # pp, dp_replicate, dp_shard, cp or tp
     size: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DeviceMeshPlan:
     """The mesh in init_device_mesh's order (torchtitan's: pp, dp_replicate, dp_shard, cp,
     tp), dimensions of size 1 left out."""
@@ -126,7 +126,7 @@ class DeviceMeshPlan:
     init_device_mesh: str  # the call, to paste
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Plan:
     world_size: int
     model_parallel_size: int
@@ -148,7 +148,7 @@ class Plan:
     device_mesh: DeviceMeshPlan | None = None  # always set by the planner
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TokenPlan:
     """The plan counted in tokens (app.core.tokens). Counts are None without sequence_length,
     and per-replica ones also when replicas take different micro-batches."""

@@ -5,7 +5,6 @@ so that `plan_types.Plan` keeps working wherever it is named."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 
 from app.core.plan_result_types import (
@@ -19,6 +18,7 @@ from app.core.plan_result_types import (
     SamplerPlan,
     TokenPlan,
 )
+from app.core.records import record
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
 MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
@@ -66,7 +66,7 @@ class Decay(StrEnum):
     STEP = "step"  # x gamma at each milestone (Goyal et al. 2017)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeGroup:
     name: str
     num_nodes: int
@@ -79,7 +79,7 @@ class NodeGroup:
         return self.num_nodes * self.gpus_per_node
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Topology:
     node_groups: tuple[NodeGroup, ...]
     # True when the request listed node_groups; pointers in errors follow the request's shape.
@@ -94,7 +94,7 @@ class Topology:
         return sum(g.num_gpus for g in self.node_groups)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Parallelism:
     tensor: int = 1
     pipeline: int = 1
@@ -108,7 +108,7 @@ class Parallelism:
         return self.tensor * self.pipeline * self.context
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class DatasetSpec:
     num_samples: int
     shuffle: bool = True
@@ -117,7 +117,7 @@ class DatasetSpec:
     epochs: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LearningRateSpec:
     base_lr: float
     base_batch_size: int = 256
@@ -143,7 +143,7 @@ class LearningRateSpec:
     max_grad_norm: float | None = None  # None: no clipping
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PlanRequest:
     topology: Topology
     global_batch_size: int | None = None

@@ -22,11 +22,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from dataclasses import dataclass
 
 from app.core import recipe
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.plan_types import MAX_SAFE_INTEGER, Decay, LearningRatePlan, Plan
+from app.core.records import record
 
 __all__ = ["Decay", "Rampup", "Schedule", "ScheduleSpec", "schedule"]
 
@@ -34,14 +34,14 @@ MAX_POINTS = 5000
 MAX_STAGES = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rampup:
     start_batch_size: int
     batch_size_increment: int
     rampup_samples: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ScheduleSpec:
     train_steps: int | None = None  # default: the recipe's run length (learning_rate.train_steps)
     rampup: Rampup | None = None
@@ -50,7 +50,7 @@ class ScheduleSpec:
     max_points: int = 500
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Stage:
     first_step: int
     steps: int
@@ -58,7 +58,7 @@ class Stage:
     gradient_accumulation_steps: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SchedulePoint:
     step: int
     consumed_samples: int  # before this step
@@ -67,7 +67,7 @@ class SchedulePoint:
     lr: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Schedule:
     train_steps: int
     train_samples: int
@@ -174,7 +174,7 @@ def _ramp_stages(plan: Plan, rampup: Rampup, steps: int) -> list[Stage]:
     return stages
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MegatronRamp:
     """Megatron's RampupBatchsizeNumMicroBatchesCalculator, in its own float arithmetic."""
 

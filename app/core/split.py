@@ -10,13 +10,13 @@ of how many replicas a segment holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
+from app.core.records import record
 from app.core.topology import Segment
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Share:
     """Replicas [start, stop) of segment `segment` each take `samples` per micro-step."""
 

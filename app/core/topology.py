@@ -14,9 +14,10 @@ from typing import Any, Generic, Self, TypeVar, overload
 
 from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
+from app.core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Segment:
     """Consecutive replicas [start, stop) with one throughput and one cap."""
 

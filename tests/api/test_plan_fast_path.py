@@ -150,6 +150,45 @@ def test_any_json_anywhere_gets_the_same_bytes_from_both(
     same(apps, json_request(json.dumps(body).encode(), request_id="any"))
 
 
+_TEXT = json.dumps(VALID)
+_NAMED = (
+    '{"topology": {"node_groups": [{"name": "%s", "num_nodes": 2, "gpus_per_node": 8}]}, '
+    '"global_batch_size": 64}'
+)
+
+# Bodies whose bytes, not their JSON values, are the point: the fast path parses them with
+# pydantic's validate_json, the route with json.loads; where the two parsers could part
+# (encodings, duplicate keys, numbers json.loads refuses), the answers must not.
+RAW_BODIES = {
+    "utf-16": _TEXT.encode("utf-16"),
+    "utf-8 byte-order mark": b"\xef\xbb\xbf" + _TEXT.encode(),
+    "invalid utf-8 in a name": (_NAMED % "a\udcff").encode("utf-8", "surrogateescape"),
+    "lone surrogate escape in a name": (_NAMED % "a\\ud800").encode(),
+    "escaped name": (_NAMED % "h\\u0031\\u0030\\u0030").encode(),
+    "utf-8 name": (_NAMED % "é").encode(),
+    "duplicate key, last wins": _TEXT[:-1].encode() + b', "global_batch_size": 256}',
+    "duplicate nested key": _TEXT.replace('"num_nodes": 2', '"num_nodes": 3, "num_nodes": 2').encode(),
+    "whitespace around": b" \n\t" + _TEXT.encode() + b"\r\n ",
+    "trailing garbage": _TEXT.encode() + b"x",
+    "two documents": _TEXT.encode() * 2,
+    "a 5,000-digit count": _TEXT.replace("512", "9" * 5000).encode(),
+    "an exponent count": _TEXT.replace("512", "5.12e2").encode(),
+    "an overflowing float": _TEXT.replace("512", "1e400").encode(),
+    "NaN": _TEXT.replace("512", "NaN").encode(),
+    "-0.0 noise scale": _TEXT[:-1].encode() + b', "gradient_noise_scale": -0.0}',
+    "a long float": _TEXT[:-1].encode() + b', "gradient_noise_scale": 4096.00000000000000000000001}',
+    "deep nesting": b"[" * 5000 + b"]" * 5000,
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("body", RAW_BODIES.values(), ids=RAW_BODIES.keys())
+def test_bodies_the_two_parsers_could_read_apart_get_the_same_bytes_from_both(
+    apps: tuple[Any, Any], body: bytes
+) -> None:
+    same(apps, json_request(body, request_id="raw"))
+
+
 class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__()

@@ -9,7 +9,7 @@ their formats would silently run a different, biased split: those exports refuse
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from app.core.errors import PlanError
@@ -24,6 +24,7 @@ from app.core.exports.training import optimizer_sentence, schedule_sentence
 from app.core.integers import divisors
 from app.core.plan_types import Divisibility, PlanRequest
 from app.core.planner import plan as run_plan
+from app.core.records import record
 
 # ----------------------------------------------------------------------------- text pieces
 
@@ -83,7 +84,7 @@ def python_call(call: str, values: dict[str, Any], notes: dict[str, str]) -> str
 # ----------------------------------------------------------------------------- node groups
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NodeGroup:
     name: str
     num_nodes: int

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from app.core.errors import PlanError
 from app.core.plan_types import Plan, PlanRequest
+from app.core.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExportOptions:
     script: str = "train.py"  # what torchrun starts on every node
     job_name: str = "batchplan"  # Slurm job name, PyTorchJob metadata.name (RFC 1123)
@@ -28,14 +29,14 @@ class ExportOptions:
     cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExportInput:
     request: PlanRequest
     plan: Plan
     options: ExportOptions = ExportOptions()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Export:
     format: str
     media_type: str

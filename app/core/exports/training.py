@@ -5,17 +5,16 @@ epoch's end."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from app.core.exports.export_types import ExportInput
 from app.core.recipe import DEFAULT_MOMENTUM
+from app.core.records import record
 
 # torch has no LARS or LAMB: the formats that build a torch optimizer use these stand-ins, and
 # say so (the reference run does the same).
 TORCH_OPTIMIZERS = {"sgd": "SGD", "lars": "SGD", "adam": "Adam", "adamw": "AdamW", "lamb": "AdamW"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OptimizerSettings:
     name: str  # the plan's optimizer: sgd, lars, adam, adamw, lamb
     momentum: float | None  # SGD-like
