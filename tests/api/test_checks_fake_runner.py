@@ -115,7 +115,8 @@ def test_the_shuffled_dataset_limit_is_the_operators_setting(tmp_path: Path, run
         refused = client.post("/v1/checks", json={"plan": shuffled})
         assert refused.status_code == 422, refused.text
         assert refused.json()["errors"][0]["pointer"] == "/plan/dataset/num_samples"
-        assert refused.json()["suggestions"]["num_samples"] == [100]
+        # Keyed as every suggestion is, by the field's path within the plan (CONTRACT.md).
+        assert refused.json()["suggestions"] == {"dataset.num_samples": [100]}
         # The same size unshuffled is only indexed: no limit applies.
         unshuffled = {**EVEN_2, "dataset": {"num_samples": 101, "shuffle": False}}
         assert client.post("/v1/checks", json={"plan": unshuffled}).status_code == 202

@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import check_result, run_check
 
+from app.core.errors import field_key
 from app.worker.checks.controls import CONTROLS
 from app.worker.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
@@ -146,6 +147,7 @@ def test_meshes_this_worker_cannot_run_are_422s(
     body = response.json()
     assert response.headers["content-type"].startswith("application/problem+json")
     assert body["errors"][0]["pointer"] == pointer and says in body["detail"]
+    assert set(body.get("suggestions", {})) <= {field_key(pointer)}  # named as the field is
 
 
 def test_the_warm_ranks_run_plain_ddp_after_mesh_checks(client: TestClient) -> None:

@@ -168,7 +168,7 @@ def _refuse_for_a_mesh(spec: CheckSpec, noise: NoiseOptions | None) -> None:
             "gradient): send noise_scale.steps 0 with a mesh, or measure it with data_parallel_shard 1 "
             "and no model parallelism",
             pointer="/noise_scale/steps",
-            suggestions={"steps": [0]},
+            suggestions={"noise_scale.steps": [0]},
         )
 
 

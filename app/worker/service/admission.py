@@ -93,7 +93,7 @@ class Admission:
                 f"worker's limit of {shuffled_cap}; use at most {shuffled_cap}, or check with "
                 f"dataset.shuffle false, which has no limit",
                 "/plan/dataset/num_samples",
-                suggestions={"num_samples": [shuffled_cap]} if works else {},
+                suggestions={"dataset.num_samples": [shuffled_cap]} if works else {},
             )
 
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
