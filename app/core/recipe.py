@@ -214,7 +214,7 @@ def complete(
     gamma = spec.gamma if decay is Decay.STEP else None
     fields = {
         "warmup_start_lr": start,
-        "decay": decay.value,
+        "decay": str(decay),
         "min_lr": floor,
         "milestones": milestones,
         "gamma": gamma,
@@ -224,7 +224,7 @@ def complete(
         "weight_decay": spec.weight_decay,
         "max_grad_norm": spec.max_grad_norm,
     }
-    fields.update(summary(start, lr, warmup_steps, decay.value, floor, steps, milestones, gamma))
+    fields.update(summary(start, lr, warmup_steps, str(decay), floor, steps, milestones, gamma))
     return fields, warnings
 
 
