@@ -113,7 +113,7 @@ def test_a_shuffled_dataset_over_the_permutation_limit_names_the_largest_that_wo
     assert refused.status_code == 422
     problem = refused.json()
     assert problem["errors"][0]["pointer"] == "/plan/dataset/num_samples"
-    assert problem["suggestions"] == {"num_samples": [1 << 26]}
+    assert problem["suggestions"] == {"dataset.num_samples": [1 << 26]}
     assert "at most 67108864" in problem["detail"] and "shuffle false" in problem["detail"]
 
 
