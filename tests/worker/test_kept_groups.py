@@ -154,3 +154,37 @@ def test_a_kept_module_comes_back_with_its_buffers_as_built_and_goes_with_its_gr
         assert mesh_models.kept_module(("k",), base, build) is not first
         assert len(builds) == 3 + mesh_models.KEPT_MODULES
         mesh_models.forget_meshes()
+
+
+@pytest.mark.slow
+def test_a_rank_that_lost_its_group_gets_the_check_rerun_on_fresh_ranks() -> None:
+    """The pool's record says every rank holds the group, but one rank has let it go (a join
+    sent to it alone, as nothing in the service does): that rank answers at once, its peer
+    waits in the check's first collective, and the pool replaces both and runs the check again
+    on fresh ranks, which form a group of their own and give the answer of a fresh check."""
+    from app.ports import free_port
+    from app.worker.contract import protocol
+    from app.worker.service.pool import RankPool
+
+    async def scenario() -> tuple[CheckResult, CheckResult, set[int | None], set[int | None]]:
+        pool = RankPool(2)
+        pool.start()
+        try:
+            async with asyncio.timeout(90):
+                while len(pool.warm()) < 2:
+                    await asyncio.sleep(0.05)
+            first = await pool.run_check(_order("a", TWO))
+            before = {r.pid for r in pool.processes}
+            assert len({r.group for r in pool.processes}) == 1 and pool.processes[0].group is not None
+            lone = next(r for r in pool.processes if r.group_rank == 1)
+            join = protocol.Join(f"127.0.0.1:{free_port()}", "desync", 1, 10.0, offered=1, replicas=1)
+            await lone.request(join, protocol.Joined)  # the rank drops its group; the pool never hears
+            again = await pool.run_check(_order("b", TWO))
+            return first, again, before, {r.pid for r in pool.processes}
+        finally:
+            await pool.stop()
+
+    first, again, before, after = asyncio.run(scenario())
+    assert again.passed and _answer(again) == _answer(first), _differing(_answer(again), _answer(first))
+    assert again.timings.init_process_group and again.timings.init_process_group > 0  # a fresh group
+    assert not before & after  # both ranks of the lost group were replaced

@@ -131,6 +131,8 @@ class Error(_Message):
     # When the model's own code raised: its traceback, trimmed to the model's frames.
     traceback: str | None = None
     model_raised: bool = False
+    # The pool named a kept process group this rank does not hold (rank.kept_group.GroupLost).
+    group_lost: bool = False
 
 
 ToRank = Join | Run | Exit

@@ -25,6 +25,11 @@ class Kept:
     serving: bool  # this rank serves the store (the leader)
 
 
+class GroupLost(RuntimeError):
+    """The pool named a kept group this rank does not hold: the check cannot start here, and
+    the pool runs it again on fresh ranks (pool.run_check)."""
+
+
 class KeptGroup:
     """At most one kept group per rank: the default process group, and its store."""
 
@@ -36,7 +41,7 @@ class KeptGroup:
         if self.kept is None or self.kept.key != key:
             held = self.kept.key if self.kept else "none"
             self.drop()
-            raise RuntimeError(f"the pool asked for kept process group {key!r}; this rank holds {held}")
+            raise GroupLost(f"the pool asked for kept process group {key!r}; this rank holds {held}")
         return self.kept
 
     def keep(self, key: str, store: TCPStore, serving: bool) -> None:

@@ -37,7 +37,7 @@ from app.worker.contract.check_result import CheckResult
 from app.worker.contract.targets import FactoryError
 from app.worker.rank import rendezvous
 from app.worker.rank.backend import choose_backend
-from app.worker.rank.kept_group import KeptGroup
+from app.worker.rank.kept_group import GroupLost, KeptGroup
 from app.worker.rank.model_errors import model_traceback
 from app.worker.training import mesh_models
 from app.worker.training.synthetic_model import backward, batch_loss, build_model, synthetic_batch
@@ -252,5 +252,6 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
                 f"{type(err).__name__}: {err}",
                 traceback=model_traceback(err) if by_model else None,
                 model_raised=by_model,
+                group_lost=isinstance(err, GroupLost),
             )
         conn.send(reply.to_dict())

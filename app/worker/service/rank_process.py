@@ -122,7 +122,7 @@ class RankProcess:
         if isinstance(reply, _Dead):
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         if isinstance(reply, protocol.Error):
-            raise RankError(reply.error, reply.traceback, reply.model_raised)
+            raise RankError(reply.error, reply.traceback, reply.model_raised, reply.group_lost)
         if not isinstance(reply, expect):
             raise RankError(f"rank process {self.pid} answered {reply.op!r} to {msg.op!r}")
         return reply

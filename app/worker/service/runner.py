@@ -57,11 +57,15 @@ class RankDied(RuntimeError):
 class RankError(RuntimeError):
     """A rank reported that the check failed (its exception, as text)."""
 
-    def __init__(self, message: str, traceback: str | None = None, model_raised: bool = False) -> None:
+    def __init__(
+        self, message: str, traceback: str | None = None, model_raised: bool = False, group_lost: bool = False
+    ) -> None:
         super().__init__(message)
         self.traceback = traceback
         # The model's own code raised it: the rank left the check cleanly.
         self.model_raised = model_raised
+        # The rank did not hold the process group the pool named: the check never started there.
+        self.group_lost = group_lost
         self.ranks_kept = False  # set by the pool when every rank of the check was kept
 
 
