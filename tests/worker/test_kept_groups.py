@@ -20,6 +20,7 @@ from app.worker.contract.check_result import CheckResult
 from app.worker.contract.request import build_spec, check_request
 from app.worker.service.check_ranks import RANKS_OUTLAST_S
 from app.worker.service.runner import CheckOrder, RankError
+from tests.support.rank_pools import warm_pool
 
 FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 32, "micro_batch_size": 4}
 TWO = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16, "micro_batch_size": 4}
@@ -47,23 +48,16 @@ def _differing(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_checks_on_the_same_ranks_share_a_group_and_anything_else_forms_a_fresh_one() -> None:
-    from app.worker.service.pool import RankPool
-
     async def scenario() -> dict[str, Any]:
-        pool = RankPool(4)
-        pool.start()
         seen: dict[str, Any] = {}
+        async with warm_pool(4) as pool:
 
-        async def check(name: str, order: CheckOrder) -> CheckResult:
-            result = await pool.run_check(order)
-            ranks = sorted(pool.processes, key=lambda r: r.group_rank)
-            seen[name] = (result, [r.group for r in ranks if r.group is not None])
-            return result
+            async def check(name: str, order: CheckOrder) -> CheckResult:
+                result = await pool.run_check(order)
+                ranks = sorted(pool.processes, key=lambda r: r.group_rank)
+                seen[name] = (result, [r.group for r in ranks if r.group is not None])
+                return result
 
-        try:
-            async with asyncio.timeout(90):
-                while len(pool.warm()) < 4:
-                    await asyncio.sleep(0.05)
             await check("formed", _order("a", FOUR))
             await check("kept", _order("b", FOUR))
             for parallelism in ({"tensor": 2}, {"pipeline": 2}, {"data_parallel_shard": 4}, {"tensor": 2}):
@@ -87,8 +81,6 @@ def test_checks_on_the_same_ranks_share_a_group_and_anything_else_forms_a_fresh_
                     await asyncio.sleep(0.05)
             await check("after a rank died", _order("g", FOUR))
             return seen
-        finally:
-            await pool.stop()
 
     seen = asyncio.run(scenario())
     for name, value in seen.items():
@@ -164,15 +156,9 @@ def test_a_rank_that_lost_its_group_gets_the_check_rerun_on_fresh_ranks() -> Non
     on fresh ranks, which form a group of their own and give the answer of a fresh check."""
     from app.ports import free_port
     from app.worker.contract import protocol
-    from app.worker.service.pool import RankPool
 
     async def scenario() -> tuple[CheckResult, CheckResult, set[int | None], set[int | None]]:
-        pool = RankPool(2)
-        pool.start()
-        try:
-            async with asyncio.timeout(90):
-                while len(pool.warm()) < 2:
-                    await asyncio.sleep(0.05)
+        async with warm_pool(2) as pool:
             first = await pool.run_check(_order("a", TWO))
             before = {r.pid for r in pool.processes}
             assert len({r.group for r in pool.processes}) == 1 and pool.processes[0].group is not None
@@ -181,8 +167,6 @@ def test_a_rank_that_lost_its_group_gets_the_check_rerun_on_fresh_ranks() -> Non
             await lone.request(join, protocol.Joined)  # the rank drops its group; the pool never hears
             again = await pool.run_check(_order("b", TWO))
             return first, again, before, {r.pid for r in pool.processes}
-        finally:
-            await pool.stop()
 
     first, again, before, after = asyncio.run(scenario())
     assert again.passed and _answer(again) == _answer(first), _differing(_answer(again), _answer(first))

@@ -144,17 +144,12 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
     fires at the same instant (seen in CI as "DistStoreError: wait timeout after 4000ms")."""
     pytest.importorskip("torch")
     from app.worker.contract.options import Rendezvous
-    from app.worker.service.pool import RankPool
+    from tests.support.rank_pools import warm_pool
 
     body = {"plan": fast_and_slow(2.0, 24)}
 
     async def scenario() -> tuple[CheckResult, BaseException | None, list[int]]:
-        pool = RankPool(2)
-        pool.start()
-        try:
-            async with asyncio.timeout(90):
-                while len(pool.warm()) < 2:
-                    await asyncio.sleep(0.05)
+        async with warm_pool(2) as pool:
             submission = Admission(LIMITS, {}, pool).prepare(body)
             result = await pool.run_check(CheckOrder("direct", submission.spec, 60, None, None))
             pids = [r.pid for r in pool.processes if r.pid is not None]
@@ -165,8 +160,6 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
             except (TimeoutError, RankError) as err:
                 waited = err
             return result, waited, pids + [r.pid for r in pool.processes if r.pid is not None]
-        finally:
-            await pool.stop()
 
     result, waited, pids = asyncio.run(scenario())
     assert result.passed and result.gradient.rel_l2 <= result.gradient.tolerance
