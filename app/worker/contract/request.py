@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS, DEFAULT_STEPS
-from app.core.errors import InvalidValue, PlanError
+from app.core.errors import InvalidValue, PlanError, field_key
 from app.core.model_registry import SYNTHETIC
 from app.core.plan_request import plan_request
 from app.core.plan_types import PlanRequest
@@ -163,12 +163,13 @@ def _refuse_for_a_mesh(spec: CheckSpec, noise: NoiseOptions | None) -> None:
             pointer="/fit_micro_batch",
         )
     if noise is not None and noise.steps:
+        pointer = "/noise_scale/steps"
         raise InvalidValue(
             "the gradient noise scale is measured on a DDP check (it needs every replica's own "
             "gradient): send noise_scale.steps 0 with a mesh, or measure it with data_parallel_shard 1 "
             "and no model parallelism",
-            pointer="/noise_scale/steps",
-            suggestions={"noise_scale.steps": [0]},
+            pointer=pointer,
+            suggestions={field_key(pointer): [0]},
         )
 
 

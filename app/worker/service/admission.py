@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from app.core.errors import DomainError
+from app.core.errors import DomainError, field_key
 from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
@@ -72,12 +72,13 @@ class Admission:
                 if largest
                 else "no global batch within it plans on this topology: check fewer replicas"
             )
+            pointer = "/plan/global_batch_size"
             raise SpecError(
                 f"a check materialises the global batch: {spec.global_batch_size} samples is more than "
                 f"this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES); the plan itself has no such "
                 f"limit: {fix}",
-                "/plan/global_batch_size",
-                suggestions={"global_batch_size": [largest]} if largest else {},
+                pointer,
+                suggestions={field_key(pointer): [largest]} if largest else {},
             )
         shuffled_cap = self.limits.max_shuffled_samples
         if (
@@ -87,13 +88,14 @@ class Admission:
         ):
             smaller = dataclasses.replace(request.dataset, num_samples=shuffled_cap)
             works = _checked_size(dataclasses.replace(request, dataset=smaller)) is not None
+            pointer = "/plan/dataset/num_samples"
             raise SpecError(
                 f"a shuffled dataset's order is torch.randperm(num_samples), drawn on every rank as "
                 f"DistributedSampler draws it: dataset.num_samples {spec.num_samples} is more than this "
                 f"worker's limit of {shuffled_cap}; use at most {shuffled_cap}, or check with "
                 f"dataset.shuffle false, which has no limit",
-                "/plan/dataset/num_samples",
-                suggestions={"dataset.num_samples": [shuffled_cap]} if works else {},
+                pointer,
+                suggestions={field_key(pointer): [shuffled_cap]} if works else {},
             )
 
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
