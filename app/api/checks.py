@@ -11,6 +11,7 @@ from fastapi import Path as PathParam
 from app.api.chart_response import chart_response
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.exposure import exposure
+from app.api.json_body import JsonBodyRoute
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Conflict, NotFound, Unavailable
@@ -27,7 +28,9 @@ from app.schemas.checks import (
 )
 from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
-router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)], route_class=JsonBodyRoute
+)
 
 
 def _worker_disabled(reason: str | None) -> Unavailable:

@@ -12,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from app.api.chart_response import chart_response
+from app.api.json_body import JsonBodyRoute
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
@@ -34,7 +35,7 @@ from app.schemas.examples import plan_example
 from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE, ExportOptionsIn, ScheduleOut, ScheduleRequestIn
 from app.schemas.plan_requests import PlanRequestIn
 
-router = APIRouter(prefix="/v1/plans", tags=["exports"])
+router = APIRouter(prefix="/v1/plans", tags=["exports"], route_class=JsonBodyRoute)
 
 _UNPROCESSABLE = "Invalid or infeasible values, or a plan the format cannot express, with suggestions."
 

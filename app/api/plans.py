@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Response
 from fastapi.routing import APIRoute
 
+from app.api.json_body import JsonBodyRoute
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import PlanError
 from app.core.planner import plan
@@ -16,7 +17,7 @@ from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPL
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut, plan_json
 
-router = APIRouter(prefix="/v1", tags=["plans"])
+router = APIRouter(prefix="/v1", tags=["plans"], route_class=JsonBodyRoute)
 
 
 def _response_examples() -> dict[str, Any]:

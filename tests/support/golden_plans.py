@@ -73,6 +73,7 @@ RAW_BODIES: list[tuple[str, bytes]] = [
     ("raw-infinity-lr", _ONE_BY_TWO + b'"global_batch_size":4,"learning_rate":{"base_lr":Infinity}}'),
     ("raw-huge-float", _ONE_BY_TWO + b'"global_batch_size":1e400}'),
     ("raw-huge-int", _ONE_BY_TWO + b'"global_batch_size":' + b"9" * 400 + b"}"),
+    ("raw-giant-int", _ONE_BY_TWO + b'"global_batch_size":' + b"9" * 5000 + b"}"),
     ("raw-invalid-utf8", _group(b"\xff\xfe") + b'"global_batch_size":4}'),
     ("raw-lone-surrogate", _group(b"\\ud800") + b'"global_batch_size":4}'),
     ("raw-unicode-name", _group("h100-\u00e9".encode()) + b'"global_batch_size":4}'),
