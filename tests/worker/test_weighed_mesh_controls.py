@@ -5,7 +5,8 @@ as every mesh check did before: on real gloo ranks, dp x tp, FSDP, HSDP, tensor 
 a registered model's own `parallelize`; the same controls with the
 same verdicts, their figures equal to 1e-12 in float64, every other field byte-identical (the
 plan's own gradient, assembled from the shards in one all-reduce, against `full_tensor()` and
-a gather)."""
+a gather). A control that only scales the plan's losses is the plan's gradient times a factor:
+which controls took passes of their own is counted too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from app.worker.checks import mesh_check
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.contract.request import build_spec, check_request
+from app.worker.training import mesh_gradients
 from app.worker.training.workload import load
 from tests.support.gloo_ranks import on_ranks
 
@@ -75,11 +77,20 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
 def _answers(rank: int, world: int) -> dict[str, Any]:
     group = CheckGroup(rank, world, torch.device("cpu"), "gloo")
     out: dict[str, Any] = {}
+    passes: list[int] = []  # how many controls each call weighed with passes of their own
+
+    def counted(share: Any, steps: Any) -> Any:
+        passes.append(len(steps))
+        return PASSES(share, steps)
+
     for name, (plan, target) in CASES.items():
         body = {"plan": plan, **({"model": "mesh_mlp"} if target else {})}
         spec = build_spec(check_request(body))
         workload = load(spec.model, target, spec.seed)
+        passes.clear()
+        mesh_gradients._passes = counted
         weighed = run_spec(spec, group, workload, target)
+        mesh_gradients._passes = PASSES
         # Each control through the real wrappers (and schedule) on its own: the path a model
         # whose micro-batches cannot be stacked takes under a pipeline.
         # And the plan's gradient through full_tensor() and one gather, not assembled in one
@@ -89,18 +100,20 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         mesh_check.weighable, mesh_check.assembled_gradient = WEIGHABLE, ASSEMBLED
         if rank == 0:
             assert weighed is not None and one_by_one is not None
-            out[name] = (weighed.to_json(), one_by_one.to_json())
+            out[name] = (weighed.to_json(), one_by_one.to_json(), list(passes))
     return out
 
 
-WEIGHABLE, ASSEMBLED = mesh_check.weighable, mesh_check.assembled_gradient
+WEIGHABLE, ASSEMBLED, PASSES = mesh_check.weighable, mesh_check.assembled_gradient, mesh_gradients._passes
 
 
 @pytest.mark.slow
 def test_weighed_mesh_controls_give_every_control_the_verdict_and_figures_of_one_by_one() -> None:
     answers = on_ranks(4, _answers)[0]
     ran: dict[str, set[str]] = {}
-    for name, (weighed, one_by_one) in answers.items():
+    passed: dict[str, list[int]] = {}
+    for name, (weighed, one_by_one, passes) in answers.items():
+        passed[name] = passes
         assert weighed["passed"] and one_by_one["passed"], name
         assert [c["name"] for c in weighed["controls"]] == [c["name"] for c in one_by_one["controls"]], name
         for new, old in zip(weighed["controls"], one_by_one["controls"], strict=True):
@@ -120,3 +133,13 @@ def test_weighed_mesh_controls_give_every_control_the_verdict_and_figures_of_one
     for name in ("pp2_x_dp2", "pp2_x_tp2", "uneven_pp2_x_dp2"):
         assert {"sampler_by_global_rank", "pipeline_loss_not_scaled"} <= ran[name], name
     assert "tensor_peers_see_different_data" in ran["pp2_x_tp2"]
+    # A control that only scales the plan's losses, by the same factor on every replica, is the
+    # plan's own gradient (from the real step) times that factor and takes no pass: not
+    # dividing by the accumulation steps, summing the losses (the plan weighs every sample
+    # alike, even on uneven replicas, and so does a sum), the schedule not dividing by its
+    # micro-batches. Averaging uneven replicas' means alike (unweighted_mean) scales each
+    # replica by another factor, and takes its pass.
+    scaled = {"accumulation_not_divided", "sum_without_scaling", "pipeline_loss_not_scaled"}
+    for name in CASES:
+        assert passed[name] == [len(ran[name] - scaled)], (name, passed[name], ran[name])
+    assert "unweighted_mean" in ran["uneven_dp2_x_tp2"] and "unweighted_mean" in ran["uneven_pp2_x_dp2"]

@@ -39,7 +39,7 @@ from app.worker.contract.spec import CheckSpec
 from app.worker.contract.timings import Timer
 from app.worker.training.assembled_gradient import assembled_gradient
 from app.worker.training.gradients import reference_gradient
-from app.worker.training.mesh_gradients import weighted_mesh_gradients
+from app.worker.training.mesh_gradients import Share, weighted_mesh_gradients
 from app.worker.training.mesh_models import (
     Parallelize,
     build_mesh,
@@ -159,13 +159,15 @@ def _weighed(
     runs: list[_Run],
     numels: dict[str, int],
     *,
+    plan: tuple[Reads, torch.Tensor] | None,
     stacked: bool,
     dtype: torch.dtype,
     device: torch.device,
 ) -> list[torch.Tensor]:
     """Each run's whole gradient from `module` (this rank's share, no data-parallel wrapper).
     A run whose schedule does not divide by its micro-batches (scale_grads off) weighs each by
-    their number."""
+    their number. `plan`: the plan's reads and its whole gradient from the real step, where
+    every rank holds it, which a run that only scales the plan's losses is a multiple of."""
     g, sizes = me.spec.gradient_accumulation_steps, me.sizes
     steps = [
         [
@@ -180,11 +182,10 @@ def _weighed(
         for i, r in enumerate(runs)
     ]
     pipeline = Pipeline(mesh["pp"].get_group(), me.place["pp"], sizes["pp"]) if sizes["pp"] > 1 else None
-    return weighted_mesh_gradients(
+    share = Share(
         module,
-        steps,
-        workload=workload,
-        numels=numels,
+        workload,
+        numels,
         replicas=sizes["dp_replicate"] * sizes["dp_shard"],
         tensor_rank=me.place["tp"],
         tensor_size=sizes["tp"],
@@ -193,6 +194,10 @@ def _weighed(
         dtype=dtype,
         device=device,
     )
+    known = (
+        None if plan is None else ([(None, b, me.scale, me.spec.loss_reduction) for b in plan[0]], plan[1])
+    )
+    return weighted_mesh_gradients(share, steps, known)
 
 
 def run_mesh_check(
@@ -256,7 +261,16 @@ def run_mesh_check(
     if weighable(sizes, stacked, parallelize is not None):
         share = kept_module((*key, "share"), base, lambda m: split(m, mesh))
         weighed = _weighed(
-            share, mesh, me, workload, runs, numels, stacked=stacked, dtype=dtype, device=device
+            share,
+            mesh,
+            me,
+            workload,
+            runs,
+            numels,
+            plan=None if whole is None else (plan_reads, whole),
+            stacked=stacked,
+            dtype=dtype,
+            device=device,
         )
         control_grads = [g.cpu() for g in weighed]
     else:

@@ -34,6 +34,7 @@ from app.worker.contract.run_request import planned_run
 from app.worker.contract.spec import CheckSpec
 from app.worker.training.mesh_models import (
     Parallelize,
+    accumulate,
     build_mesh,
     shard_data_parallel,
     synthetic_parallelize,
@@ -113,9 +114,7 @@ class _MeshRank:
             return sum(float(v) for v in losses) / (self.g * self.dp) if self.counts_loss else 0.0
         total = 0.0
         for k, batch in enumerate(reads):
-            sync = getattr(self.module, "set_requires_gradient_sync", None)
-            if sync is not None:
-                sync(k == len(reads) - 1)  # FSDP: reduce once per step, like DDP's no_sync
+            accumulate(self.module, k == len(reads) - 1)
             x, y = self.workload.batch(batch, self.dtype, self.device)
             loss = self.workload.loss(self.module, x, y, self.reduction)
             backward(loss * self.scale)

@@ -19,7 +19,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from app.worker.training.mesh_models import full_gradients
+from app.worker.training.mesh_models import accumulate, full_gradients
 from app.worker.training.synthetic_model import backward
 from app.worker.training.workload import Workload
 
@@ -64,10 +64,8 @@ class MeshSteps:
             else:
                 schedule.step()
         else:
-            sync = getattr(self.module, "set_requires_gradient_sync", None)
             for k, batch in enumerate(reads):
-                if sync is not None:
-                    sync(k == self.g - 1)  # FSDP: reduce once per step, like DDP's no_sync
+                accumulate(self.module, k == self.g - 1)
                 x, y = self.workload.batch(batch, self.dtype, self.device)
                 backward(self.workload.loss(self.module, x, y, reduction) * scale)
 

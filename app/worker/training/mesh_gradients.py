@@ -11,11 +11,17 @@ all-reduce over the whole mesh then averages the replicas and assembles the mode
 adds its shard of a parameter at the shard's place in the whole tensor (a replicated one from
 the last tensor rank only, the value `full_tensor()` then the last rank's gather would
 report), a pipeline stage only the parameters it holds.
+
+A step that weighs the same micro-batches as one whose gradient every rank already holds (the
+plan's, from its real step), in the same proportions and by the same factor on every replica,
+is that gradient times the factor: it takes no pass (most controls that scale a loss wrongly).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -33,54 +39,115 @@ from app.worker.training.workload import Workload
 Unit = tuple[Hashable | None, Sequence[int], float, str]
 
 
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A mesh rank's share of the model (no data-parallel wrapper) and how its passes run.
+    `stacked` (which a pipeline needs) must be the same on every rank: decide it on the whole
+    model."""
+
+    module: nn.Module
+    workload: Workload
+    numels: dict[str, int]  # the whole model's parameters by name, in the gradients' order
+    replicas: int
+    tensor_rank: int
+    tensor_size: int
+    stacked: bool
+    pipeline: Pipeline | None
+    dtype: torch.dtype
+    device: torch.device
+
+
 def weighted_mesh_gradients(
-    module: nn.Module,
+    share: Share,
     steps: Sequence[Sequence[Unit]],
-    *,
-    workload: Workload,
-    numels: dict[str, int],
-    replicas: int,
-    tensor_rank: int,
-    tensor_size: int,
-    stacked: bool,
-    pipeline: Pipeline | None,
-    dtype: torch.dtype,
-    device: torch.device,
+    known: tuple[Sequence[Unit], torch.Tensor] | None = None,
 ) -> list[torch.Tensor]:
     """Each step's whole gradient, averaged over the data-parallel replicas, flat in the order
-    of `numels` (the whole model's parameters, by name); the same on every rank. `stacked`
-    (which a pipeline needs) must be the same on every rank: decide it on the whole model."""
+    of `numels`; the same on every rank.
+
+    `known` is a step whose gradient every rank already holds (the plan's own, from the real
+    wrappers): a step that weighs the same micro-batches in the same proportions on every
+    replica is that gradient times one factor, and takes no pass of its own."""
+    factors = _agreed_factors(steps, known[0], share.device) if known is not None and steps else {}
+    computed = iter(_passes(share, [step for s, step in enumerate(steps) if s not in factors]))
+    return [
+        known[1] * factors[s] if known is not None and s in factors else next(computed)
+        for s in range(len(steps))
+    ]
+
+
+def _agreed_factors(
+    steps: Sequence[Sequence[Unit]], known: Sequence[Unit], device: torch.device
+) -> dict[int, float]:
+    """The steps whose micro-batch weights are the known step's times one factor, the same on
+    every rank (one all-reduce of every step's factor, its maximum and minimum), by step."""
+    mine = [_factor(step, known) for step in steps]
+    bounds = torch.tensor(mine + [-f for f in mine], dtype=torch.float64, device=device)
+    dist.all_reduce(bounds, op=dist.ReduceOp.MAX)
+    highest, lowest = bounds[: len(steps)].tolist(), (-bounds[len(steps) :]).tolist()
+    return {
+        s: hi
+        for s, (hi, lo) in enumerate(zip(highest, lowest, strict=True))
+        if math.isfinite(hi) and math.isclose(hi, lo, rel_tol=_SAME, abs_tol=0.0)
+    }
+
+
+_SAME = 1e-12  # factors computed from the same fractions in another order differ in the last bits
+
+
+def _factor(step: Sequence[Unit], known: Sequence[Unit]) -> float:
+    """w such that every micro-batch of `step` weighs w times its weight in `known`; inf if none."""
+    factor = math.inf
+    for _, _, (in_known, in_step) in _units([known, step]):
+        if in_known == 0.0 or in_step == 0.0:
+            if in_known != in_step:
+                return math.inf
+            continue
+        ratio = in_step / in_known
+        if math.isinf(factor):
+            factor = ratio
+        elif not math.isclose(ratio, factor, rel_tol=_SAME, abs_tol=0.0):
+            return math.inf
+    return factor
+
+
+def _passes(share: Share, steps: Sequence[Sequence[Unit]]) -> list[torch.Tensor]:
+    """The steps' gradients from shared passes (the module docstring) and one all-reduce."""
+    if not steps:
+        return []
+    module, workload, dtype, device = share.module, share.workload, share.dtype, share.device
     units = _units(steps)
     held = dict(module.named_parameters())
     trainable = [p for p in held.values() if p.requires_grad]
-    total = torch.zeros(len(steps), sum(numels.values()), dtype=dtype, device=device)
+    total = torch.zeros(len(steps), sum(share.numels.values()), dtype=dtype, device=device)
 
     def whole(grads: dict[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
         return torch.cat(
             [
-                _placed(grads.get(held[n]), held[n], tensor_rank, tensor_size).reshape(-1).to(dtype)
+                _placed(grads.get(held[n]), held[n], share.tensor_rank, share.tensor_size)
+                .reshape(-1)
+                .to(dtype)
                 if n in held
                 else torch.zeros(k, dtype=dtype, device=device)
-                for n, k in numels.items()
+                for n, k in share.numels.items()
             ]
         )
 
-    if stacked:
+    if share.stacked:
         for s, grads in enumerate(
-            stacked_gradients(module, workload, units, len(steps), trainable, pipeline, dtype, device)
+            stacked_gradients(module, workload, units, len(steps), trainable, share.pipeline, dtype, device)
         ):
             total[s] = whole(grads)
     else:
-        if pipeline is not None:
+        if share.pipeline is not None:
             raise ValueError("a pipeline stage's passes are stacked: its peers wait on one forward")
         for indices, reduction, scales in units:
             x, y = workload.batch(indices, dtype, device)
             found = torch.autograd.grad(workload.loss(module, x, y, reduction), trainable, allow_unused=True)
             unit = whole(dict(zip(trainable, found, strict=True)))
             total.add_(torch.outer(torch.tensor(scales, dtype=dtype, device=device), unit))
-    if steps:
-        dist.all_reduce(total)
-        total.div_(replicas)
+    dist.all_reduce(total)
+    total.div_(share.replicas)
     return list(total.unbind(0))
 
 
