@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from app.core.jobs import IllegalTransition, Job, JobStatus
-from app.worker.service.store import INTERRUPTED, JobStore
+from app.worker.service.store import INTERRUPTED, RECENT_JOBS, JobStore
 
 
 def test_jobs_survive_reopening_and_running_ones_fail_on_recovery(tmp_path: Path) -> None:
@@ -63,4 +64,60 @@ def test_a_job_refuses_a_move_its_status_does_not_allow(tmp_path: Path) -> None:
     # The JSON a job is served and stored as: the same keys and plain values as the row.
     assert Job.from_json(done.to_json()) == done
     assert done.to_json()["status"] == "cancelled" and type(done.to_json()["status"]) is str
+    store.close()
+
+
+def _from_disk(path: Path, job_id: str) -> Job | None:
+    """The job as the database file holds it, through a connection of its own."""
+    with sqlite3.connect(path) as db:
+        db.row_factory = sqlite3.Row
+        return JobStore._job(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+
+
+def test_the_jobs_kept_in_memory_are_what_the_file_holds_after_every_write(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    store = JobStore(path)
+    writes = [
+        lambda: store.create("a", {"body": {"x": 1}}),
+        lambda: store.start("a"),
+        lambda: store.start("a"),  # refused: no longer queued
+        lambda: store.finish("a", JobStatus.SUCCEEDED, result={"passed": True}),
+        lambda: store.finish("a", JobStatus.CANCELLED, error="too late"),  # refused: finished
+    ]
+    for write in writes:
+        write()
+        assert store.cached("a") == _from_disk(path, "a")
+    cached = store.cached("a")
+    assert cached is not None and cached.status == "succeeded" and cached.result == {"passed": True}
+    store.close()
+
+    # A job this store has not written nor read is not in memory until read from the file.
+    store = JobStore(path)
+    assert store.cached("a") is None
+    assert store.get("a") == store.cached("a") == _from_disk(path, "a")
+    assert store.cached("missing") is None and store.get("missing") is None
+    store.close()
+
+
+def test_only_the_latest_jobs_stay_in_memory_and_the_rest_are_read_from_the_file(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    ids = [f"job{k}" for k in range(RECENT_JOBS + 1)]
+    for job_id in ids:
+        store.create(job_id, {"body": {}})
+    assert store.cached(ids[0]) is None and store.cached(ids[-1]) is not None
+    first = store.get(ids[0])
+    assert first is not None and store.cached(ids[0]) == first
+    assert store.cached(ids[1]) is None  # the least recent one made room
+    store.close()
+
+
+def test_a_restart_recovery_leaves_no_stale_job_in_memory(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.sqlite3"
+    store = JobStore(path)
+    store.create("running", {"body": {}})
+    store.start("running")
+    store.recover()  # what a restart does: running jobs failed
+    assert store.cached("running") is None
+    recovered = store.get("running")
+    assert recovered is not None and recovered.status == "failed"
     store.close()

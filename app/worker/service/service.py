@@ -175,7 +175,7 @@ class CheckService:
         return job
 
     async def get(self, job_id: str) -> Job:
-        job = await self._db(self.store.get, job_id)
+        job = self.store.cached(job_id) or await self._db(self.store.get, job_id)
         if job is None:
             raise no_such_check(job_id)
         return job

@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,23 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# The jobs last written or read, kept in memory: a client polls a running check every few
+# milliseconds, and a thread hop to read it from the database costs more server CPU than the
+# rest of the answer (bench/bench_checks.py polls the same way).
+RECENT_JOBS = 256
+
+
 class JobStore:
     """One connection behind a lock: calls are short, and the service makes them from
-    worker threads so the event loop never waits on the disk."""
+    worker threads so the event loop never waits on the disk. `cached` answers from memory on
+    the event loop: this process is the only writer (store_file's lock), and every write
+    refreshes the job it changed there, in the database's order (under the same lock)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._recent: OrderedDict[str, Job] = OrderedDict()
+        self._recent_lock = threading.Lock()  # never held across a database call
         self._file = store_file.lock(path)  # refused while another server has it
         try:
             self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
@@ -67,14 +78,35 @@ class JobStore:
                 "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
                 (job_id, JobStatus.QUEUED.value, now(), json.dumps(submission)),
             )
-        job = self.get(job_id)
+            job = self._read(job_id)
         assert job is not None
         return job
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return self._job(row)
+            return self._read(job_id)
+
+    def cached(self, job_id: str) -> Job | None:
+        """The job as last written or read, if it is among the recent ones; no disk."""
+        with self._recent_lock:
+            return self._recent.get(job_id)
+
+    def _read(self, job_id: str) -> Job | None:
+        """The job from the database, remembered as the latest; call under `_lock`, so that
+        no older read is remembered after a newer write."""
+        try:
+            job = self._job(self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        except BaseException:
+            with self._recent_lock:  # a write may have landed: what memory holds could be stale
+                self._recent.pop(job_id, None)
+            raise
+        if job is not None:
+            with self._recent_lock:
+                self._recent[job_id] = job
+                self._recent.move_to_end(job_id)
+                while len(self._recent) > RECENT_JOBS:
+                    self._recent.popitem(last=False)
+        return job
 
     def recent(self, limit: int, status: JobStatus | None = None) -> list[Job]:
         query = (
@@ -94,6 +126,7 @@ class JobStore:
                 "UPDATE jobs SET status = ?, started_at = ? WHERE id = ? AND status = ?",
                 (JobStatus.RUNNING.value, now(), job_id, source.value),
             )
+            self._read(job_id)
         return cursor.rowcount == 1
 
     def finish(
@@ -122,6 +155,7 @@ class JobStore:
                     *sources,
                 ),
             )
+            self._read(job_id)
 
     def recover(self) -> list[str]:
         """After a restart: running jobs failed (their ranks died with the server); the ids
@@ -134,4 +168,6 @@ class JobStore:
             rows = self._db.execute(
                 "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid", (JobStatus.QUEUED.value,)
             ).fetchall()
+            with self._recent_lock:
+                self._recent.clear()
         return [row["id"] for row in rows]
