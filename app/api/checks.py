@@ -28,6 +28,9 @@ from app.schemas.checks import (
 )
 from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
+# The longest a GET of a check waits for it to finish: below the idle timeouts of common proxies.
+MAX_WAIT_S = 60.0
+
 router = APIRouter(
     prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)], route_class=JsonBodyRoute
 )
@@ -191,8 +194,21 @@ async def list_checks(
     summary="One check",
     responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **_PROBLEMS},
 )
-async def get_check(check_id: str, service: Service) -> CheckJobOut:
-    job = await service.get(check_id)
+async def get_check(
+    check_id: str,
+    service: Service,
+    wait: Annotated[
+        float,
+        Query(
+            ge=0,
+            le=MAX_WAIT_S,
+            description="Seconds to wait for the check to finish before answering (at most "
+            f"{MAX_WAIT_S:g}): the answer comes as soon as it has finished, or when the time is up "
+            "with its status then. 0 (the default) answers at once.",
+        ),
+    ] = 0.0,
+) -> CheckJobOut:
+    job = await service.get(check_id, wait)
     return CheckJobOut.from_job(job)
 
 

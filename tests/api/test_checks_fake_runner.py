@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,52 @@ def test_the_job_says_which_workload_runs_where_the_plan_chose_it(
         job = wait_status(client, response.headers["location"], "succeeded")
         assert job["request"]["workload"] == runs
         assert runner.orders[-1].spec.workload == runs
+
+
+def test_a_get_that_waits_answers_when_the_check_finishes(client: TestClient, runner: FakeRunner) -> None:
+    """?wait= holds the answer until the check is recorded finished, instead of the caller
+    asking again every few milliseconds; past its time it answers with the status then."""
+    gate = runner.gate = client.portal.call(_event)  # type: ignore[union-attr]  # set only inside `with`
+    location = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    wait_status(client, location, "running")
+    started = time.monotonic()
+    still = client.get(location, params={"wait": 0.3})
+    assert still.status_code == 200 and still.json()["status"] == "running"
+    assert time.monotonic() - started >= 0.3
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.get, location, params={"wait": 30})
+        time.sleep(0.2)
+        assert not waiting.done()
+        started = time.monotonic()
+        client.portal.call(gate.set)  # type: ignore[union-attr]
+        answer = waiting.result(timeout=10)
+    assert answer.status_code == 200 and answer.json()["status"] == "succeeded", answer.text
+    assert answer.json()["result"]["passed"] is True
+    assert time.monotonic() - started < 10  # woken by the finish, not by its 30 s
+    # A finished check answers at once.
+    started = time.monotonic()
+    assert client.get(location, params={"wait": 30}).json()["status"] == "succeeded"
+    assert time.monotonic() - started < 10
+
+
+def test_cancelling_a_queued_check_wakes_a_get_that_waits(client: TestClient, runner: FakeRunner) -> None:
+    runner.gate = client.portal.call(_event)  # type: ignore[union-attr]  # set only inside `with`
+    running = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    wait_status(client, running, "running")
+    queued = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(client.get, queued, params={"wait": 30})
+        time.sleep(0.2)
+        assert client.delete(queued).json()["status"] == "cancelled"
+        answer = waiting.result(timeout=10)
+    assert answer.json()["status"] == "cancelled"
+    assert client.delete(running).status_code == 200
+
+
+@pytest.mark.parametrize(("wait", "nearest"), [(61, 60), (-1, 0)])
+def test_a_wait_out_of_range_is_a_422_naming_it(client: TestClient, wait: float, nearest: int) -> None:
+    location = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    refused = client.get(location, params={"wait": wait})
+    assert refused.status_code == 422, refused.text
+    body = refused.json()  # a query parameter is pointed at as every other is
+    assert body["errors"][0]["pointer"] == "/query/wait" and str(nearest) in body["errors"][0]["detail"]

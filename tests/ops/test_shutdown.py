@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,15 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
             log,
         )
         assert len(session_processes(server.pid)) >= 4, "uvicorn, the fork server and two ranks"
+        # A client waiting (?wait=60) for a check queued behind it, which the shutdown leaves
+        # queued for the next start: the shutdown answers it rather than let it wait out its
+        # minute, which would hold uvicorn past EXIT_LIMIT_S.
+        status, _, queued = _request(port, "POST", "/v1/checks", {"plan": EVEN_2})
+        assert status == 202 and queued["status"] == "queued", queued
+        waiting = ThreadPoolExecutor(1)
+        waited = waiting.submit(_request, port, "GET", f"/v1/checks/{queued['id']}?wait=60", timeout=90)
+        time.sleep(0.5)
+        assert not waited.done()
 
         sent = time.monotonic()
         if target == "group":
@@ -86,6 +96,9 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
             os.kill(server.pid, signal.SIGTERM)
         code = _exit_code(server, log)
         took = time.monotonic() - sent
+        status, _, answered = waited.result(timeout=5)
+        waiting.shutdown()
+        assert status == 200 and answered["status"] == "queued", answered
         assert code in (0, -signal.SIGTERM), code  # uvicorn re-raises the signal it shut down for
 
         deadline = time.monotonic() + ORPHAN_GRACE_S

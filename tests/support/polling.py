@@ -78,12 +78,14 @@ def wait_check(
     timeout: float = 60,
     interval: float = 0.02,
 ) -> dict[str, Any]:
-    """The job at `location` once its status is one of `statuses`."""
+    """The job at `location` once its status is one of `statuses`: for finished ones the
+    server holds each answer until the check finishes (?wait=, up to a second at a time)."""
     last: dict[str, Any] = {}
+    params = {"wait": min(1.0, timeout)} if set(statuses) <= set(FINISHED) else {}
 
     def reached() -> dict[str, Any] | None:
         nonlocal last
-        last = client.get(location).json()
+        last = client.get(location, params=params).json()
         return last if last["status"] in statuses else None
 
     try:

@@ -26,6 +26,7 @@ from app.worker.service.execution import Execution
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckOrder, CheckRunner, RankError
 from app.worker.service.store import JobStore
+from app.worker.service.waiters import Waiters
 
 LIMITS = Limits(
     max_replicas_per_check=64, processes_per_host=4, queue_size=4, check_timeout_s=60, concurrent_checks=1
@@ -167,3 +168,21 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
     assert result.node_rank == 0 and result.timings.check is None  # the service, not the pool, times
     assert isinstance(waited, TimeoutError), waited
     assert len(pids) >= 2 and not any(alive(pid) for pid in pids)
+
+
+def test_waiters_wake_on_their_jobs_finish_and_all_at_once_when_the_server_shuts_down() -> None:
+    async def main() -> None:
+        waiters = Waiters()
+        a, b = waiters.register("a"), waiters.register("b")
+        assert waiters.register("a") is a  # two requests waiting for one job share its event
+        waiters.notify("a")
+        assert a.is_set() and not b.is_set()
+        started = time.monotonic()
+        await waiters.wait(waiters.register("c"), 0.2)  # nobody finishes c: its time runs out
+        assert time.monotonic() - started >= 0.2
+        waiters.close()
+        assert b.is_set()
+        late = waiters.register("d")  # after the shutdown began: nothing will wake it, so now
+        assert late.is_set()
+
+    asyncio.run(main())

@@ -30,6 +30,7 @@ from app.worker.service.runner import (
 )
 from app.worker.service.store import INTERRUPTED, JobStore
 from app.worker.service.submission import Submission
+from app.worker.service.waiters import Waiters
 
 log = logging.getLogger("batchplan.worker")
 
@@ -71,6 +72,7 @@ class Execution:
         self.stopping = False
         self.mean_check_s = 1.0
         self.observers: list[FinishObserver] = []
+        self.waiters = Waiters()  # woken once a job is recorded finished
 
     def enqueue(self, job_id: str) -> None:
         self.queued.add(job_id)
@@ -82,6 +84,7 @@ class Execution:
     def begin_shutdown(self) -> None:
         """Take no more jobs off the queue and cancel the running ones."""
         self.stopping = True
+        self.waiters.close()
         for worker in self._workers:
             worker.cancel()
         for task in self.running.values():
@@ -238,6 +241,7 @@ class Execution:
             attempt += 1
             try:
                 await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
+                self.waiters.notify(job_id)
                 return
             except Exception as err:
                 log.error(

@@ -174,7 +174,18 @@ class CheckService:
             job_id_var.reset(token)
         return job
 
-    async def get(self, job_id: str) -> Job:
+    async def get(self, job_id: str, wait_s: float = 0.0) -> Job:
+        """The job; with `wait_s`, once it has finished or after `wait_s` seconds, whichever
+        comes first."""
+        waiters = self._execution.waiters
+        finished = waiters.register(job_id) if wait_s > 0 else None
+        job = await self._read(job_id)
+        if finished is None or job.status.finished:
+            return job
+        await waiters.wait(finished, wait_s)
+        return await self._read(job_id)
+
+    async def _read(self, job_id: str) -> Job:
         job = self.store.cached(job_id) or await self._db(self.store.get, job_id)
         if job is None:
             raise no_such_check(job_id)
@@ -191,6 +202,7 @@ class CheckService:
             try:
                 error = "cancelled before it started"
                 await self._db(self.store.finish, job_id, JobStatus.CANCELLED, error=error)
+                self._execution.waiters.notify(job_id)
             except Unavailable:
                 self._execution.queued.add(job_id)  # still queued on disk: so it stays here
                 raise
