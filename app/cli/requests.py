@@ -12,6 +12,7 @@ import typer
 from app.cli.options import BatchFlags, PlanFlags
 from app.cli.output import fail
 from app.client import Json
+from app.core.json_text import parse
 from app.core.plan_types import LossNormalization
 
 
@@ -101,12 +102,13 @@ def _given(flags: BatchFlags, *names: str) -> Json:
 
 
 def read_json(path: Path) -> Any:
+    """The file's JSON, read as the server reads a body (core.json_text)."""
     try:
-        return json.loads(path.read_text())
+        return parse(path.read_bytes())
     except OSError as err:
         fail({"detail": f"cannot read {path}: {err.strerror or err}"})
-    except ValueError as err:
-        fail({"detail": f"{path} is not valid JSON: {err}"})
+    except json.JSONDecodeError as err:
+        fail({"detail": f"{path} is not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}"})
 
 
 def plan_request(request: Path | None, flags: BatchFlags) -> Json:

@@ -71,6 +71,23 @@ def test_request_file_errors(run: Invoke, tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "cannot read" in missing.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'{\n "topology": \xff}', "byte 0xff is not UTF-8 (invalid start byte) at line 2, column 14"),
+        (b"[" * 5_000 + b"]" * 5_000, "nested at least"),
+    ],
+)
+def test_a_request_file_that_is_not_json_says_what_and_where_as_the_server_does(
+    run: Invoke, tmp_path: Path, content: bytes, said: str
+) -> None:
+    """Not a traceback: the CLI reads a file as the server reads a body (core.json_text)."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    out = run("plan", "--request", str(bad))
+    assert out.exit_code == 2 and "is not valid JSON" in out.stderr and said in out.stderr, out.stderr
+
+
 def test_an_unreachable_server_exits_2(run: Invoke) -> None:
     out = run("plan", "-b", "64", "--url", f"http://127.0.0.1:{free_port()}")
     assert out.exit_code == 2
