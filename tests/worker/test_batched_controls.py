@@ -1,7 +1,8 @@
-"""The controls computed together (one backward per distinct micro-batch, one all-reduce)
-against each control stepped through DDP on its own, as every check did before: on real gloo
-ranks, the same controls with the same verdicts, their rel_l2 equal to 1e-12 in float64, and
-every other field of the answer byte-identical."""
+"""The controls computed together (one backward per distinct micro-batch, one all-reduce; a
+control that weighs every sample of the global batch alike, the reference gradient times that
+weight) against each control stepped through DDP on its own, as every check did before: on
+real gloo ranks, the same controls with the same verdicts, their rel_l2 equal to 1e-12 in
+float64, and every other field of the answer byte-identical."""
 
 from __future__ import annotations
 
@@ -50,25 +51,47 @@ PLANS: dict[str, dict[str, Any]] = {
 def _answers(rank: int, world: int) -> dict[str, Any]:
     group = CheckGroup(rank, world, torch.device("cpu"), "gloo")
     out: dict[str, Any] = {}
+    weighed: list[int] = []  # how many controls each call weighed with passes of their own
+
+    def counted(module: Any, runs: Any, **more: Any) -> Any:
+        weighed.append(len(runs))
+        return WEIGHTED(module, runs, **more)
+
     for name, plan in PLANS.items():
         spec = build_spec(check_request({"plan": plan}))
         workload = load(spec.model, None, spec.seed)
+        weighed.clear()
+        ddp_check.weighted_gradients = counted
         batched = run_spec(spec, group, workload, None)
-        # Each control through DDP on its own: the path a module whose forward is a collective takes.
+        ddp_check.weighted_gradients = WEIGHTED
+        # Each control through DDP on its own, none as a multiple of the reference: the path a
+        # module whose forward is a collective takes.
         ddp_check.forward_is_collective = token_check.forward_is_collective = lambda m: True
+        ddp_check.stackable = lambda *_: False
         one_by_one = run_spec(spec, group, workload, None)
         ddp_check.forward_is_collective = token_check.forward_is_collective = forward_is_collective
+        ddp_check.stackable = STACKABLE
         if rank == 0:
             assert batched is not None and one_by_one is not None
-            out[name] = (batched.to_json(), one_by_one.to_json())
+            out[name] = (batched.to_json(), one_by_one.to_json(), list(weighed))
     return out
+
+
+WEIGHTED, STACKABLE = ddp_check.weighted_gradients, ddp_check.stackable
+APART = {"no_distributed_sampler", "unweighted_mean"}
 
 
 @pytest.mark.slow
 def test_batched_controls_give_every_control_the_verdict_and_rel_l2_of_one_by_one() -> None:
     answers = on_ranks(2, _answers)[0]
     ran = set()
-    for name, (batched, one_by_one) in answers.items():
+    for name, (batched, one_by_one, weighed) in answers.items():
+        # Only a control that reads other samples than the reference batch (replica 0's on
+        # every replica), or weighs some of its samples apart (plain means of uneven
+        # replicas), takes passes of its own; every other one here weighs each sample of the
+        # global batch alike, and is the reference gradient times that weight.
+        apart = [c["name"] for c in batched["controls"] if c["name"] in APART]
+        assert weighed == ([] if name == "tokens" else [len(apart)]), (name, weighed, apart)
         assert [c["name"] for c in batched["controls"]] == [c["name"] for c in one_by_one["controls"]], name
         for new, old in zip(batched["controls"], one_by_one["controls"], strict=True):
             assert new["detected"] == old["detected"] is True, (name, new["name"])

@@ -153,7 +153,7 @@ def test_the_int64_sums_decide_as_the_exact_python_integers_do() -> None:
     import random
 
     pytest.importorskip("torch")
-    from app.worker.checks.controls import changes_gradient_in_python
+    from app.worker.checks.controls import changes_gradient_in_python, weight_ratio, weight_ratio_in_python
     from app.worker.checks.shards import Shards
 
     plans = [
@@ -174,9 +174,11 @@ def test_the_int64_sums_decide_as_the_exact_python_integers_do() -> None:
             assert changes_gradient(reads, shards.epoch, dp) == changes_gradient_in_python(
                 reads, shards.epoch, dp
             )
+            assert weight_ratio(reads, shards.epoch, dp) == weight_ratio_in_python(reads, shards.epoch, dp)
             cases += 1
     draw = random.Random(7)
     answers = set()
+    ratios = set()
     for _ in range(200):
         reference = [draw.randrange(6) for _ in range(draw.randrange(1, 7))]
         reads = [
@@ -189,12 +191,18 @@ def test_the_int64_sums_decide_as_the_exact_python_integers_do() -> None:
             for _ in range(draw.randrange(1, 4))
         ]
         dp = draw.randrange(1, 4)
-        if draw.random() < 0.3:  # the reference's samples, summed at 1/G in two parts: no change
+        times = draw.choice([1, 1, 3, Fraction(1, 2)])
+        if draw.random() < 0.4:  # the reference's samples, summed at times/G in two parts
             cut = draw.randrange(len(reference) + 1)
             shuffled = draw.sample(reference, len(reference))
-            weight = Fraction(dp, len(reference))
+            weight = Fraction(dp, len(reference)) * times
             reads = [(p, weight, "sum", 1) for p in (shuffled[:cut], shuffled[cut:]) if p]
         answer = changes_gradient(reads, reference, dp)
         assert answer == changes_gradient_in_python(reads, reference, dp)
         answers.add(answer)
+        ratio = weight_ratio(reads, reference, dp)
+        assert ratio == weight_ratio_in_python(reads, reference, dp)
+        assert (ratio != 1) == answer
+        ratios.add(ratio)
     assert cases == 30 and answers == {True, False}
+    assert {None, 1, 3, Fraction(1, 2)} <= ratios

@@ -18,6 +18,7 @@ import torch
 
 from app.worker.contract.check_result import SkippedControl
 from app.worker.contract.spec import CheckSpec
+from app.worker.training.samplers import index_tensor
 
 # How a control's replica reads its data.
 SAMPLER = "sampler"  # through the plan's sampler, like the correct run
@@ -170,18 +171,34 @@ def split_controls(
 ) -> tuple[list[SampleControl], list[SkippedControl]]:
     """The controls that change this plan's gradient (they run), and the others with the
     reason each does not apply. `reads(control)`: what every replica reads under it."""
+    applicable, skipped, _ = weigh_controls(spec, reads, reference_batch)
+    return applicable, skipped
 
+
+def weigh_controls(
+    spec: CheckSpec,
+    reads: Callable[[SampleControl], Iterable[WeightedBatch]],
+    reference_batch: Sequence[int],
+) -> tuple[list[SampleControl], list[SkippedControl], dict[SampleControl, Fraction]]:
+    """split_controls, and for each control that runs and weighs every sample c times as the
+    reference does, that c (weight_ratio): on samples independent of each other its
+    gradient is the reference gradient times c."""
     tensors = Tensors()  # the controls read the same few lists: each is made a tensor once
+    ratios: dict[SampleControl, Fraction] = {}
 
     def harmless_because(control: SampleControl) -> str | None:
-        if changes_gradient(reads(control), reference_batch, spec.data_parallel_size, tensors):
+        ratio = weight_ratio(reads(control), reference_batch, spec.data_parallel_size, tensors)
+        if ratio != 1:
+            if ratio is not None:
+                ratios[control] = ratio
             return None
         return _harmless_rule(control, spec) or (
             "on this plan's first step it weighs every sample as the plan does (the samples it "
             "reads coincide with the plan's)"
         )
 
-    return partition(CONTROLS, harmless_because)
+    applicable, skipped = partition(CONTROLS, harmless_because)
+    return applicable, skipped, ratios
 
 
 class Tensors:
@@ -194,7 +211,7 @@ class Tensors:
     def __call__(self, indices: Sequence[int]) -> torch.Tensor:
         made = self._made.get(id(indices))
         if made is None:
-            made = self._made[id(indices)] = (indices, torch.as_tensor(indices, dtype=torch.int64))
+            made = self._made[id(indices)] = (indices, index_tensor(indices))
         return made[1]
 
 
@@ -208,27 +225,46 @@ def changes_gradient(
 
     The gradient is linear in the per-sample weights and distinct samples have distinct
     gradients, so equal weights are exactly the case where the mistake does no harm here.
-    Each sample's control weight minus its reference weight, as whole numbers over a common
-    denominator, summed per sample by torch (int64, where no sum can overflow it; else in
-    Python's integers): any sum that is not zero is a sample weighed differently.
+    """
+    return weight_ratio(control_batches, reference_batch, dp, tensors) != 1
+
+
+def weight_ratio(
+    control_batches: Iterable[WeightedBatch],
+    reference_batch: Sequence[int],
+    dp: int,
+    tensors: Tensors | None = None,
+) -> Fraction | None:
+    """c when the control weighs every sample exactly c times as the reference does (each
+    occurrence in the reference batch 1/G); None when no one c does (other samples, or other
+    proportions). 1: the mistake does no harm here.
+
+    Each sample's weight as a whole number over a common denominator, summed per sample by
+    torch (int64, where no product can overflow it; else in Python's integers).
     """
     batches = list(control_batches)
     by_weight: dict[Fraction, list[Sequence[int]]] = defaultdict(list)
     for indices, scale, reduction, replicas in batches:
         by_weight[scale * replicas / (dp * (len(indices) if reduction == "mean" else 1))].append(indices)
-    by_weight[-Fraction(1, len(reference_batch))].append(reference_batch)
+    if not by_weight or not reference_batch:
+        return None
     common = lcm(*(w.denominator for w in by_weight))
     whole = {w: w.numerator * (common // w.denominator) for w in by_weight}
     bound = sum(abs(whole[w]) * len(i) for w, reads in by_weight.items() for i in reads)
-    if bound >= _INT64_SAFE:
-        return changes_gradient_in_python(batches, reference_batch, dp)
+    if bound * len(reference_batch) >= _INT64_SAFE:
+        return weight_ratio_in_python(batches, reference_batch, dp)
     tensor = tensors or Tensors()
     parts = [(tensor(i), whole[w]) for w, reads in by_weight.items() for i in reads]
     every = torch.cat([t for t, _ in parts])
     weights = torch.cat([torch.full_like(t, w) for t, w in parts])
     samples, position = torch.unique(every, return_inverse=True)
-    net = torch.zeros(len(samples), dtype=torch.int64).index_add_(0, position, weights)
-    return bool(net.any())
+    control = torch.zeros(len(samples), dtype=torch.int64).index_add_(0, position, weights)
+    held, counts = torch.unique(tensor(reference_batch), return_counts=True)
+    # Over common and len(reference_batch): proportional when the samples are the same and
+    # control_i * counts_0 == control_0 * counts_i for every sample.
+    if not torch.equal(samples, held) or not torch.equal(control * counts[0], control[0] * counts):
+        return None
+    return Fraction(int(control[0]), common) / Fraction(int(counts[0]), len(reference_batch))
 
 
 _INT64_SAFE = 1 << 62
@@ -238,7 +274,16 @@ def changes_gradient_in_python(
     control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
 ) -> bool:
     """changes_gradient in Python's integers, sample by sample: any size, and slower."""
+    return weight_ratio_in_python(control_batches, reference_batch, dp) != 1
+
+
+def weight_ratio_in_python(
+    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
+) -> Fraction | None:
+    """weight_ratio in Python's integers, sample by sample: any size, and slower."""
     control, c_common = _weights(control_batches, dp)
     reference, r_common = _weights([(reference_batch, Fraction(dp), "mean", 1)], dp)
-    keys = set(control) | set(reference)
-    return any(control.get(k, 0) * r_common != reference.get(k, 0) * c_common for k in keys)
+    if not control or set(control) != set(reference):
+        return None
+    ratios = {Fraction(control[k] * r_common, reference[k] * c_common) for k in control}
+    return ratios.pop() if len(ratios) == 1 else None

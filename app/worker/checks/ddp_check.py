@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
-from app.worker.checks.controls import SampleControl, split_controls
+from app.worker.checks.controls import SampleControl, weigh_controls
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.contract.check_result import CheckResult
@@ -29,6 +29,7 @@ from app.worker.contract.timings import Timer
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.stacked_passes import stackable
 from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, load, model_code
 
@@ -74,8 +75,14 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
     grad = step(None)
     timer.lap("step")
     reference_batch = shards.epoch[: spec.global_batch_size]
-    applicable, skipped = split_controls(spec, shards.every_replica, reference_batch)
-    control_grads = list(zip(applicable, controls_step(model, applicable), strict=True))
+    applicable, skipped, ratios = weigh_controls(spec, shards.every_replica, reference_batch)
+    # A control that weighs every sample c times as the reference does is c times the
+    # reference gradient where samples are independent of each other (no layer couples them):
+    # rank 0 scales the reference below, and no rank runs a pass for it.
+    if not stackable(module, workload, reference_batch[:2]):
+        ratios = {}
+    passes = [c for c in applicable if c not in ratios]
+    computed = dict(zip(passes, controls_step(model, passes), strict=True))
     timer.lap("controls")
     noise = None
     if spec.noise_steps > 0:
@@ -85,6 +92,7 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
     if group.rank != 0:
         return None
     reference = reference_gradient(workload, reference_batch, dtype, device)
+    control_grads = [(c, computed[c] if c in computed else reference * float(ratios[c])) for c in applicable]
     timer.lap("reference")
     measured = Measured(
         grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes

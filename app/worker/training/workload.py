@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 
 from app.core.model_registry import SYNTHETIC
 from app.worker.contract.targets import FactoryError, resolve
+from app.worker.training.samplers import index_tensor
 from app.worker.training.sync_batch_norm import as_batch_norm, training_sync_batch_norms
 from app.worker.training.synthetic_model import batch_loss, build_model, half_squared_error, synthetic_batch
 
@@ -171,9 +172,7 @@ class SyntheticWorkload(Workload):
     def batch(
         self, indices: Sequence[int], dtype: torch.dtype | None, device: torch.device
     ) -> tuple[Any, Any]:
-        return synthetic_batch(
-            torch.tensor(list(indices), dtype=torch.int64), self.seed, dtype or torch.float64, device
-        )
+        return synthetic_batch(index_tensor(indices), self.seed, dtype or torch.float64, device)
 
     def loss(self, module: nn.Module, x: Any, y: Any, reduction: str) -> torch.Tensor:
         return batch_loss(module, x, y, reduction)
