@@ -67,17 +67,18 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         # Each control through DDP on its own, none as a multiple of the reference: the path a
         # module whose forward is a collective takes.
         ddp_check.forward_is_collective = token_check.forward_is_collective = lambda m: True
-        ddp_check.stackable = lambda *_: False
+        independent = type(workload).independent_samples
+        type(workload).independent_samples = property(lambda _: False)
         one_by_one = run_spec(spec, group, workload, None)
         ddp_check.forward_is_collective = token_check.forward_is_collective = forward_is_collective
-        ddp_check.stackable = STACKABLE
+        type(workload).independent_samples = independent
         if rank == 0:
             assert batched is not None and one_by_one is not None
             out[name] = (batched.to_json(), one_by_one.to_json(), list(weighed))
     return out
 
 
-WEIGHTED, STACKABLE = ddp_check.weighted_gradients, ddp_check.stackable
+WEIGHTED = ddp_check.weighted_gradients
 APART = {"no_distributed_sampler", "unweighted_mean"}
 
 

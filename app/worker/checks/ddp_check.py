@@ -29,7 +29,6 @@ from app.worker.contract.timings import Timer
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
-from app.worker.training.stacked_passes import stackable
 from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, load, model_code
 
@@ -77,9 +76,9 @@ def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None 
     reference_batch = shards.epoch[: spec.global_batch_size]
     applicable, skipped, ratios = weigh_controls(spec, shards.every_replica, reference_batch)
     # A control that weighs every sample c times as the reference does is c times the
-    # reference gradient where samples are independent of each other (no layer couples them):
+    # reference gradient where samples are independent of each other (the built-in model):
     # rank 0 scales the reference below, and no rank runs a pass for it.
-    if not stackable(module, workload, reference_batch[:2]):
+    if not workload.independent_samples:
         ratios = {}
     passes = [c for c in applicable if c not in ratios]
     computed = dict(zip(passes, controls_step(model, passes), strict=True))

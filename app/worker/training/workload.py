@@ -159,12 +159,24 @@ class Workload(ABC):
         """Whether the loss is the model's own `outputs.loss` (Transformers style)."""
         return False
 
+    @property
+    def independent_samples(self) -> bool:
+        """Whether a batch's mean loss is known to be the mean of each sample's loss alone (no
+        layer, and no loss, that couples the samples): then a gradient is linear in per-sample
+        weights however the samples are batched. Known only of the built-in model; a
+        factory's may couple them (BatchNorm, a contrastive loss, an auxiliary load loss)."""
+        return False
+
 
 class SyntheticWorkload(Workload):
     """The built-in model: deterministic weights and samples, a pure function of the seed."""
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__(SYNTHETIC, seed, SyntheticDataset(seed), half_squared_error)
+
+    @property
+    def independent_samples(self) -> bool:
+        return True  # a linear pair and half the squared error per sample (synthetic_model)
 
     def module(self, dtype: torch.dtype | None, device: torch.device) -> nn.Module:
         return build_model(self.seed, dtype or torch.float64, device)
