@@ -85,6 +85,9 @@ def test_on_loopback_no_warning_and_rendezvous_keep_to_the_allow_list(tmp_path: 
         taken = f"{HOST}:{server.port}"
         alone = rendezvous_check(server, {"endpoint": taken, "nnodes": 1, "run_id": "alone"})
         assert f"the rendezvous endpoint {taken} is in use" in alone["error"], alone["error"]
+        # That check's ranks were replaced; the next one must find them warm to wait at its
+        # rendezvous (on a loaded machine a replacement can take longer than its timeout).
+        server.wait_warm(2)
         started = time.monotonic()
         two = rendezvous_check(server, {"endpoint": taken, "nnodes": 2, "run_id": "two"})
         assert "did not finish within timeout_s=4" in two["error"], two["error"]

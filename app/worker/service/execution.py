@@ -178,7 +178,8 @@ class Execution:
             else:
                 status = JobStatus.CANCELLED
                 error = "cancelled while running; its ranks were killed and replaced"
-                if order is not None and order.progress.waiting_for and not order.progress.holding:
+                if order is None or not order.progress.holding:
+                    # Before it held ranks, whether or not it had begun to wait for them.
                     error = "cancelled while it waited for free rank processes; nothing ran"
         except RankError as err:
             error = reasons.model_error(job_id, err)
