@@ -168,10 +168,13 @@ def test_a_get_that_waits_answers_when_the_check_finishes(client: TestClient, ru
     assert answer.status_code == 200 and answer.json()["status"] == "succeeded", answer.text
     assert answer.json()["result"]["passed"] is True
     assert time.monotonic() - started < 10  # woken by the finish, not by its 30 s
-    # A finished check answers at once.
+    # A finished check answers at once, and so does one that does not exist.
     started = time.monotonic()
     assert client.get(location, params={"wait": 30}).json()["status"] == "succeeded"
+    assert client.get("/v1/checks/" + "0" * 32, params={"wait": 30}).status_code == 404
     assert time.monotonic() - started < 10
+    # Nothing is left waiting: no event stays behind for a finished or a missing job.
+    assert client.app.state.checks.waited_for() == 0  # type: ignore[attr-defined]
 
 
 def test_cancelling_a_queued_check_wakes_a_get_that_waits(client: TestClient, runner: FakeRunner) -> None:

@@ -93,6 +93,10 @@ class CheckService:
     def shutting_down(self) -> bool:
         return self._execution.stopping
 
+    def waited_for(self) -> int:
+        """Jobs that some GET ?wait= waits for now."""
+        return len(self._execution.waiters)
+
     def queue_depth(self) -> int:
         return len(self._execution.queued)
 
@@ -177,10 +181,18 @@ class CheckService:
     async def get(self, job_id: str, wait_s: float = 0.0) -> Job:
         """The job; with `wait_s`, once it has finished or after `wait_s` seconds, whichever
         comes first."""
+        if wait_s <= 0:
+            return await self._read(job_id)
         waiters = self._execution.waiters
-        finished = waiters.register(job_id) if wait_s > 0 else None
-        job = await self._read(job_id)
-        if finished is None or job.status.finished:
+        finished = waiters.register(job_id)
+        try:
+            job = await self._read(job_id)
+        except NotFound:
+            waiters.notify(job_id)  # nothing to wait for: leave no event behind
+            raise
+        if job.status.finished:
+            # Recorded, perhaps not yet announced: wake any other waiter, leave no event.
+            waiters.notify(job_id)
             return job
         await waiters.wait(finished, wait_s)
         return await self._read(job_id)

@@ -21,8 +21,12 @@ class Waiters:
             event.set()
         return event
 
+    def __len__(self) -> int:
+        """How many jobs are waited for."""
+        return len(self._events)
+
     def notify(self, job_id: str) -> None:
-        """The job is recorded finished: wake whoever waits for it."""
+        """The job is recorded finished (or there is none): wake whoever waits for it."""
         event = self._events.pop(job_id, None)
         if event is not None:
             event.set()
