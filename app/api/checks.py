@@ -30,6 +30,12 @@ from app.worker.service.service import CheckService, no_such_check, queue_full, 
 
 # The longest a GET of a check waits for it to finish: below the idle timeouts of common proxies.
 MAX_WAIT_S = 60.0
+# How long a GET without ?wait holds the answer about a check that has not finished: a client
+# that asks in a tight loop then asks a few dozen times a second, not hundreds, and takes that
+# much less CPU from the ranks of the check it waits for (measured beside ?wait on 2 cores: a
+# mesh check 1.3-1.7x slower under a 2 ms poll that was answered at once), and it still hears
+# of the finish at once.
+HOLD_S = 0.025
 
 router = APIRouter(
     prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)], route_class=JsonBodyRoute
@@ -198,17 +204,18 @@ async def get_check(
     check_id: str,
     service: Service,
     wait: Annotated[
-        float,
+        float | None,
         Query(
             ge=0,
             le=MAX_WAIT_S,
             description="Seconds to wait for the check to finish before answering (at most "
             f"{MAX_WAIT_S:g}): the answer comes as soon as it has finished, or when the time is up "
-            "with its status then. 0 (the default) answers at once.",
+            f"with its status then. 0 answers at once; without it, a check that has not finished "
+            f"is answered within {HOLD_S:g} s (at once when it finishes meanwhile).",
         ),
-    ] = 0.0,
+    ] = None,
 ) -> CheckJobOut:
-    job = await service.get(check_id, wait)
+    job = await service.get(check_id, HOLD_S if wait is None else wait)
     return CheckJobOut.from_job(job)
 
 

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
 
+from app.api.checks import HOLD_S
 from app.main import create_app
 from app.settings import Settings
 from app.worker.contract.spec import CheckSpec
@@ -154,6 +155,11 @@ def test_a_get_that_waits_answers_when_the_check_finishes(client: TestClient, ru
     gate = runner.gate = client.portal.call(_event)  # type: ignore[union-attr]  # set only inside `with`
     location = client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
     wait_status(client, location, "running")
+    # Without ?wait an unfinished check is answered within HOLD_S; ?wait=0 answers at once.
+    started = time.monotonic()
+    assert client.get(location).json()["status"] == "running"
+    assert time.monotonic() - started >= HOLD_S
+    assert client.get(location, params={"wait": 0}).json()["status"] == "running"
     started = time.monotonic()
     still = client.get(location, params={"wait": 0.3})
     assert still.status_code == 200 and still.json()["status"] == "running"
