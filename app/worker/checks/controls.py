@@ -215,20 +215,6 @@ class Tensors:
         return made[1]
 
 
-def changes_gradient(
-    control_batches: Iterable[WeightedBatch],
-    reference_batch: Sequence[int],
-    dp: int,
-    tensors: Tensors | None = None,
-) -> bool:
-    """Whether the control weighs any sample differently from 1/G over the reference batch.
-
-    The gradient is linear in the per-sample weights and distinct samples have distinct
-    gradients, so equal weights are exactly the case where the mistake does no harm here.
-    """
-    return weight_ratio(control_batches, reference_batch, dp, tensors) != 1
-
-
 def weight_ratio(
     control_batches: Iterable[WeightedBatch],
     reference_batch: Sequence[int],
@@ -237,7 +223,9 @@ def weight_ratio(
 ) -> Fraction | None:
     """c when the control weighs every sample exactly c times as the reference does (each
     occurrence in the reference batch 1/G); None when no one c does (other samples, or other
-    proportions). 1: the mistake does no harm here.
+    proportions). 1: the mistake does no harm here: the gradient is linear in the per-sample
+    weights and distinct samples have distinct gradients, so equal weights are exactly the
+    case where it changes nothing.
 
     Each sample's weight as a whole number over a common denominator, summed per sample by
     torch (int64, where no product can overflow it; else in Python's integers).
@@ -268,13 +256,6 @@ def weight_ratio(
 
 
 _INT64_SAFE = 1 << 62
-
-
-def changes_gradient_in_python(
-    control_batches: Iterable[WeightedBatch], reference_batch: Sequence[int], dp: int
-) -> bool:
-    """changes_gradient in Python's integers, sample by sample: any size, and slower."""
-    return weight_ratio_in_python(control_batches, reference_batch, dp) != 1
 
 
 def weight_ratio_in_python(
