@@ -212,6 +212,7 @@ async def get_check(
             f"{MAX_WAIT_S:g}): the answer comes as soon as it has finished, or when the time is up "
             f"with its status then. 0 answers at once; without it, a check that has not finished "
             f"is answered within {HOLD_S:g} s (at once when it finishes meanwhile).",
+            examples=[30],
         ),
     ] = None,
 ) -> CheckJobOut:
