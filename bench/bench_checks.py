@@ -106,17 +106,18 @@ def warm_runs(client: httpx.Client, body: dict[str, Any], runs: int) -> dict[str
 
 
 def check_over_http(
-    client: httpx.Client, body: dict[str, Any], *, wait: bool = True
+    client: httpx.Client, body: dict[str, Any], *, wait: float | None = 30.0
 ) -> tuple[float, dict[str, Any]]:
-    """POST /v1/checks, then GET its Location until it has finished: (seconds, result). With
-    `wait`, each GET asks the server to answer once the check finishes (?wait=); without, or
-    from a revision that has no ?wait, it is asked again every 2 ms, whose polling takes CPU
-    from the ranks on a small machine."""
+    """POST /v1/checks, then GET its Location until it has finished, asking again 2 ms after
+    each answer that it has not: (seconds, result). `wait` is each GET's ?wait=: 30, answered
+    once the check finishes; 0, at once (a poll, whose CPU a small machine's ranks miss); None,
+    no parameter (the server holds an unfinished check's answer up to 25 ms; a revision from
+    before ?wait answers at once, as it does to any wait)."""
     started = time.perf_counter()
     response = client.post("/v1/checks", json=body)
     response.raise_for_status()
     location = response.headers["location"]
-    params = {"wait": 30} if wait else {}
+    params = {} if wait is None else {"wait": wait}
     while True:
         job = client.get(location, params=params).json()
         if job["status"] not in ("queued", "running"):
