@@ -172,3 +172,28 @@ def test_a_rank_that_lost_its_group_gets_the_check_rerun_on_fresh_ranks() -> Non
     assert again.passed and _answer(again) == _answer(first), _differing(_answer(again), _answer(first))
     assert again.timings.init_process_group and again.timings.init_process_group > 0  # a fresh group
     assert not before & after  # both ranks of the lost group were replaced
+
+
+@pytest.mark.parametrize("lost_after_s", [0.0, 0.05])
+def test_a_lost_group_is_the_cause_even_when_a_peers_failure_comes_first(lost_after_s: float) -> None:
+    """Rank 1 lost its group and says so at once; rank 0 fails in its first collective, its
+    peer gone ("Connection closed by peer"). Whichever comes first, and in rank order rank 0's
+    does, the check's error is the lost group, which the pool reruns (seen in CI: rank 0's
+    error raised, no rerun)."""
+    from app.worker.service import check_ranks
+
+    async def fails(error: RankError, after_s: float) -> Any:
+        await asyncio.sleep(after_s)
+        raise error
+
+    async def scenario() -> BaseException:
+        peer = RankError("RuntimeError: Connection closed by peer")
+        lost = RankError("GroupLost: the pool asked for kept process group g", group_lost=True)
+        tasks = [asyncio.create_task(fails(peer, 0.0)), asyncio.create_task(fails(lost, lost_after_s))]
+        await asyncio.sleep(0.01 if lost_after_s == 0 else 0)  # both done before they are read, or not
+        with pytest.raises(RankError) as raised:
+            await check_ranks._replies(tasks)
+        return raised.value
+
+    error = asyncio.run(scenario())
+    assert isinstance(error, RankError) and error.group_lost, error

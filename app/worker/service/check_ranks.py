@@ -21,6 +21,12 @@ from app.worker.service.runner import CheckOrder, RankError
 # to be kept warm; one that does not is stuck, and every rank is replaced.
 MODEL_ERROR_GRACE_S = 5.0
 
+# A rank told to reuse a kept group it no longer holds answers at once (group_lost), and its
+# peers then fail in their first collective: when a peer's error comes first, how long the
+# other ranks have to say that their group was lost, which is the check's real cause (the
+# pool then runs it again on fresh ranks).
+GROUP_LOST_GRACE_S = 1.0
+
 # The ranks' own rendezvous and collective timeouts outlast the check's timeout_s by this
 # much: the service's deadline is the one that ends a check, in its own words ("did not
 # finish within timeout_s"), not a rank's store timeout that fires at the same instant.
@@ -46,15 +52,19 @@ def backend_for(requested: str, gpus: int, ranks: list[RankProcess]) -> tuple[st
 
 
 async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protocol.FromRank]:
-    """Every rank's reply, or the first failure. When that failure is the model's own
-    exception and every other rank answers within the grace, each with a reply or the model's
-    exception too, the error says the ranks can be kept (`ranks_kept`)."""
+    """Every rank's reply, or the first failure (a lost group before the failures it causes).
+    When that failure is the model's own exception and every other rank answers within the
+    grace, each with a reply or the model's exception too, the error says the ranks can be
+    kept (`ranks_kept`)."""
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         failed = [e for t in tasks if t in done and (e := t.exception()) is not None]
         if not failed:
             return [t.result() for t in tasks]
-        first = failed[0]
+        first = _cause(failed)
+        if isinstance(first, RankError) and not (first.group_lost or first.model_raised) and pending:
+            _, pending = await asyncio.wait(pending, timeout=GROUP_LOST_GRACE_S)
+            first = _cause([e for t in tasks if t.done() and (e := t.exception()) is not None])
         if isinstance(first, RankError) and first.model_raised and pending:
             _, pending = await asyncio.wait(pending, timeout=MODEL_ERROR_GRACE_S)
         if isinstance(first, RankError):
@@ -67,6 +77,12 @@ async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protoco
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _cause(errors: list[BaseException]) -> BaseException:
+    """The error that explains the others: a rank's lost group (its peers' failures follow
+    from it), else the first in rank order."""
+    return next((e for e in errors if isinstance(e, RankError) and e.group_lost), errors[0])
 
 
 def _kept_group(ranks: list[RankProcess], backend: str, timeout_s: float) -> tuple[str, bool]:
