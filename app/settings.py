@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.core.model_registry import EXAMPLE_MODELS, parse_models
-from app.worker.contract.targets import missing_module
+from app.contract.model_registry import EXAMPLE_MODELS, parse_models
+from app.contract.targets import missing_module
 
 
 class Settings(BaseSettings):

@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx
 from _common import ROOT
 
+from app.contract.rank_command import torchrun_argv
 from app.ports import free_port
 from app.schemas.checks import CHECK_EXAMPLES
-from app.worker.contract.rank_command import torchrun_argv
 from tests.support.servers import serve
 
 

@@ -83,9 +83,9 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     import torch.distributed as dist
     from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+    from app.contract.request import build_spec, check_request
     from app.worker.checks.check_kinds import run_spec
     from app.worker.checks.result_parts import CheckGroup
-    from app.worker.contract.request import build_spec, check_request
     from app.worker.training.workload import load
 
     torch.set_num_threads(1)

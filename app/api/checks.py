@@ -14,8 +14,8 @@ from app.api.exposure import exposure
 from app.api.json_body import JsonBodyRoute
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
+from app.contract.jobs import Job, JobStatus
 from app.core.errors import Conflict, NotFound, Unavailable
-from app.core.jobs import Job, JobStatus
 from app.core.problems import domain_problem, problem_body
 from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (

@@ -19,7 +19,7 @@ from app.cli.progress import Progress, ServerPhase
 from app.cli.requests import plan_body, plan_request
 from app.cli.run_table import chart_format, draw_chart
 from app.client import BatchplanError, CheckTimeout, Json
-from app.core.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType
+from app.contract.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType
 
 CheckRequestFile = Annotated[
     Path | None,

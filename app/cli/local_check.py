@@ -20,10 +20,10 @@ from pydantic import ValidationError
 from app.cli.output import fail, validation_problem_of
 from app.cli.progress import local_phase
 from app.client import Json
+from app.contract.rank_command import RANK_PROGRAM, torchrun_argv
 from app.core.errors import DomainError
 from app.core.problems import domain_problem
 from app.ports import free_port
-from app.worker.contract.rank_command import RANK_PROGRAM, torchrun_argv
 
 # "direct" starts the ranks here; "torchrun" starts one torchrun, which starts them.
 Launcher = Literal["direct", "torchrun"]
@@ -161,10 +161,10 @@ def _outcome(ranks: list[subprocess.Popen[bytes]], folder: Path) -> Json:
 
 def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[Json, int]:
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
-    from app.core.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
+    from app.contract.mesh_spec import mesh_world
+    from app.contract.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
+    from app.contract.request import build_spec, check_request, echoed
     from app.schemas.checks import CheckRequestIn
-    from app.worker.contract.mesh_spec import mesh_world
-    from app.worker.contract.request import build_spec, check_request, echoed
 
     try:
         check = CheckRequestIn.model_validate(body)

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.core.check_options import CheckWorkload, DType, FitOptimizer
-from app.core.model_registry import SYNTHETIC
+from app.contract.check_options import CheckWorkload, DType, FitOptimizer
+from app.contract.model_registry import SYNTHETIC
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from app.core.check_options import (
+from app.contract.check_options import (
     DEFAULT_BACKEND,
     DEFAULT_DTYPE,
     DEFAULT_FIT_LIMIT,
@@ -19,14 +19,14 @@ from app.core.check_options import (
     DType,
     FitOptimizer,
 )
-from app.core.jobs import Job, JobStatus
-from app.core.model_registry import NAME, PROBE_PENDING, SYNTHETIC
+from app.contract.jobs import Job, JobStatus
+from app.contract.model_registry import NAME, PROBE_PENDING, SYNTHETIC
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE, with_examples
 
-# app.core.jobs.JobStatus's values, listed inline in the OpenAPI document (as a Literal would
+# app.contract.jobs.JobStatus's values, listed inline in the OpenAPI document (as a Literal would
 # list them) rather than as a schema of their own: in a job, and as the list's query parameter.
 _STATUSES = [s.value for s in JobStatus]
 Status = Annotated[str, AfterValidator(JobStatus), WithJsonSchema({"type": "string", "enum": _STATUSES})]

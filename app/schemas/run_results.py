@@ -1,6 +1,6 @@
 """HTTP models of what a check of several optimizer steps adds to its result: the run's
 trajectory against the reference run, how its epochs ended, and each run-level control's run
-(app.worker.contract.run_result writes them)."""
+(app.contract.run_result writes them)."""
 
 from __future__ import annotations
 

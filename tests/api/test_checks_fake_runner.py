@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
 
 from app.api.checks import HOLD_S
+from app.contract.spec import CheckSpec
 from app.main import create_app
 from app.settings import Settings
-from app.worker.contract.spec import CheckSpec
 from app.worker.service.runner import RankError
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from support.apps import fake_client
 from support.fake_runner import FakeRunner, passing_result
 
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
+from app.contract.check_result import CheckResult
+from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
 from app.worker.service.runner import CheckOrder
 
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}

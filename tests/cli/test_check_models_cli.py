@@ -75,7 +75,7 @@ def test_a_token_factory_of_another_sequence_length_is_refused_by_the_ranks(run:
     """Here no probe has read the factory's sequences before the ranks start: the rank program
     (what torchrun starts) reads them and every rank refuses alike, in one line, exit 2."""
     plan = ["--gpus-per-node", "2", "--sequence-length", "32", "--global-batch-tokens", "128"]
-    factory = ["--model-factory", "app.worker.token_model:tiny_language_model", "--workload", "tokens"]
+    factory = ["--model-factory", "app.worker.example_models:tiny_language_model", "--workload", "tokens"]
     out = run("check", *plan, "--loss-normalization", "token", *factory)
     assert out.exit_code == 2, out.stderr
     assert "error: /plan/sequence_length: the model's sequences have 16 tokens" in out.stderr

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from app.core.model_registry import SYNTHETIC, parse_models, unknown_model
+from app.contract.model_registry import SYNTHETIC, parse_models, unknown_model
 
 
 def test_entries_by_comma_or_whitespace() -> None:

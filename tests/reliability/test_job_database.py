@@ -23,7 +23,7 @@ from support.polling import hold_ranks, run_check, wait_check, wait_warm
 from support.processes import session_processes
 from support.servers import request, serve, worker_env
 
-from app.core.jobs import JobStatus
+from app.contract.jobs import JobStatus
 from app.main import create_app
 from app.settings import Settings
 from app.worker.service.admission import Admission

@@ -60,7 +60,7 @@ def test_no_shell_eval_exec_pickle_or_dynamic_import_in_the_app() -> None:
 
 
 def test_a_spec_carries_a_model_name_and_nothing_to_import() -> None:
-    from app.worker.contract.spec import CheckSpec
+    from app.contract.spec import CheckSpec
     from app.worker.training import workload
 
     fields = set(CheckSpec.__dataclass_fields__)

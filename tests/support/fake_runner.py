@@ -7,9 +7,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from app.worker.contract.check_result import CheckResult, Comparison, Layout, Setup
-from app.worker.contract.protocol import HostInfo
-from app.worker.contract.timings import Timings
+from app.contract.check_result import CheckResult, Comparison, Layout, Setup
+from app.contract.protocol import HostInfo
+from app.contract.timings import Timings
 from app.worker.service.runner import CheckOrder
 
 

@@ -34,9 +34,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
+from app.contract.run_request import planned_run
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
-from app.worker.contract.run_request import planned_run
 from app.worker.training.samplers import IndexDataset
 from app.worker.training.workload import SyntheticWorkload
 

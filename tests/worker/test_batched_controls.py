@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from app.contract.request import build_spec, check_request
 from app.worker.checks import ddp_check, token_check
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.contract.request import build_spec, check_request
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.workload import load
 from tests.support.gloo_ranks import on_ranks

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from support.fake_runner import FakeRunner
 
-from app.core.model_registry import EXAMPLE_MODELS
+from app.contract.model_registry import EXAMPLE_MODELS
 from app.main import create_app
 from app.settings import Settings
 

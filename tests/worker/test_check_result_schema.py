@@ -20,6 +20,9 @@ pytest.importorskip("torch")
 from pydantic import BaseModel
 from support.one_rank import one_rank_group
 
+from app.contract import protocol
+from app.contract.check_result import CheckResult
+from app.contract.request import build_spec, check_request
 from app.schemas.check_results import (
     CheckResultOut,
     MicroBatchSearchOut,
@@ -33,9 +36,6 @@ from app.schemas.check_results import (
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.contract import protocol
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.request import build_spec, check_request
 from app.worker.training.workload import load
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 from fastapi.testclient import TestClient
 from support.polling import run_check
 
-from app.core.model_registry import EXAMPLE_MODELS, parse_models
+from app.contract.model_registry import EXAMPLE_MODELS, parse_models
 
 pytestmark = pytest.mark.slow
 

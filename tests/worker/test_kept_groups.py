@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.request import build_spec, check_request
+from app.contract.check_result import CheckResult
+from app.contract.request import build_spec, check_request
 from app.worker.service.check_ranks import RANKS_OUTLAST_S
 from app.worker.service.runner import CheckOrder, RankError
 from tests.support.rank_pools import warm_pool
@@ -154,8 +154,8 @@ def test_a_rank_that_lost_its_group_gets_the_check_rerun_on_fresh_ranks() -> Non
     sent to it alone, as nothing in the service does): that rank answers at once, its peer
     waits in the check's first collective, and the pool replaces both and runs the check again
     on fresh ranks, which form a group of their own and give the answer of a fresh check."""
+    from app.contract import protocol
     from app.ports import free_port
-    from app.worker.contract import protocol
 
     async def scenario() -> tuple[CheckResult, CheckResult, set[int | None], set[int | None]]:
         async with warm_pool(2) as pool:

@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import check_result, run_check
 
+from app.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 from app.core.errors import field_key
 from app.worker.checks.controls import CONTROLS
-from app.worker.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
 
 pytestmark = pytest.mark.slow
 

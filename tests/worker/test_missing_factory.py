@@ -16,9 +16,9 @@ import pytest
 from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
 
+from app.contract.targets import missing_module
 from app.main import create_app
 from app.settings import Settings
-from app.worker.contract.targets import missing_module
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
@@ -56,7 +56,7 @@ def test_a_module_is_found_as_import_finds_it_without_running_its_package(
 def test_looking_for_torch_imports_no_torch() -> None:
     code = (
         "import sys\n"
-        "from app.worker.contract.targets import missing_module\n"
+        "from app.contract.targets import missing_module\n"
         "assert missing_module('torch.nn.modules.linear:Linear') is None\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
@@ -155,7 +155,7 @@ def test_the_rank_program_refuses_it_in_one_line_before_its_process_group(tmp_pa
     # group (in it, the first rank to exit closed the store under the others, and one of them
     # failed with a connection reset instead).
     tokens = {"plan": TOKEN_PLAN, "workload": "tokens"}
-    factory = "app.worker.token_model:tiny_language_model"
+    factory = "app.worker.example_models:tiny_language_model"
     done = _gradcheck(env, "--request", json.dumps(tokens), "--model-factory", factory, "--timeout-s", "5")
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: /plan/sequence_length: the model's sequences have 16 tokens")

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import torch
 
+from app.contract.request import build_spec, check_request
 from app.worker.checks import probe_answers
 from app.worker.checks.ddp_check import run_ddp_check
 from app.worker.checks.equivalence_probes import PROBE_SEED, seed_devices
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.shards import Shards
-from app.worker.contract.request import build_spec, check_request
 from app.worker.training.workload import Registered
 from tests.support.gloo_ranks import on_ranks
 

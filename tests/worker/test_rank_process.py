@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 
-from app.worker.contract import protocol
+from app.contract import protocol
 from app.worker.service.rank_process import RankProcess
 from app.worker.service.runner import RankDied
 

@@ -28,10 +28,10 @@ from support.polling import run_check
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.request import build_spec, check_request
 from app.worker.checks import equivalence_probes
 from app.worker.checks.ddp_check import run_ddp_check
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.contract.request import build_spec, check_request
 from app.worker.measure.memory import probe
 from app.worker.training.sync_batch_norm import as_batch_norm
 from app.worker.training.workload import Registered, raised_by_model

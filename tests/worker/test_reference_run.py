@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
-from app.worker.samplers import ProportionalSampler
 from app.worker.training.reference_run import reference_run, step_indices
+from app.worker.training.samplers import ProportionalSampler
 
 UNEVEN = {
     "topology": node_groups(("fast", 1, 2, 2.0), ("slow", 1, 1, 1.0)),

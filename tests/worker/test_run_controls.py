@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+from app.contract.request import build_spec, check_request
+from app.contract.run_request import DEFAULT_RUN_RECIPE, planned_run
 from app.worker.checks.run_controls import run_controls
-from app.worker.contract.request import build_spec, check_request
-from app.worker.contract.run_request import DEFAULT_RUN_RECIPE, planned_run
 from app.worker.training.plan_steps import dataset_size, run_steps
 
 FOUR = {"num_nodes": 1, "gpus_per_node": 4}

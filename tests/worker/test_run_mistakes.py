@@ -23,13 +23,13 @@ pytest.importorskip("torch")
 import torch
 from support.one_rank import one_rank_group
 
+from app.contract.request import build_spec, check_request
+from app.contract.run_request import planned_run
 from app.ports import free_port
 from app.worker.checks import run_referee
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_controls import RUN_CONTROLS, run_controls
-from app.worker.contract.request import build_spec, check_request
-from app.worker.contract.run_request import planned_run
 from app.worker.training.reference_run import ReferenceTrainer
 from app.worker.training.workload import SyntheticWorkload, load
 

@@ -16,11 +16,11 @@ from support.bodies import fast_and_slow, lonely_rendezvous
 from support.fake_runner import FakeRunner, passing_result
 from support.processes import alive
 
-from app.core.check_options import DEFAULT_NOISE_STEPS
+from app.contract.check_options import DEFAULT_NOISE_STEPS
+from app.contract.check_result import CheckResult
+from app.contract.jobs import Job, JobStatus
+from app.contract.request import build_spec, check_request
 from app.core.errors import DomainError
-from app.core.jobs import Job, JobStatus
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.request import build_spec, check_request
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution
 from app.worker.service.limits import Limits
@@ -144,7 +144,7 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
     the service's deadline ends a check in its own words, never a rank's store timeout that
     fires at the same instant (seen in CI as "DistStoreError: wait timeout after 4000ms")."""
     pytest.importorskip("torch")
-    from app.worker.contract.options import Rendezvous
+    from app.contract.options import Rendezvous
     from tests.support.rank_pools import warm_pool
 
     body = {"plan": fast_and_slow(2.0, 24)}

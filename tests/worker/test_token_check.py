@@ -20,16 +20,16 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import check_result, run_check
 
+from app.contract.rank_command import torchrun_argv
 from app.ports import free_port
 from app.worker.checks.token_check import TOKEN_CONTROLS, changes_gradient
-from app.worker.contract.rank_command import torchrun_argv
 from app.worker.training.token_model import IGNORE_INDEX, TinyLanguageModel, token_loss, token_sample
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTROLS = ["mean_per_micro_batch", "mean_per_replica", "padding_counted"]
-FACTORY = "app.worker.token_model:tiny_language_model"
+FACTORY = "app.worker.example_models:tiny_language_model"
 # 4 replicas x 2 micro-batches of 2 sequences of 16 tokens: 16 sequences, lengths 1 to 16.
 TOKEN_PLAN: dict[str, Any] = {
     "topology": {"num_nodes": 1, "gpus_per_node": 4},

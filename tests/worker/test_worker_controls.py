@@ -6,9 +6,9 @@ from fractions import Fraction
 
 import pytest
 
+from app.contract.request import build_spec, check_request
+from app.contract.spec import CheckSpec, SpecError, replica_range
 from app.worker.checks.controls import CONTROLS, split_controls, weight_ratio
-from app.worker.contract.request import build_spec, check_request
-from app.worker.contract.spec import CheckSpec, SpecError, replica_range
 
 
 def _spec(body: dict[str, object]) -> CheckSpec:

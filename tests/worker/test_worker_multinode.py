@@ -17,8 +17,8 @@ from support.polling import wait_check, wait_for
 from support.processes import alive
 from support.servers import Server, serve, worker_env
 
+from app.contract.rank_command import torchrun_argv
 from app.ports import free_port
-from app.worker.contract.rank_command import torchrun_argv
 
 pytest.importorskip("torch")
 

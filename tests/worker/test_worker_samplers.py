@@ -126,8 +126,8 @@ def test_an_unshuffled_epoch_of_any_size_is_read_without_building_it() -> None:
 def test_a_check_derives_distributed_samplers_batches_beyond_the_size_it_reads_them(shuffle: bool) -> None:
     """Above REAL_SAMPLER_MAX_SAMPLES a check derives each replica's batches instead of running
     DistributedSampler: the derivation is DistributedSampler's first step there too."""
+    from app.contract.request import build_spec, check_request
     from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES, Shards
-    from app.worker.contract.request import build_spec, check_request
 
     n = REAL_SAMPLER_MAX_SAMPLES + 3
     plan = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.jobs import IllegalTransition, Job, JobStatus
+from app.contract.jobs import IllegalTransition, Job, JobStatus
 from app.worker.service.store import INTERRUPTED, RECENT_JOBS, JobStore
 
 

@@ -1,6 +1,6 @@
 """The proportional sampler as source text, written into the python skeleton of an uneven
 plan: the skeleton is a file users copy, so it cannot import this project. It reads the
-indices `app.worker.samplers.ProportionalSampler` reads (tests/core/test_exports_python_run.py
+indices `app.worker.training.samplers.ProportionalSampler` reads (tests/core/test_exports_python_run.py
 compares the two)."""
 
 PROPORTIONAL_SAMPLER = '''

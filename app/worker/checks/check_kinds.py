@@ -5,14 +5,14 @@ ranks (rank_server) and the rank program under torchrun (gradcheck) share."""
 
 from __future__ import annotations
 
+from app.contract.check_result import CheckResult
+from app.contract.spec import CheckSpec
 from app.worker.checks.ddp_check import run_ddp_check
 from app.worker.checks.mesh_check import run_mesh_check
 from app.worker.checks.mesh_run import run_mesh_run
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_check import run_ddp_run
 from app.worker.checks.token_check import run_token_check
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.spec import CheckSpec
 from app.worker.training.mesh_models import registered_parallelize
 from app.worker.training.workload import Workload
 

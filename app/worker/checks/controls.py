@@ -16,8 +16,8 @@ from typing import TypeVar
 
 import torch
 
-from app.worker.contract.check_result import SkippedControl
-from app.worker.contract.spec import CheckSpec
+from app.contract.check_result import SkippedControl
+from app.contract.spec import CheckSpec
 from app.worker.training.samplers import index_tensor
 
 # How a control's replica reads its data.

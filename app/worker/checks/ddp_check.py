@@ -18,14 +18,14 @@ import torch
 import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.check_result import CheckResult
+from app.contract.spec import CheckSpec, replica_range
+from app.contract.timings import Timer
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
 from app.worker.checks.controls import SampleControl, weigh_controls
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.spec import CheckSpec, replica_range
-from app.worker.contract.timings import Timer
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients

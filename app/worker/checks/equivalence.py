@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
+from app.contract.spec import CheckSpec
 from app.worker.checks.equivalence_probes import different
-from app.worker.contract.spec import CheckSpec
 
 # torchvision's StochasticDepth, timm's DropPath and DropBlock, and the many copies of them.
 _STOCHASTIC_DEPTH = re.compile(r"stochastic_?depth|drop_?path|drop_?block", re.IGNORECASE)

@@ -21,6 +21,10 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DistributedSampler
 
+from app.contract.check_result import CheckResult, SkippedControl
+from app.contract.mesh_spec import mesh_world, wrapper_of
+from app.contract.spec import CheckSpec
+from app.contract.timings import Timer
 from app.core.device_mesh import ORDER
 from app.worker.checks.controls import Control, split_controls
 from app.worker.checks.mesh_controls import (
@@ -33,10 +37,6 @@ from app.worker.checks.mesh_controls import (
 from app.worker.checks.mesh_steps import MeshSteps
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
-from app.worker.contract.check_result import CheckResult, SkippedControl
-from app.worker.contract.mesh_spec import mesh_world, wrapper_of
-from app.worker.contract.spec import CheckSpec
-from app.worker.contract.timings import Timer
 from app.worker.training.assembled_gradient import assembled_gradient
 from app.worker.training.gradients import reference_gradient
 from app.worker.training.mesh_gradients import Share, weighted_mesh_gradients

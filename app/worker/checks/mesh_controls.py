@@ -7,8 +7,8 @@ schedule scales its loss; `mesh_check` runs them on the same mesh as the plan.
 
 from __future__ import annotations
 
+from app.contract.check_result import SkippedControl
 from app.worker.checks.controls import Control, partition
-from app.worker.contract.check_result import SkippedControl
 
 SAMPLER_BY_GLOBAL_RANK = Control(
     "sampler_by_global_rank",

@@ -24,14 +24,14 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
 
+from app.contract.check_result import CheckResult
+from app.contract.run_request import planned_run
+from app.contract.spec import CheckSpec
 from app.core.device_mesh import ORDER
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_referee import Referee
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.run_request import planned_run
-from app.worker.contract.spec import CheckSpec
 from app.worker.training.mesh_models import (
     Parallelize,
     accumulate,

@@ -10,9 +10,7 @@ from typing import Any
 
 import torch
 
-from app.worker.checks import equivalence
-from app.worker.checks.controls import Control
-from app.worker.contract.check_result import (
+from app.contract.check_result import (
     CheckResult,
     Comparison,
     ControlOutcome,
@@ -20,8 +18,10 @@ from app.worker.contract.check_result import (
     Setup,
     SkippedControl,
 )
-from app.worker.contract.spec import CheckSpec, replicas_per_process
-from app.worker.contract.timings import Timer
+from app.contract.spec import CheckSpec, replicas_per_process
+from app.contract.timings import Timer
+from app.worker.checks import equivalence
+from app.worker.checks.controls import Control
 from app.worker.measure.noise_measurement import distrust, not_equivalent_reason
 from app.worker.training.gradients import compare
 

@@ -21,13 +21,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.check_result import CheckResult
+from app.contract.run_request import planned_run
+from app.contract.spec import CheckSpec, replica_range
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_referee import Referee
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.run_request import planned_run
-from app.worker.contract.spec import CheckSpec, replica_range
 from app.worker.training.gradients import Batch, micro_steps
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.replica_feed import replica_steps

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.contract.check_result import SkippedControl
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.checks.controls import Control
-from app.worker.contract.check_result import SkippedControl
 from app.worker.training.plan_steps import dataset_size, run_steps
 from app.worker.training.reference_run import RunVariant
 

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
+from app.contract.check_result import ControlOutcome, SkippedControl
+from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
 from app.core.plan_types import Plan
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.run_controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls
-from app.worker.contract.check_result import ControlOutcome, SkippedControl
-from app.worker.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
 from app.worker.training.gradients import compare
 from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant
 from app.worker.training.token_model import TokenWorkload

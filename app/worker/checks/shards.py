@@ -14,8 +14,8 @@ from itertools import accumulate
 
 from torch.utils.data import DataLoader
 
+from app.contract.spec import CheckSpec
 from app.worker.checks.controls import SAMPLER, SampleControl, WeightedBatch, control_positions
-from app.worker.contract.spec import CheckSpec
 from app.worker.training import samplers
 from app.worker.training.samplers import EpochOrder, IndexDataset, plan_sampler
 

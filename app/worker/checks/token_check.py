@@ -20,14 +20,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.check_result import CheckResult
+from app.contract.sequence_length import sequence_length_warning
+from app.contract.spec import CheckSpec, replica_range
+from app.contract.timings import Timer
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control, partition
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.sequence_length import sequence_length_warning
-from app.worker.contract.spec import CheckSpec, replica_range
-from app.worker.contract.timings import Timer
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from app.core.check_options import DEFAULT_FIT_OPTIMIZER, FIT_OPTIMIZERS
+from app.contract.check_options import DEFAULT_FIT_OPTIMIZER, FIT_OPTIMIZERS
 from app.worker.measure.memory_meter import BudgetExceeded, PeakMemory
 from app.worker.training.workload import LossFn, collate, model_loss, to_device
 

@@ -14,7 +14,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
-from app.core.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER
+from app.contract.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER
+from app.contract.options import FitOptions
+from app.contract.request import replan
+from app.contract.spec import CheckSpec
 from app.core.errors import PlanError
 from app.core.micro_batch_search import (
     Trial,
@@ -22,9 +25,6 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
-from app.worker.contract.options import FitOptions
-from app.worker.contract.request import replan
-from app.worker.contract.spec import CheckSpec
 from app.worker.measure.memory import check_optimizer, probe, resolve_device
 from app.worker.training.workload import LossFn, Workload
 

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.spec import CheckSpec
 from app.core import noise_scale
-from app.worker.contract.spec import CheckSpec
 from app.worker.training.gradients import Batch, ddp_gradient, mean_gradient
 from app.worker.training.workload import Workload
 

@@ -29,15 +29,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from app.core.check_options import BACKENDS, DTYPES
+from app.contract.check_options import BACKENDS, DTYPES
+from app.contract.mesh_spec import mesh_world
+from app.contract.model_registry import SYNTHETIC, TARGET, parse_models
+from app.contract.request import build_spec, check_request
+from app.contract.spec import CheckSpec
 from app.core.errors import DomainError
-from app.core.model_registry import SYNTHETIC, TARGET, parse_models
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.token_check import refuse_before_group
-from app.worker.contract.mesh_spec import mesh_world
-from app.worker.contract.request import build_spec, check_request
-from app.worker.contract.spec import CheckSpec
 from app.worker.rank.backend import choose_backend
 from app.worker.training import mesh_models
 from app.worker.training.workload import load

@@ -30,11 +30,11 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract import protocol
+from app.contract.check_result import CheckResult
+from app.contract.targets import FactoryError
 from app.worker.checks.check_kinds import run_spec
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.contract import protocol
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.targets import FactoryError
 from app.worker.rank import rendezvous
 from app.worker.rank.backend import choose_backend
 from app.worker.rank.kept_group import GroupLost, KeptGroup

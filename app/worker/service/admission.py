@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from app.contract.mesh_spec import refusal as mesh_refusal
+from app.contract.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
+from app.contract.request import build_spec, check_request, echoed
+from app.contract.sequence_length import refuse_another_sequence_length
+from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.core.errors import DomainError, field_key
-from app.core.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
-from app.worker.contract.mesh_spec import refusal as mesh_refusal
-from app.worker.contract.request import build_spec, check_request, echoed
-from app.worker.contract.sequence_length import refuse_another_sequence_length
-from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
 from app.worker.service.submission import Submission

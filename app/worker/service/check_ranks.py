@@ -8,11 +8,11 @@ import asyncio
 import dataclasses
 import uuid
 
+from app.contract import protocol
+from app.contract.check_result import CheckResult
+from app.contract.mesh_spec import mesh_world
+from app.contract.spec import CheckSpec
 from app.ports import free_port
-from app.worker.contract import protocol
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.mesh_spec import mesh_world
-from app.worker.contract.spec import CheckSpec
 from app.worker.service.rank_process import RankProcess
 from app.worker.service.runner import CheckOrder, RankError
 

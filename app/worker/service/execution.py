@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from app.contract.check_result import CheckResult
+from app.contract.jobs import JobStatus
+from app.contract.model_registry import SYNTHETIC
+from app.contract.spec import CheckSpec
 from app.core.errors import NotFound
-from app.core.jobs import JobStatus
-from app.core.model_registry import SYNTHETIC
 from app.logging_setup import job_id_var
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.spec import CheckSpec
 from app.worker.service import reasons
 from app.worker.service.limits import Limits
 from app.worker.service.runner import (

@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from typing import Any
 
-from app.worker.contract.targets import resolve
+from app.contract.targets import resolve
 
 log = logging.getLogger("batchplan.worker")
 

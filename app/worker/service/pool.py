@@ -17,8 +17,8 @@ from collections.abc import Coroutine
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from app.worker.contract import protocol
-from app.worker.contract.check_result import CheckResult
+from app.contract import protocol
+from app.contract.check_result import CheckResult
 from app.worker.service import fork_server
 from app.worker.service.check_ranks import backend_for, ranks_for, run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-from app.worker.contract import protocol
+from app.contract import protocol
 from app.worker.service import fork_server
 from app.worker.service.runner import RankDied, RankError
 

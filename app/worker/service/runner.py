@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.options import Rendezvous
-from app.worker.contract.protocol import HostInfo
-from app.worker.contract.spec import CheckSpec
+from app.contract.check_result import CheckResult
+from app.contract.options import Rendezvous
+from app.contract.protocol import HostInfo
+from app.contract.spec import CheckSpec
 
 
 @dataclass(slots=True)

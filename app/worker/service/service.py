@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.contract.jobs import Job, JobStatus
+from app.contract.model_registry import PROBE_PENDING, SYNTHETIC
 from app.core.errors import Busy, NotFound, Unavailable
-from app.core.jobs import Job, JobStatus
-from app.core.model_registry import PROBE_PENDING, SYNTHETIC
 from app.logging_setup import job_id_var
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.core.jobs import Job, JobStatus
+from app.contract.jobs import Job, JobStatus
 from app.worker.service import store_file
 
 INTERRUPTED = "the server stopped while this check was running; submit it again"

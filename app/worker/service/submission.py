@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.worker.contract.options import Rendezvous
-from app.worker.contract.spec import CheckSpec
+from app.contract.options import Rendezvous
+from app.contract.spec import CheckSpec
 
 
 @dataclass(frozen=True, slots=True)

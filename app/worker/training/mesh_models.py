@@ -22,7 +22,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from app.worker.contract.targets import FactoryError, resolve
+from app.contract.targets import FactoryError, resolve
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 Parallelize = Callable[[nn.Module, DeviceMesh], nn.Module]

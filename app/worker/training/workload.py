@@ -32,8 +32,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from app.core.model_registry import SYNTHETIC
-from app.worker.contract.targets import FactoryError, resolve
+from app.contract.model_registry import SYNTHETIC
+from app.contract.targets import FactoryError, resolve
 from app.worker.training.samplers import index_tensor
 from app.worker.training.sync_batch_norm import as_batch_norm, training_sync_batch_norms
 from app.worker.training.synthetic_model import batch_loss, build_model, half_squared_error, synthetic_batch

@@ -2,6 +2,9 @@
 
     BATCHPLAN_CHECK_MODELS="mlp=app.worker.example_models:mlp,quadratic=app.worker.example_models:quadratic"
 
+`tiny_language_model` is the tokens workload's own model (app.worker.training.token_model), to
+register for `"workload": "tokens"` checks.
+
 Each returns `(model, dataset, loss_fn)` as `app.worker.training.workload` describes. `quadratic` has a
 gradient noise scale known in closed form; the others each show one way a model stops being
 DDP-equivalent.
@@ -16,6 +19,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, TensorDataset
+
+# Registered by its name here, beside the other examples (app.worker.example_models:tiny_language_model).
+from app.worker.training.token_model import tiny_language_model  # noqa: F401
 
 FEATURES, HIDDEN, CLASSES = 12, 32, 5
 SAMPLES = 4096

@@ -14,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from app.contract.mesh_spec import mesh_sizes
 from app.core.errors import InvalidValue
 from app.core.plan_request import plan_request
 from app.core.plan_types import Plan
 from app.core.planner import plan
-from app.worker.contract.mesh_spec import mesh_sizes
 
 DEFAULT_RUN_RECIPE: dict[str, Any] = {"base_lr": 0.1, "rule": "none", "optimizer": "sgd"}
 

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from app.core.check_options import BACKENDS, DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES
+from app.contract.check_options import BACKENDS, DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES
+from app.contract.mesh_spec import mesh_sizes
+from app.contract.model_registry import SYNTHETIC
+from app.contract.options import FitOptions
 from app.core.errors import DomainError
-from app.core.model_registry import SYNTHETIC
 from app.core.plan_types import DatasetSpec, Plan
 from app.core.sampler import even_sampler, proportional_sampler
-from app.worker.contract.mesh_spec import mesh_sizes
-from app.worker.contract.options import FitOptions
 
 
 @dataclass(eq=False)

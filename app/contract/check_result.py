@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from app.worker.contract.run_result import ONE_STEP, RunOutcome
-from app.worker.contract.timings import Timings
+from app.contract.run_result import ONE_STEP, RunOutcome
+from app.contract.timings import Timings
 
 
 def _flat(item: Any) -> dict[str, Any]:

@@ -13,16 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS, DEFAULT_STEPS
+from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS, DEFAULT_STEPS
+from app.contract.model_registry import SYNTHETIC
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.contract.run_request import refuse_for_a_run, run_plan_json
+from app.contract.spec import CheckSpec, SpecError, spec_from_plan
+from app.contract.targets import missing_module
 from app.core.errors import InvalidValue, PlanError, field_key
-from app.core.model_registry import SYNTHETIC
 from app.core.plan_request import plan_request
 from app.core.plan_types import PlanRequest
 from app.core.planner import plan
-from app.worker.contract.options import FitOptions, NoiseOptions, Rendezvous
-from app.worker.contract.run_request import refuse_for_a_run, run_plan_json
-from app.worker.contract.spec import CheckSpec, SpecError, spec_from_plan
-from app.worker.contract.targets import missing_module
 
 
 @dataclass(frozen=True, slots=True)

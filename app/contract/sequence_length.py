@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from app.contract.request import CheckRequest, build_spec
+from app.contract.spec import CheckSpec, SpecError
 from app.core.errors import DomainError
 from app.core.plan_types import PlanRequest
-from app.worker.contract.request import CheckRequest, build_spec
-from app.worker.contract.spec import CheckSpec, SpecError
 
 POINTER = "/plan/sequence_length"
 

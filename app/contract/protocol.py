@@ -16,8 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from app.worker.contract.check_result import CheckResult
-from app.worker.contract.spec import CheckSpec
+from app.contract.check_result import CheckResult
+from app.contract.spec import CheckSpec
 
 
 @dataclass(frozen=True, slots=True)

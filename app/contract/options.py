@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER, DEFAULT_NOISE_STEPS
+from app.contract.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER, DEFAULT_NOISE_STEPS
 
 
 @dataclass(frozen=True, slots=True)
