@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "app" / "core"
+CONTRACT = ROOT / "app" / "contract"
 WORKER = ROOT / "app" / "worker"
 RANK_PROGRAM = WORKER / "rank" / "program.py"
 RANK_SIDE_ROOMS = ("rank", "checks", "measure", "training")
@@ -68,7 +69,24 @@ def worker_files() -> list[Path]:
 
 
 def room_files(*rooms: str) -> list[Path]:
-    return sorted(p for room in rooms for p in (WORKER / room).rglob("*.py"))
+    """The modules of the worker's rooms (`contract`: the check contract, app.contract)."""
+    folders = [CONTRACT if room == "contract" else WORKER / room for room in rooms]
+    assert all(folder.is_dir() for folder in folders), folders
+    return sorted(p for folder in folders for p in folder.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", room_files("contract"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_check_contract_imports_only_the_standard_library_and_the_core(path: Path) -> None:
+    """The schemas and the worker read the same records: torch-free and web-free."""
+    offending = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if module.split(".")[0] not in sys.stdlib_module_names
+        and module != "__future__"
+        and not is_within(module, "app.core")
+        and not is_within(module, "app.contract")
+    ]
+    assert offending == []
 
 
 def ids(path: Path) -> str:
