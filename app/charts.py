@@ -7,6 +7,7 @@ Kept out of app.core: matplotlib is a heavy, optional dependency, and the core i
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 
@@ -78,7 +79,7 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
     return buffer.getvalue()
 
 
-def trajectory_chart(result: dict[str, Any], fmt: str, title: str) -> bytes:
+def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
     """A check's run (its result's JSON): the loss at every optimizer step of the plan's run, the
     reference run's and each run-level control's, and the lr each stepped with."""
     trajectory = result["trajectory"]

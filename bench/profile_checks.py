@@ -74,6 +74,22 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
         2,
         {"plan": _plan(2, global_batch_size=1 << 18, micro_batch_size=1 << 15, loss_reduction="sum")},
     ),
+    # Runs of several steps, after the first step's check (the run kinds).
+    "ddp4_run8": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4), "steps": 8}),
+    "tokens4_run6": (
+        4,
+        {
+            "plan": _plan(
+                4,
+                sequence_length=16,
+                global_batch_tokens=32 * 16,
+                micro_batch_tokens=4 * 16,
+                loss_normalization="token",
+            ),
+            "steps": 6,
+        },
+    ),
+    "dp2_x_tp2_run6": (4, {"plan": _mesh({"tensor": 2}), "steps": 6}),
 }
 
 
@@ -83,8 +99,9 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     import torch.distributed as dist
     from torch._C._distributed_c10d import PrefixStore, TCPStore
 
+    from app.contract.codec import encode
     from app.contract.request import build_spec, check_request
-    from app.worker.checks.check_kinds import run_spec
+    from app.worker.checks.driver import run_spec
     from app.worker.checks.result_parts import CheckGroup
     from app.worker.training.workload import load
 
@@ -118,7 +135,7 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     if rank != 0:
         return
     last = results[-1]
-    payload = last.to_json()
+    payload = encode(last)
     stats_text = ""
     if profiler is not None:
         buffer = io.StringIO()
@@ -157,7 +174,7 @@ def _one_tree(tree: Path, case: str, runs: int) -> dict[str, Any]:
         subprocess.run(
             [
                 sys.executable,
-                str(HERE / "profile_checks.py"),
+                str(tree / "bench" / "profile_checks.py"),  # each tree's own: names differ
                 "--case",
                 case,
                 "--runs",

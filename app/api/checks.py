@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -25,6 +27,7 @@ from app.schemas.checks import (
     CheckRequestIn,
     HostOut,
     StatusQuery,
+    job_json,
 )
 from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
@@ -92,7 +95,7 @@ def not_finished(job: Job) -> Conflict:
     )
 
 
-def _trajectory_of(job: Job) -> dict[str, Any]:
+def _trajectory_of(job: Job) -> Mapping[str, Any]:
     """The finished job's result, when it holds a run; else the problem that says why not."""
     if not job.status.finished:
         raise not_finished(job)
@@ -159,9 +162,20 @@ async def _service(request: Request) -> CheckService:
 Service = Annotated[CheckService, Depends(_service)]
 
 
+def _json(body: dict[str, Any]) -> bytes:
+    # As Starlette's JSONResponse writes it; the documented models (response_model) are not
+    # validated again on the way out: the stored result is the rank's, through the codec.
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _job_response(job: Job, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(_json(job_json(job)), status_code, headers, media_type="application/json")
+
+
 @router.post(
     "/checks",
     status_code=202,
+    response_model=CheckJobOut,
     summary="Check a plan with a real DDP step",
     responses={
         202: {"links": {"GetCheck": _TO_GET, "CancelCheck": _TO_CANCEL}},
@@ -176,27 +190,29 @@ Service = Annotated[CheckService, Depends(_service)]
 async def create_check(
     body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],
     service: Service,
-    response: Response,
-) -> CheckJobOut:
+) -> Response:
     """Plan the request, run one data-parallel training step with `torch.distributed` on the
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
-    submission = await asyncio.to_thread(service.prepare, body.model_dump(mode="json"))
+    submission = await asyncio.to_thread(service.prepare, body.to_core(), body.model_dump(mode="json"))
     job = await service.submit(submission)
-    response.headers["Location"] = f"/v1/checks/{job.id}"
-    return CheckJobOut.from_job(job)
+    return _job_response(job, 202, {"Location": f"/v1/checks/{job.id}"})
 
 
-@router.get("/checks", summary="Recent checks, newest first", responses=_PROBLEMS)
+@router.get(
+    "/checks", response_model=CheckListOut, summary="Recent checks, newest first", responses=_PROBLEMS
+)
 async def list_checks(
     service: Service, limit: Annotated[int, Query(ge=1, le=500)] = 50, status: StatusQuery | None = None
-) -> CheckListOut:
+) -> Response:
     wanted = JobStatus(status) if status is not None else None
-    return CheckListOut(checks=[CheckJobOut.from_job(j) for j in await service.list(limit, wanted)])
+    jobs = await service.list(limit, wanted)
+    return Response(_json({"checks": [job_json(j) for j in jobs]}), media_type="application/json")
 
 
 @router.get(
     "/checks/{check_id}",
+    response_model=CheckJobOut,
     summary="One check",
     responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **_PROBLEMS},
 )
@@ -215,9 +231,8 @@ async def get_check(
             examples=[30],
         ),
     ] = None,
-) -> CheckJobOut:
-    job = await service.get(check_id, HOLD_S if wait is None else wait)
-    return CheckJobOut.from_job(job)
+) -> Response:
+    return _job_response(await service.get(check_id, HOLD_S if wait is None else wait))
 
 
 @router.get(
@@ -246,12 +261,12 @@ async def check_trajectory(
 
 @router.delete(
     "/checks/{check_id}",
+    response_model=CheckJobOut,
     summary="Cancel a queued or running check",
     responses={200: {"links": {"GetCheck": _TO_GET}}, **_PROBLEMS, 409: _FINISHED},
 )
-async def cancel_check(check_id: str, service: Service) -> CheckJobOut:
-    job = await service.cancel(check_id)
-    return CheckJobOut.from_job(job)
+async def cancel_check(check_id: str, service: Service) -> Response:
+    return _job_response(await service.cancel(check_id))
 
 
 @router.get("/check-models", summary="The models a check can train", responses=_PROBLEMS)

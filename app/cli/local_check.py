@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -163,7 +164,7 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     """Validate as POST /v1/checks does; the body as the server would store it and the replica count."""
     from app.contract.mesh_spec import mesh_world
     from app.contract.model_registry import SYNTHETIC, TARGET, parse_models, unknown_model
-    from app.contract.request import build_spec, check_request, echoed
+    from app.contract.request import build_spec, echoed
     from app.schemas.checks import CheckRequestIn
 
     try:
@@ -187,11 +188,10 @@ def prepare_local_check(body: Json, model_factory: str | None = None) -> tuple[J
     try:
         # Built as the rank program builds it, so the same requests are refused here, at once.
         # A factory whose module is not here is refused now, not by every rank's traceback.
-        spec = build_spec(
-            check_request({**stored, "model": model_factory or check.model}),
-            factory=factory,
-            factory_flag=model_factory is not None,
-        )
+        request = check.to_core()
+        named = replace(request.options, model=model_factory or check.model)
+        flag = model_factory is not None
+        spec = build_spec(replace(request, options=named), factory=factory, factory_flag=flag)
     except DomainError as err:
         fail(domain_problem(err))
     # A mesh check runs one process per mesh rank: its rank count stands in for the replicas.

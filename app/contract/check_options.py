@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 Backend = Literal["auto", "gloo", "nccl"]
+ProcessGroupBackend = Literal["gloo", "nccl"]  # what `auto` became on the host
 DType = Literal["float64", "float32"]
 CheckWorkload = Literal["synthetic", "tokens"]
 # Whose state the memory probe's optimizer step allocates ("none": weights and gradients only).

@@ -1,36 +1,35 @@
-"""What a gradient check found, as rank 0 returns it: typed here, and `to_json()` gives the
-dict the HTTP API and the stored jobs show (and the rank program prints), key for key;
-`from_json` reads it back where it crosses a process (the TCPStore, the pipe).
+"""What a gradient check found, as rank 0 returns it: typed here, and what the codec writes of
+it is what the job store keeps and GET /v1/checks/{id} serves, key for key
+(schemas/check_results.py documents every key; tests hold the two together).
 
 The verdicts (`passed`, `gradient_matches`, `controls_detected`) are derived from the
 measurements, so they cannot disagree with them. Sections built elsewhere as JSON
-(`ddp_equivalence`, `noise_scale`, `micro_batch_search`) stay dicts.
+(`ddp_equivalence`, `noise_scale`, `micro_batch_search`) stay mappings.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from app.contract.run_result import ONE_STEP, RunOutcome
-from app.contract.timings import Timings
-
-
-def _flat(item: Any) -> dict[str, Any]:
-    """A dataclass's fields in declaration order, values as they are (no deep copy)."""
-    return {f.name: getattr(item, f.name) for f in fields(item)}
+from app.contract.check_options import CheckWorkload, DType, ProcessGroupBackend
+from app.contract.codec import FLAT, named
+from app.contract.run_result import RunOutcome
+from app.contract.timings import Timings, with_setup
+from app.core.plan_types import Split, Wrapper
 
 
 @dataclass(frozen=True, slots=True)
 class Setup:
     """Where and in what precision the check ran."""
 
-    backend: str
+    backend: ProcessGroupBackend
     device: str  # "cpu" or "cuda"
     device_name: str
-    dtype: str
+    dtype: DType
     nnodes: int
     processes: int
 
@@ -44,10 +43,7 @@ class Layout:
     global_batch_size: int
     micro_batch_sizes: tuple[int, ...]  # the distinct sizes, ascending
     gradient_accumulation_steps: int
-    split: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {**_flat(self), "micro_batch_sizes": list(self.micro_batch_sizes)}
+    split: Split
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,28 +81,36 @@ class SkippedControl:
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     model: str
-    ddp_equivalence: dict[str, Any]  # equivalence.verdict's
-    setup: Setup
-    layout: Layout
-    gradient: Comparison
+    ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
+    setup: Setup = field(metadata=FLAT)
+    layout: Layout = field(metadata=FLAT)
+    gradient: Comparison = field(metadata=FLAT)
     controls: tuple[ControlOutcome, ...]
     controls_skipped: tuple[SkippedControl, ...]
     # Whether a replica was read through the plan's real sampler (see checks/shards.py).
     sampler_checked: bool
-    noise_scale: dict[str, Any] | None
-    micro_batch_search: dict[str, Any] | None
-    timings: Timings
+    noise_scale: Mapping[str, Any] | None
+    micro_batch_search: Mapping[str, Any] | None
+    timings: Timings = field(metadata=named("timings_s"))
     torch_version: str
     # The mesh that ran ({"names": [...], "sizes": [...]}, torchtitan's order), None for a
-    # plain DDP check; the data-parallel wrapper: "ddp", "fsdp" or "hsdp".
-    mesh: dict[str, list[Any]] | None = None
-    wrapper: str = "ddp"
+    # plain DDP check; the data-parallel wrapper.
+    mesh: Mapping[str, list[Any]] | None = None
+    wrapper: Wrapper = "ddp"
     # The worker's node in a check across hosts (set by the pool; None under torchrun).
     node_rank: int | None = None
-    workload: str = "synthetic"  # what ran: the spec's, never left for the reader to infer
+    workload: CheckWorkload = "synthetic"  # what ran: the spec's, never left for the reader to infer
     warnings: tuple[str, ...] = ()  # what holds for the check but not for the plan as written
+    steps: int = 1  # optimizer steps trained: 1 is the first step alone
     # A check of several optimizer steps: the run beside the reference run (None: one step).
-    run: RunOutcome | None = None
+    run: RunOutcome | None = field(default=None, metadata=FLAT)
+
+    derived: ClassVar[tuple[str, ...]] = (
+        "passed",
+        "gradient_matches",
+        "controls_detected",
+        "controls_not_applicable",
+    )
 
     @property
     def gradient_matches(self) -> bool:
@@ -125,81 +129,25 @@ class CheckResult:
         first_step = (
             self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
         )
-        return first_step and (self.run is None or self.run.matches)
+        return first_step and (self.run is None or self.run.trajectory_matches)
 
     def with_run(
         self,
+        steps: int,
         run: RunOutcome,
         controls: tuple[ControlOutcome, ...],
         skipped: tuple[SkippedControl, ...],
-        laps: dict[str, float],
     ) -> CheckResult:
-        """This first step's result with the run that followed it: its trajectory, its
-        run-level controls after the first step's, and its phases' times."""
+        """This first step's result with the run that followed it: its trajectory, and its
+        run-level controls after the first step's."""
         return dataclasses.replace(
             self,
+            steps=steps,
             run=run,
             controls=self.controls + controls,
             controls_skipped=self.controls_skipped + skipped,
-            timings=self.timings.with_laps(laps),
         )
 
     def with_setup_time(self, seconds: float) -> CheckResult:
         """This result with the time it took to form the process group (its caller formed it)."""
-        return dataclasses.replace(self, timings=self.timings.with_setup(seconds))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "gradient_matches": self.gradient_matches,
-            "controls_detected": self.controls_detected,
-            "model": self.model,
-            "ddp_equivalence": self.ddp_equivalence,
-            **_flat(self.setup),
-            **self.layout.to_json(),
-            **_flat(self.gradient),
-            "controls": [_flat(c) for c in self.controls],
-            "controls_not_applicable": list(self.controls_not_applicable),
-            "controls_skipped": [_flat(c) for c in self.controls_skipped],
-            "sampler_checked": self.sampler_checked,
-            "noise_scale": self.noise_scale,
-            "micro_batch_search": self.micro_batch_search,
-            "timings_s": self.timings.to_json(),
-            "torch_version": self.torch_version,
-            "mesh": self.mesh,
-            "wrapper": self.wrapper,
-            "node_rank": self.node_rank,
-            "workload": self.workload,
-            "warnings": list(self.warnings),
-            **(self.run.to_json() if self.run is not None else ONE_STEP),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CheckResult:
-        """The result `to_json` wrote (the verdicts are derived again, not read)."""
-        return cls(
-            model=data["model"],
-            ddp_equivalence=data["ddp_equivalence"],
-            setup=Setup(**_fields_of(Setup, data)),
-            layout=Layout(
-                **{**_fields_of(Layout, data), "micro_batch_sizes": tuple(data["micro_batch_sizes"])}
-            ),
-            gradient=Comparison(**_fields_of(Comparison, data)),
-            controls=tuple(ControlOutcome(**c) for c in data["controls"]),
-            controls_skipped=tuple(SkippedControl(**c) for c in data["controls_skipped"]),
-            sampler_checked=data["sampler_checked"],
-            noise_scale=data["noise_scale"],
-            micro_batch_search=data["micro_batch_search"],
-            timings=Timings.from_json(data["timings_s"]),
-            torch_version=data["torch_version"],
-            mesh=data["mesh"],
-            wrapper=data["wrapper"],
-            node_rank=data.get("node_rank"),
-            workload=data.get("workload", "synthetic"),
-            warnings=tuple(data.get("warnings", ())),
-            run=RunOutcome.from_json(data),
-        )
-
-
-def _fields_of(kind: type[Any], data: dict[str, Any]) -> dict[str, Any]:
-    return {f.name: data[f.name] for f in fields(kind)}
+        return dataclasses.replace(self, timings=with_setup(self.timings, seconds))

@@ -1,11 +1,9 @@
-"""A check job and the statuses it moves through, as plain data.
-
-Here rather than in app.worker because the HTTP schemas (a sibling layer of the worker)
-read jobs too; both may import the core.
-"""
+"""A check job and the statuses it moves through, as plain data: the job store writes it,
+the HTTP schemas serve it (`schemas.checks.job_json`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -53,10 +51,10 @@ class Job:
     created_at: str
     # What was submitted, as stored: the request body, the check spec, timeout, rendezvous
     # (the worker's Submission). Its `body` is what the HTTP job shows as `request`.
-    submission: dict[str, Any]
+    submission: Mapping[str, Any]
     started_at: str | None = None
     finished_at: str | None = None
-    result: dict[str, Any] | None = None
+    result: Mapping[str, Any] | None = None  # the codec's JSON of the rank's CheckResult
     error: str | None = None
 
     def check_transition(self, to: JobStatus) -> None:
@@ -66,29 +64,3 @@ class Job:
         if self.status.finished:
             raise IllegalTransition(f"check {self.id} already {self.status}")
         raise IllegalTransition(f"check {self.id} is {self.status}; it cannot become {to}")
-
-    def to_json(self) -> dict[str, Any]:
-        """The job as the store reads it back: every column, plain JSON values."""
-        return {
-            "id": self.id,
-            "status": self.status.value,
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "submission": self.submission,
-            "result": self.result,
-            "error": self.error,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Job:
-        return cls(
-            id=data["id"],
-            status=JobStatus(data["status"]),
-            created_at=data["created_at"],
-            submission=data["submission"],
-            started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"),
-            result=data.get("result"),
-            error=data.get("error"),
-        )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from math import prod
 
 from app.core.device_mesh import full_sizes
-from app.core.plan_types import Plan
+from app.core.plan_types import Plan, Wrapper
 
 # The synthetic model is Linear(8, 16), Tanh, Linear(16, 4) (synthetic_model.py): tensor
 # parallel shards its 16 hidden units, a pipeline stage holds at least one of its 3 layers.
@@ -46,7 +46,7 @@ def mesh_world(sizes: dict[str, int]) -> int:
     return prod(sizes.values())
 
 
-def wrapper_of(sizes: dict[str, int]) -> str:
+def wrapper_of(sizes: dict[str, int]) -> Wrapper:
     if sizes["dp_shard"] == 1:
         return "ddp"
     return "fsdp" if sizes["dp_replicate"] == 1 else "hsdp"

@@ -1,15 +1,17 @@
 """A check's options beyond the plan, typed: the noise-scale measurement, the search for the
-largest micro-batch and the rendezvous of a check across hosts. Each reads the JSON of its
-field in a check request (`from_json`) and writes it back (`to_json`)."""
+largest micro-batch and the rendezvous of a check across hosts. Their JSON is read by the
+codec (`app.contract.codec`): a field's name is its key."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from app.contract.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER, DEFAULT_NOISE_STEPS
+from app.contract.check_options import (
+    DEFAULT_FIT_LIMIT,
+    DEFAULT_FIT_OPTIMIZER,
+    DEFAULT_NOISE_STEPS,
+    FitOptimizer,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +22,6 @@ class NoiseOptions:
     steps: int = DEFAULT_NOISE_STEPS
     learning_rate: float = 0.0
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> NoiseOptions:
-        return cls(int(data.get("steps", DEFAULT_NOISE_STEPS)), float(data.get("learning_rate", 0.0)))
-
 
 @dataclass(frozen=True, slots=True)
 class FitOptions:
@@ -32,21 +30,8 @@ class FitOptions:
 
     memory_bytes: int | None = None
     safety_margin: float | None = None
-    optimizer: str = DEFAULT_FIT_OPTIMIZER
+    optimizer: FitOptimizer = DEFAULT_FIT_OPTIMIZER
     max_micro_batch_size: int = DEFAULT_FIT_LIMIT
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FitOptions:
-        defaults = cls()
-        return cls(
-            memory_bytes=data.get("memory_bytes"),
-            safety_margin=data.get("safety_margin"),
-            optimizer=data.get("optimizer") or defaults.optimizer,
-            max_micro_batch_size=int(data.get("max_micro_batch_size") or defaults.max_micro_batch_size),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +41,3 @@ class Rendezvous:
     endpoint: str
     nnodes: int
     run_id: str
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Rendezvous:
-        return cls(str(data["endpoint"]), int(data["nnodes"]), str(data["run_id"]))
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -1,9 +1,8 @@
-"""The messages between the pool and its warm ranks, one small dataclass each.
+"""The messages between the pool and its warm ranks, one small record each.
 
-On the pipe every message is a plain dict with an "op" key (what `to_dict` writes and
-`from_dict` reads), so both ends stay picklable and free of each other's classes; the spec
-and the result inside are typed on both ends and JSON on the pipe. Torch-free: the web
-process imports this.
+On the pipe every message is what the codec writes of it (JSON values, its "op" first), so
+both ends stay free of each other's classes; the spec and the result inside are typed at
+both ends. Torch-free: the web process imports this.
 
 Pool to rank: `Join` (to a node's leader: meet the other nodes), `Run`, `Exit`.
 Rank to pool: `Ready` once warm, `Models` (what the registered models build), `Joined`,
@@ -12,20 +11,17 @@ Rank to pool: `Ready` once warm, `Models` (what the registered models build), `J
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from app.contract.check_result import CheckResult
+from app.contract.codec import Json, decode, encode
 from app.contract.spec import CheckSpec
 
 
 @dataclass(frozen=True, slots=True)
 class _Message:
     op: ClassVar[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +70,6 @@ class Run(_Message):
     group: str = ""
     reuse: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**_Message.to_dict(self), "spec": self.spec.to_json()}
-
 
 @dataclass(frozen=True, slots=True)
 class Exit(_Message):
@@ -100,9 +93,6 @@ class Ready(_Message):
     pid: int
     host: HostInfo
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "pid": self.pid, **dataclasses.asdict(self.host)}
-
 
 @dataclass(frozen=True, slots=True)
 class Models(_Message):
@@ -120,9 +110,6 @@ class Result(_Message):
     op: ClassVar[str] = "result"
     result: CheckResult
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "result": self.result.to_json()}
-
 
 @dataclass(frozen=True, slots=True)
 class Error(_Message):
@@ -139,22 +126,11 @@ ToRank = Join | Run | Exit
 FromRank = Ready | Models | Joined | Done | Result | Error
 Message = ToRank | FromRank
 
-_PLAIN: dict[str, type[Join | Exit | Models | Joined | Done | Error]] = {
-    cls.op: cls for cls in (Join, Exit, Models, Joined, Done, Error)
-}
+
+def to_pipe(message: Message) -> Json:
+    return encode(message)
 
 
-def from_dict(data: dict[str, Any]) -> Message:
-    op = data.get("op")
-    fields = {k: v for k, v in data.items() if k != "op"}
-    if op == Ready.op:
-        host = {f.name for f in dataclasses.fields(HostInfo)}
-        return Ready(pid=data["pid"], host=HostInfo(**{k: v for k, v in data.items() if k in host}))
-    if op == Run.op:
-        return Run(**{**fields, "spec": CheckSpec.from_json(data["spec"])})
-    if op == Result.op:
-        return Result(CheckResult.from_json(data["result"]))
-    cls = _PLAIN.get(str(op))
-    if cls is None:
-        raise ValueError(f"unknown message op {op!r}")
-    return cls(**fields)
+def from_pipe(data: Json) -> Message:
+    message: Message = decode(Message, data)
+    return message

@@ -1,9 +1,10 @@
-"""A check request as JSON (the body of POST /v1/checks, the rank program's --request) to core
-types, and the one builder of the spec every rank runs: HTTP admission, the rank program
-under torchrun and the local CLI take the same input and refuse the same things.
+"""A check request in core types, and the one builder of the spec every rank runs: HTTP
+admission (`CheckRequestIn.to_core()`), the rank program under torchrun and the local CLI
+(`check_request`, from JSON) build the same request and refuse the same things.
 
-The web layer validates with its schema first; here the core's own checks apply, without
-pydantic. The plan request inside is read by app.core.plan_request, as the HTTP schema's is.
+A request is validated once, where it comes in: the HTTP schema, or `check_request` for JSON
+that did not come through it (its choices against the same Literal types the schema takes,
+its plan's ranges by the core's `request_limits`). From here on the records are trusted.
 """
 
 from __future__ import annotations
@@ -11,52 +12,72 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
-from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, DEFAULT_NOISE_STEPS, DEFAULT_STEPS
+from app.contract.check_options import (
+    DEFAULT_BACKEND,
+    DEFAULT_DTYPE,
+    DEFAULT_NOISE_STEPS,
+    DEFAULT_STEPS,
+    Backend,
+    CheckWorkload,
+    DType,
+)
+from app.contract.codec import decode
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, NoiseOptions, Rendezvous
-from app.contract.run_request import refuse_for_a_run, run_plan_json
+from app.contract.run_request import planned_run, refuse_for_a_run, run_request
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.contract.targets import missing_module
 from app.core.errors import InvalidValue, PlanError, field_key
 from app.core.plan_request import plan_request
-from app.core.plan_types import PlanRequest
+from app.core.plan_types import NodeGroup, PlanRequest
 from app.core.planner import plan
+from app.core.request_limits import check_limits
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOptions:
+    """Everything a check request holds besides its plan, each key as the JSON names it."""
+
+    model: str = SYNTHETIC
+    noise_scale: NoiseOptions | None = None  # None: measured by default for a registered model
+    fit_micro_batch: FitOptions | None = None
+    backend: Backend = DEFAULT_BACKEND
+    dtype: DType = DEFAULT_DTYPE
+    seed: int = 0
+    timeout_s: float | None = None
+    rendezvous: Rendezvous | None = None
+    workload: CheckWorkload | None = None  # None: the plan decides (tokens under loss_normalization token)
+    steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
 
 
 @dataclass(frozen=True, slots=True)
 class CheckRequest:
     plan: PlanRequest
-    plan_json: dict[str, Any]  # the plan as sent: a micro-batch search re-plans from it
-    model: str = SYNTHETIC
-    noise_scale: NoiseOptions | None = None  # None: measured by default for a registered model
-    fit_micro_batch: FitOptions | None = None
-    backend: str = DEFAULT_BACKEND
-    dtype: str = DEFAULT_DTYPE
-    seed: int = 0
-    timeout_s: float | None = None
-    rendezvous: Rendezvous | None = None
-    workload: str | None = None  # None: the plan decides (tokens under loss_normalization token)
-    steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
+    options: CheckOptions = CheckOptions()
+
+    @property
+    def model(self) -> str:
+        return self.options.model
+
+
+_CHOICES = {"backend": Backend, "dtype": DType, "workload": CheckWorkload}
 
 
 def check_request(data: Mapping[str, Any]) -> CheckRequest:
-    noise, fit, rendezvous = data.get("noise_scale"), data.get("fit_micro_batch"), data.get("rendezvous")
-    return CheckRequest(
-        plan=plan_request(data["plan"]),
-        plan_json=dict(data["plan"]),
-        model=data.get("model") or SYNTHETIC,
-        noise_scale=NoiseOptions.from_json(noise) if noise is not None else None,
-        fit_micro_batch=FitOptions.from_json(fit) if fit else None,
-        backend=data.get("backend") or DEFAULT_BACKEND,
-        dtype=data.get("dtype") or DEFAULT_DTYPE,
-        seed=int(data.get("seed") or 0),
-        timeout_s=data.get("timeout_s"),
-        rendezvous=Rendezvous.from_json(rendezvous) if rendezvous else None,
-        workload=data.get("workload"),
-        steps=int(data.get("steps") or DEFAULT_STEPS),
-    )
+    """A check request's JSON that no HTTP schema read (the rank program's --request, a local
+    check): its choices and its plan's ranges checked here, once."""
+    given = {k: v for k, v in data.items() if k != "plan" and v is not None}
+    for key, kind in _CHOICES.items():
+        if key in given and given[key] not in get_args(kind):
+            raise SpecError(f"{key} must be one of {', '.join(get_args(kind))}", f"/{key}")
+    request = plan_request(data["plan"])
+    try:
+        check_limits(request)
+    except PlanError as err:
+        raise err.under("/plan") from None
+    return CheckRequest(request, decode(CheckOptions, _without_nulls(given)))
 
 
 def build_spec(request: CheckRequest, *, factory: str | None = None, factory_flag: bool = False) -> CheckSpec:
@@ -66,41 +87,42 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     `factory`: the model's `package.module:factory` where the caller knows it (a registered
     name's, or the command line's --model-factory with `factory_flag`); a module that is not
     there is refused here, before any rank starts, rather than by every rank's traceback."""
+    options = request.options
     if factory is not None:
-        _refuse_a_missing_factory(request.model, factory, factory_flag)
+        _refuse_a_missing_factory(options.model, factory, factory_flag)
     try:
         planned = plan(request.plan)
-        dataset, run_plan = request.plan.dataset, None
-        if request.steps > 1:
+        dataset, trained = request.plan.dataset, None
+        if options.steps > 1:
             # A run trains the plan with a dataset and a recipe: the request's, or defaults.
-            run_plan = run_plan_json(request.plan_json, planned, request.steps, request.seed)
-            run_request = plan_request(run_plan)
-            planned, dataset = plan(run_request), run_request.dataset
+            trained = run_request(request.plan, planned, options.steps, options.seed)
+            planned, dataset = plan(trained), trained.dataset
     except PlanError as err:
         raise err.under("/plan") from None
-    fit = request.fit_micro_batch
-    if run_plan is not None:
-        refuse_for_a_run(planned, request.steps, fit=fit is not None)
+    fit = options.fit_micro_batch
+    if trained is not None:
+        refuse_for_a_run(planned, options.steps, fit=fit is not None)
     spec = spec_from_plan(
-        planned, dtype=request.dtype, seed=request.seed, backend=request.backend, dataset=dataset
+        planned, dtype=options.dtype, seed=options.seed, backend=options.backend, dataset=dataset
     )
+    workload = options.workload or spec.workload
     spec = dataclasses.replace(
         spec,
-        model=request.model,
+        model=options.model,
         fit=fit,
-        plan_request=request.plan_json if fit else None,
-        workload=request.workload or spec.workload,
-        steps=request.steps,
-        run_plan=run_plan,
+        plan_request=request.plan if fit else None,
+        workload=workload,
+        steps=options.steps,
+        run_plan=None if trained is None else planned_run(trained, on_samples=workload != "tokens"),
     )
     if spec.workload == "tokens":
-        _refuse_for_tokens(spec, request.noise_scale)
+        _refuse_for_tokens(spec, options.noise_scale)
     if spec.mesh is not None:
-        _refuse_for_a_mesh(spec, request.noise_scale)
-    return _with_noise(spec, request.noise_scale)
+        _refuse_for_a_mesh(spec, options.noise_scale)
+    return _with_noise(spec, options.noise_scale)
 
 
-def echoed(body: dict[str, Any], spec: CheckSpec) -> dict[str, Any]:
+def echoed(body: Mapping[str, Any], spec: CheckSpec) -> dict[str, Any]:
     """The request as a job shows it: as sent, with the workload that runs where the plan
     chose it (a token-normalised plan runs tokens), so that no one reads a null and guesses."""
     return {**body, "workload": spec.workload}
@@ -179,30 +201,40 @@ def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
     exists (its message names the field and suggests values)."""
     if spec.plan_request is None:
         raise ValueError("the spec has no plan request to re-plan")
-    data = _without_nulls(spec.plan_request)
-    cap = max_micro_batch_size
-    micro = data.get("micro_batch_size")
+    request, cap = spec.plan_request, max_micro_batch_size
+    micro, accumulation = request.micro_batch_size, request.gradient_accumulation_steps
     if micro is not None and micro > cap:
-        data.pop("micro_batch_size")
-        data.pop("gradient_accumulation_steps", None)
-    data["global_batch_size"] = spec.global_batch_size
-    data["max_micro_batch_size"] = min(data.get("max_micro_batch_size") or cap, cap)
-    for group in data["topology"].get("node_groups") or []:
-        group["max_micro_batch_size"] = min(group.get("max_micro_batch_size") or cap, cap)
-    request = {"plan": data, "dtype": spec.dtype, "seed": spec.seed, "backend": spec.backend}
-    fresh = build_spec(check_request({**request, "workload": spec.workload}))
+        micro, accumulation = None, None
+    topology = request.topology
+    if topology.listed_groups:
+        groups = tuple(_capped(g, cap) for g in topology.node_groups)
+        topology = dataclasses.replace(topology, node_groups=groups)
+    capped = dataclasses.replace(
+        request,
+        topology=topology,
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        global_batch_size=spec.global_batch_size,
+        max_micro_batch_size=min(request.max_micro_batch_size or cap, cap),
+    )
+    options = CheckOptions(dtype=spec.dtype, seed=spec.seed, backend=spec.backend, workload=spec.workload)
+    fresh = build_spec(CheckRequest(capped, options))
     return dataclasses.replace(
         fresh,
         model=spec.model,
         noise_steps=spec.noise_steps,
         noise_learning_rate=spec.noise_learning_rate,
         fit=spec.fit,
-        plan_request=data,
+        plan_request=capped,
     )
 
 
+def _capped(group: NodeGroup, cap: int) -> NodeGroup:
+    return dataclasses.replace(group, max_micro_batch_size=min(group.max_micro_batch_size or cap, cap))
+
+
 def _without_nulls(value: Any) -> Any:
-    """A deep copy without null fields: the re-planned request reads as one a user would send."""
+    """A deep copy without null fields: a field left null takes its default."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):

@@ -12,15 +12,13 @@ what a run needs and the request left out filled in, and the requests it refuses
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from app.contract.mesh_spec import mesh_sizes
 from app.core.errors import InvalidValue
-from app.core.plan_request import plan_request
-from app.core.plan_types import Plan
+from app.core.plan_types import DatasetSpec, LearningRateSpec, LRRule, Optimizer, Plan, PlanRequest
 from app.core.planner import plan
 
-DEFAULT_RUN_RECIPE: dict[str, Any] = {"base_lr": 0.1, "rule": "none", "optimizer": "sgd"}
+DEFAULT_RUN_RECIPE = LearningRateSpec(base_lr=0.1, rule=LRRule.NONE, optimizer=Optimizer.SGD)
 
 
 def default_epoch_steps(steps: int) -> int:
@@ -28,23 +26,22 @@ def default_epoch_steps(steps: int) -> int:
     return max(1, -(-steps // 2))
 
 
-def run_plan_json(plan_json: dict[str, Any], planned: Plan, steps: int, seed: int) -> dict[str, Any]:
-    """The plan request a run of `steps` trains: `plan_json` with a dataset and a recipe where
-    it has none (`planned` is its plan, for the global batch)."""
-    data = dict(plan_json)
-    if data.get("dataset") is None:
-        samples = planned.global_batch_size * default_epoch_steps(steps)
-        data["dataset"] = {"num_samples": samples, "shuffle": True, "seed": seed}
-    if data.get("learning_rate") is None:
-        data["learning_rate"] = dict(DEFAULT_RUN_RECIPE)
-    return data
+def run_request(request: PlanRequest, planned: Plan, steps: int, seed: int) -> PlanRequest:
+    """The plan request a run of `steps` trains: `request` with a dataset and a recipe where it
+    has none (`planned` is its plan, for the global batch)."""
+    dataset = request.dataset or DatasetSpec(
+        num_samples=planned.global_batch_size * default_epoch_steps(steps), shuffle=True, seed=seed
+    )
+    return dataclasses.replace(
+        request, dataset=dataset, learning_rate=request.learning_rate or DEFAULT_RUN_RECIPE
+    )
 
 
-def planned_run(run_plan: dict[str, Any], *, on_samples: bool = False) -> Plan:
-    """The plan a run trains, as every rank plans it from the spec's JSON. `on_samples`: a
-    token-normalised plan checked on the synthetic samples weighs each micro-batch as the mean
-    loss does (data_parallel_size x micro / global), as its first step does (spec.py)."""
-    planned = plan(plan_request(run_plan))
+def planned_run(request: PlanRequest, *, on_samples: bool = False) -> Plan:
+    """The plan a run trains. `on_samples`: a token-normalised plan checked on the synthetic
+    samples weighs each micro-batch as the mean loss does (data_parallel_size x micro /
+    global), as its first step does (spec.py)."""
+    planned = plan(request)
     if not on_samples or all(g.loss_scale is not None for g in planned.replica_groups):
         return planned
     dp, G = planned.data_parallel_size, planned.global_batch_size

@@ -1,13 +1,15 @@
 """What a check of several optimizer steps found beside its first step: the run's trajectory
 against the reference run's, step by step, what the epochs' ends did, and each run-level
-control's trajectory. Typed here; `CheckResult` writes it into its JSON (`to_json`) and reads
-it back (`from_json`). The verdicts are derived from the measurements."""
+control's trajectory. A `CheckResult` lays these keys out in its own object (the codec's
+FLAT), null for a one-step check; the verdicts are derived from the measurements."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from app.contract.codec import named
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,15 +22,16 @@ class TrajectoryStep:
     loss: float  # the run's loss over the step's global batch, weighted as the plan says
     reference_loss: float  # the reference run's, on its own weights
     params_rel_l2: float  # the run's parameters after the step against the reference's
-    valid_tokens: int | None = None  # the step's valid tokens (loss_normalization token)
+    valid_tokens: int | None  # the step's valid tokens (loss_normalization token)
+    within_tolerance: bool  # params_rel_l2 and the loss's relative difference, within the run's tolerance
 
-    def matches(self, tolerance: float) -> bool:
-        loss_off = abs(self.loss - self.reference_loss)
-        return (
-            math.isfinite(self.params_rel_l2)
-            and self.params_rel_l2 <= tolerance
-            and loss_off <= tolerance * abs(self.reference_loss)
-        )
+
+def step_matches(params_rel_l2: float, loss: float, reference_loss: float, tolerance: float) -> bool:
+    return (
+        math.isfinite(params_rel_l2)
+        and params_rel_l2 <= tolerance
+        and abs(loss - reference_loss) <= tolerance * abs(reference_loss)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +50,7 @@ class EpochEnd:
 
     optimizer_steps_per_epoch: int
     epochs_run: int  # epochs the run's steps touched
-    leftover: str  # what happens to the micro-batches after an epoch's last whole step
+    leftover: Literal["dropped"]  # what happens to the micro-batches after an epoch's last whole step
     leftover_micro_steps: int  # per epoch, dropped
     # Samples in each replica's last micro-batch of an epoch when it is short (an even split
     # whose shard is not a multiple of the micro-batch): it is weighted as the plan says, its
@@ -57,66 +60,19 @@ class EpochEnd:
 
 @dataclass(frozen=True, slots=True)
 class RunOutcome:
-    steps: int
     trajectory: tuple[TrajectoryStep, ...]
-    tolerance: float  # per step: parameters' relative L2, and the loss's relative difference
+    # Per step: parameters' relative L2, and the loss's relative difference.
+    tolerance: float = field(metadata=named("run_tolerance"))
     epoch_end: EpochEnd
-    controls: dict[str, tuple[ControlStep, ...]]  # each run-level control that ran, by name
+    # Each run-level control that ran, by name.
+    controls: dict[str, tuple[ControlStep, ...]] = field(metadata=named("control_trajectories"))
+
+    derived: ClassVar[tuple[str, ...]] = ("final_params_rel_l2", "trajectory_matches")
 
     @property
     def final_params_rel_l2(self) -> float:
         return self.trajectory[-1].params_rel_l2 if self.trajectory else math.nan
 
     @property
-    def matches(self) -> bool:
-        return bool(self.trajectory) and all(s.matches(self.tolerance) for s in self.trajectory)
-
-    def to_json(self) -> dict[str, Any]:
-        """The result's keys a run adds (`CheckResult.to_json` writes them, null without a run)."""
-        return {
-            "steps": self.steps,
-            "trajectory": [
-                {**_flat(s), "within_tolerance": s.matches(self.tolerance)} for s in self.trajectory
-            ],
-            "final_params_rel_l2": self.final_params_rel_l2,
-            "trajectory_matches": self.matches,
-            "run_tolerance": self.tolerance,
-            "epoch_end": _flat(self.epoch_end),
-            "control_trajectories": {
-                name: [_flat(s) for s in steps] for name, steps in self.controls.items()
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunOutcome | None:
-        if data.get("trajectory") is None:
-            return None
-        names = {f.name for f in fields(TrajectoryStep)}
-        return cls(
-            steps=data["steps"],
-            trajectory=tuple(
-                TrajectoryStep(**{k: v for k, v in s.items() if k in names}) for s in data["trajectory"]
-            ),
-            tolerance=data["run_tolerance"],
-            epoch_end=EpochEnd(**data["epoch_end"]),
-            controls={
-                name: tuple(ControlStep(**s) for s in steps)
-                for name, steps in data["control_trajectories"].items()
-            },
-        )
-
-
-# A one-step check's values of the keys a run adds.
-ONE_STEP = {
-    "steps": 1,
-    "trajectory": None,
-    "final_params_rel_l2": None,
-    "trajectory_matches": None,
-    "run_tolerance": None,
-    "epoch_end": None,
-    "control_trajectories": None,
-}
-
-
-def _flat(item: Any) -> dict[str, Any]:
-    return {f.name: getattr(item, f.name) for f in fields(item)}
+    def trajectory_matches(self) -> bool:
+        return bool(self.trajectory) and all(s.within_tolerance for s in self.trajectory)

@@ -1,21 +1,31 @@
-"""What a check runs, as plain data: built from a core Plan, sent to every rank as JSON.
+"""What a check runs, typed: built from a core Plan by `request.build_spec`, carried to every
+rank by the codec (the job store, the pipe).
 
 Pure (standard library and `app.core` only): the web process builds specs without torch.
+The request's choices and ranges were checked where it came in (the HTTP schema, or
+`request.check_request` for the rank program's JSON): a spec trusts them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from app.contract.check_options import BACKENDS, DEFAULT_BACKEND, DEFAULT_DTYPE, DTYPES
+from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions
 from app.core.errors import DomainError
-from app.core.plan_types import DatasetSpec, Plan
+from app.core.plan_types import (
+    BatchUnit,
+    DatasetSpec,
+    LossNormalizationName,
+    LossReductionName,
+    Plan,
+    PlanRequest,
+    Split,
+)
 from app.core.sampler import even_sampler, proportional_sampler
 
 
@@ -42,33 +52,33 @@ class CheckSpec:
     data_parallel_size: int
     global_batch_size: int
     gradient_accumulation_steps: int
-    loss_reduction: str
-    split: str  # "even": DistributedSampler; "proportional": ProportionalSampler
+    loss_reduction: LossReductionName
+    split: Split  # "even": DistributedSampler; "proportional": ProportionalSampler
     slices: tuple[ReplicaSlice, ...]
     num_samples: int
     shuffle: bool
     data_seed: int
     drop_last: bool
     total_size: int  # the sampler's padded/truncated epoch length
-    dtype: str = DEFAULT_DTYPE
+    dtype: DType = DEFAULT_DTYPE
     seed: int = 0
-    backend: str = DEFAULT_BACKEND
+    backend: Backend = DEFAULT_BACKEND
     model: str = SYNTHETIC  # a registered name; the worker resolves it when the check runs
     noise_steps: int = 0  # optimizer steps that measure the gradient noise scale
     noise_learning_rate: float = 0.0  # SGD between those steps; 0 measures at the start weights
     fit: FitOptions | None = None  # find the largest micro-batch that fits, then re-plan
-    plan_request: dict[str, Any] | None = None  # the plan request as JSON, for that re-plan
+    plan_request: PlanRequest | None = None  # the plan request, for that re-plan
     # "synthetic" (samples) or "tokens" (checks/token_check.py), with the plan's token settings.
-    workload: str = "synthetic"
+    workload: CheckWorkload = "synthetic"
     sequence_length: int | None = None
-    loss_normalization: str = "sample"
-    batch_unit: str = "samples"  # what the plan request counted its batch in ("tokens": token fields)
+    loss_normalization: LossNormalizationName = "sample"
+    batch_unit: BatchUnit = "samples"  # what the plan request counted its batch in
     # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
     mesh: dict[str, int] | None = None
-    # Optimizer steps to train (1: the one-step check); above 1, the plan request the run trains
+    # Optimizer steps to train (1: the one-step check); above 1, the plan the run trains
     # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
     steps: int = 1
-    run_plan: dict[str, Any] | None = None
+    run_plan: Plan | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -87,37 +97,17 @@ class CheckSpec:
         dp, G = self.data_parallel_size, self.global_batch_size
         return Fraction(dp * micro_batch_size, G) if self.loss_reduction == "mean" else Fraction(dp, G)
 
-    def to_json(self) -> dict[str, Any]:
-        """The spec as JSON values: what the job store keeps and the pipe carries."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CheckSpec:
-        """The spec `to_json` wrote; a key it does not know is a TypeError."""
-        fit = data.get("fit")
-        return cls(
-            **{
-                **data,
-                "slices": tuple(ReplicaSlice(**s) for s in data["slices"]),
-                "fit": FitOptions(**fit) if fit is not None else None,
-            }
-        )
-
 
 def spec_from_plan(
     plan: Plan,
     *,
-    dtype: str = DEFAULT_DTYPE,
+    dtype: DType = DEFAULT_DTYPE,
     seed: int = 0,
-    backend: str = DEFAULT_BACKEND,
+    backend: Backend = DEFAULT_BACKEND,
     dataset: DatasetSpec | None = None,
 ) -> CheckSpec:
     """The first optimizer step of `plan`. Without a dataset the epoch is exactly one global
     batch, shuffled with the check's seed."""
-    if dtype not in DTYPES:
-        raise SpecError(f"dtype must be one of {', '.join(DTYPES)}", "/dtype")
-    if backend not in BACKENDS:
-        raise SpecError(f"backend must be one of {', '.join(BACKENDS)}", "/backend")
     data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     slices = tuple(

@@ -1,59 +1,41 @@
-"""Where a check's time went on rank 0: a lap per phase, the rank's total, (set by the caller
-that formed the process group) how long forming the group took and (set by the service) how
-long the check ran, waited and took in all."""
+"""Where a check's time went on rank 0, as the result's `timings_s` shows it: a lap per phase in
+the order the phases ran, the rank's total (`rank_total`), then, where set, how long forming
+the process group took (`init_process_group`, by the caller that formed it) and how long the
+check ran, waited and took in all (`check`, `queued`, `end_to_end`, by the service). A plain
+mapping of names to seconds: it is the JSON itself."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+
+Timings = dict[str, float]
+
+RANK_TOTAL = "rank_total"
+_AFTER_LAPS = (RANK_TOTAL, "init_process_group", "check", "queued", "end_to_end")
 
 
-@dataclass(frozen=True, slots=True)
-class Timings:
-    laps: Mapping[str, float]  # phase name to seconds, in the order the phases ran
-    rank_total: float
-    init_process_group: float | None = None
-    # Set by the service that ran the check: the check's whole run, its wait in the queue,
-    # and both (None under torchrun, where no service runs it).
-    check: float | None = None
-    queued: float | None = None
-    end_to_end: float | None = None
-
-    def with_laps(self, laps: Mapping[str, float]) -> Timings:
-        """These timings and phases that ran after them on the same rank (a run's)."""
-        return dataclasses.replace(
-            self, laps={**self.laps, **laps}, rank_total=round(self.rank_total + sum(laps.values()), 6)
-        )
-
-    def with_setup(self, seconds: float) -> Timings:
-        return dataclasses.replace(self, init_process_group=round(seconds, 6))
-
-    def with_service(self, check: float, queued: float | None, end_to_end: float | None) -> Timings:
-        return dataclasses.replace(
-            self, check=_rounded(check), queued=_rounded(queued), end_to_end=_rounded(end_to_end)
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {**self.laps, "rank_total": self.rank_total}
-        for name in _OPTIONAL:
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, float]) -> Timings:
-        laps = {k: v for k, v in data.items() if k != "rank_total" and k not in _OPTIONAL}
-        return cls(laps, data["rank_total"], **{k: data.get(k) for k in _OPTIONAL})
+def _laps(timings: Mapping[str, float]) -> dict[str, float]:
+    return {k: v for k, v in timings.items() if k not in _AFTER_LAPS}
 
 
-_OPTIONAL = ("init_process_group", "check", "queued", "end_to_end")
+def _ordered(laps: Mapping[str, float], rest: Mapping[str, float | None]) -> Timings:
+    out = dict(laps)
+    for name in _AFTER_LAPS:
+        value = rest.get(name)
+        if value is not None:
+            out[name] = round(value, 6)
+    return out
 
 
-def _rounded(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds, 6)
+def with_setup(timings: Mapping[str, float], seconds: float) -> Timings:
+    return _ordered(_laps(timings), {**timings, "init_process_group": seconds})
+
+
+def with_service(
+    timings: Mapping[str, float], check: float, queued: float | None, end_to_end: float | None
+) -> Timings:
+    return _ordered(_laps(timings), {**timings, "check": check, "queued": queued, "end_to_end": end_to_end})
 
 
 class Timer:
@@ -70,4 +52,4 @@ class Timer:
         return round(time.perf_counter() - self.started, 6)
 
     def timings(self) -> Timings:
-        return Timings(laps=dict(self.laps), rank_total=self.total())
+        return {**self.laps, RANK_TOTAL: self.total()}

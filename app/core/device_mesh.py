@@ -19,7 +19,7 @@ import functools
 
 from app.core.errors import InvalidValue
 from app.core.integers import nearest
-from app.core.plan_types import DeviceMeshPlan, MeshDimension, Parallelism
+from app.core.plan_types import DeviceMeshPlan, MeshDimension, Parallelism, Wrapper
 from app.core.records import record
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
@@ -41,7 +41,7 @@ class Coordinates:
         return self.dp_replicate * dp_shard_size + self.dp_shard
 
 
-def wrapper(data_parallel_size: int, shard: int) -> str:
+def wrapper(data_parallel_size: int, shard: int) -> Wrapper:
     if shard == 1:
         return "ddp"
     return "fsdp" if shard == data_parallel_size else "hsdp"

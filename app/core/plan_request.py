@@ -11,6 +11,8 @@ here, so that a JSON `2` plans (and serialises) exactly as pydantic's `2.0` does
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields as dataclass_fields
+from dataclasses import is_dataclass
 from enum import Enum
 from typing import Any, TypeVar, cast
 
@@ -125,3 +127,25 @@ def _float_or_none(value: Any) -> float | None:
 
 def _tuple_or_none(values: Any, kind: type[int] | type[float]) -> tuple[Any, ...] | None:
     return None if values is None else tuple(kind(v) for v in values)
+
+
+def request_json(request: core.PlanRequest) -> dict[str, Any]:
+    """`request` as POST /v1/plans takes it, null fields left out: `plan_request` reads it
+    back as the same request (a re-planned request a user can send as it is)."""
+    data: dict[str, Any] = _json_of(request)
+    topology = request.topology
+    if not topology.listed_groups:
+        (group,) = topology.node_groups
+        data["topology"] = {"num_nodes": group.num_nodes, "gpus_per_node": group.gpus_per_node}
+    return data
+
+
+def _json_of(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        items = ((f.name, getattr(value, f.name)) for f in dataclass_fields(value))
+        return {name: _json_of(v) for name, v in items if v is not None and name != "listed_groups"}
+    if isinstance(value, tuple | list):
+        return [_json_of(v) for v in value]
+    return value

@@ -3,7 +3,17 @@ app.core.plan_types re-exports them beside the inputs."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from app.core.records import record
+
+# The enumerated values of the answer's fields (the request's enums' values, in plan_types).
+Split = Literal["even", "proportional"]  # DistributedSampler, or micro-batches that differ by replica
+DivisibilityName = Literal["exact", "round_down", "round_up", "balance"]
+LossReductionName = Literal["mean", "sum"]
+Wrapper = Literal["ddp", "fsdp", "hsdp"]
+LossNormalizationName = Literal["sample", "token"]
+BatchUnit = Literal["samples", "tokens"]  # what a request counted its batch in
 
 
 @record
@@ -45,7 +55,7 @@ class SamplerPlan:
     # them: "dropped" (skipped; the next epoch starts a new step), in every export and the
     # reference run alike.
     leftover_micro_steps: int = 0
-    leftover: str = "dropped"
+    leftover: Literal["dropped"] = "dropped"
 
 
 @record
@@ -122,7 +132,7 @@ class DeviceMeshPlan:
     data_parallel_replicate: int
     data_parallel_shard: int
     expert: int
-    wrapper: str  # "ddp", "fsdp" or "hsdp"
+    wrapper: Wrapper
     init_device_mesh: str  # the call, to paste
 
 
@@ -136,9 +146,9 @@ class Plan:
     micro_batch_size: int | None  # None when replica groups differ
     gradient_accumulation_steps: int
     replica_groups: tuple[ReplicaGroup, ...]
-    split: str  # "even" or "proportional"
-    divisibility: str
-    loss_reduction: str
+    split: Split
+    divisibility: DivisibilityName
+    loss_reduction: LossReductionName
     sampler: SamplerPlan | None
     learning_rate: LearningRatePlan | None
     warnings: tuple[str, ...]
@@ -153,9 +163,9 @@ class TokenPlan:
     """The plan counted in tokens (app.core.tokens). Counts are None without sequence_length,
     and per-replica ones also when replicas take different micro-batches."""
 
-    unit: str  # "tokens" or "samples": what the request gave its batch in
+    unit: BatchUnit
     sequence_length: int | None
-    loss_normalization: str
+    loss_normalization: LossNormalizationName
     tokens_per_micro_batch: int | None  # per data-parallel replica
     tokens_per_step: int | None  # per optimizer step, all replicas
     tokens_per_epoch: int | None  # what the sampler's epoch feeds, padding included

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
-from app.core.errors import InvalidValue, PlanError, field_key, passes
+from app.core.errors import InvalidValue, PlanError, passes
 from app.core.explain import explain, mesh_sentences
 from app.core.field_suggestions import with_request_fields
 from app.core.noise_scale import efficiency, readable
 from app.core.plan_types import (
-    MAX_SAFE_INTEGER,
     BatchEfficiency,
     LossNormalization,
     LossReduction,
@@ -25,73 +23,6 @@ from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
 from app.core.topology import Layout, resolve_layout, validate_topology
-
-
-def _check_counts(request: PlanRequest) -> None:
-    """The ranges of CONTRACT.md "Limits"; the HTTP schema enforces them too, earlier."""
-    counts: list[tuple[str, int | None, int]] = [
-        ("/global_batch_size", request.global_batch_size, 1),
-        ("/micro_batch_size", request.micro_batch_size, 1),
-        ("/gradient_accumulation_steps", request.gradient_accumulation_steps, 1),
-        ("/max_micro_batch_size", request.max_micro_batch_size, 1),
-        ("/parallelism/tensor", request.parallelism.tensor, 1),
-        ("/parallelism/pipeline", request.parallelism.pipeline, 1),
-        ("/parallelism/context", request.parallelism.context, 1),
-        ("/parallelism/data_parallel_shard", request.parallelism.data_parallel_shard, 1),
-        ("/parallelism/expert", request.parallelism.expert, 1),
-    ]
-    if request.dataset is not None:
-        counts += [
-            ("/dataset/num_samples", request.dataset.num_samples, 1),
-            ("/dataset/seed", request.dataset.seed, 0),
-            ("/dataset/epochs", request.dataset.epochs, 1),
-        ]
-    lr = request.learning_rate
-    if lr is not None:
-        counts += [
-            ("/learning_rate/base_batch_size", lr.base_batch_size, 1),
-            ("/learning_rate/warmup_steps", lr.warmup_steps, 0),
-            ("/learning_rate/train_steps", lr.train_steps, 1),
-            ("/learning_rate/train_samples", lr.train_samples, 1),
-        ]
-        for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
-            if not (math.isfinite(value) and value > 0):
-                raise InvalidValue(f"{pointer.rsplit('/', 1)[1]} must be finite and > 0", pointer=pointer)
-        epochs = lr.warmup_epochs
-        if epochs is not None and not (math.isfinite(epochs) and epochs >= 0):
-            raise InvalidValue(
-                "warmup_epochs must be finite and >= 0", pointer="/learning_rate/warmup_epochs"
-            )
-        for beta in lr.betas:
-            if not 0 <= beta < 1:
-                raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
-    noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
-    if noise is not None and not (math.isfinite(noise) and noise > 0):
-        raise InvalidValue("gradient_noise_scale must be finite and > 0", pointer="/gradient_noise_scale")
-    if stderr is not None:
-        if noise is None:
-            raise InvalidValue(
-                "gradient_noise_scale_stderr is the uncertainty of gradient_noise_scale: give "
-                "the noise scale too",
-                pointer="/gradient_noise_scale",
-            )
-        if not (math.isfinite(stderr) and stderr >= 0):
-            raise InvalidValue(
-                "gradient_noise_scale_stderr must be finite and >= 0",
-                pointer="/gradient_noise_scale_stderr",
-            )
-    for pointer, number, low in counts:
-        # A plain int in range, the usual case, is one type test and one comparison.
-        if number is None or (type(number) is int and low <= number <= MAX_SAFE_INTEGER):
-            continue
-        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
-            name = pointer.rsplit("/", 1)[1]
-            nearest_ok = min(max(number, low), MAX_SAFE_INTEGER) if isinstance(number, int) else low
-            raise InvalidValue(
-                f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
-                pointer=pointer,
-                suggestions={field_key(pointer): [nearest_ok]},
-            )
 
 
 def _replica_groups(
@@ -138,7 +69,7 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
         return None, []
     try:
         e = efficiency(global_batch, noise, stderr)
-    except ValueError:  # the one way past _check_counts: B / B_noise overflows
+    except ValueError:  # the one way past the limits (request_limits): B / B_noise overflows
         raise InvalidValue(
             f"gradient_noise_scale {noise:g} is too small for global batch {global_batch}: "
             f"their ratio overflows",
@@ -174,6 +105,13 @@ def plan(request: PlanRequest) -> Plan:
 
 
 def _plan_or_raise(request: PlanRequest) -> Plan:
+    if request.gradient_noise_scale_stderr is not None and request.gradient_noise_scale is None:
+        # A rule between two fields, which no field's own range states (request_limits.py).
+        raise InvalidValue(
+            "gradient_noise_scale_stderr is the uncertainty of gradient_noise_scale: give the noise "
+            "scale too",
+            pointer="/gradient_noise_scale",
+        )
     try:
         return _plan(in_samples(request, _plan_or_raise))
     except PlanError as err:
@@ -185,7 +123,6 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
 
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
-    _check_counts(request)
     layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
@@ -250,8 +187,8 @@ def _plan(request: PlanRequest) -> Plan:
         gradient_accumulation_steps=g,
         replica_groups=groups,
         split="even" if common is not None else "proportional",
-        divisibility=str(request.divisibility),
-        loss_reduction=str(request.loss_reduction),
+        divisibility=request.divisibility.value,
+        loss_reduction=request.loss_reduction.value,
         sampler=sampler,
         learning_rate=lr_plan,
         warnings=tuple(warnings),

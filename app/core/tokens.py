@@ -25,6 +25,7 @@ from app.core.integers import nearest
 from app.core.learning_rate import plan_learning_rate
 from app.core.plan_types import (
     MAX_SAFE_INTEGER,
+    BatchUnit,
     LearningRatePlan,
     LossNormalization,
     Plan,
@@ -182,7 +183,7 @@ def token_plan(request: PlanRequest, plan: Plan) -> tuple[TokenPlan | None, list
     seq, norm = request.sequence_length, request.loss_normalization
     if seq is None and norm is LossNormalization.SAMPLE:
         return None, [], []
-    unit = "tokens" if any(getattr(request, t) is not None for t in TOKEN_FIELDS) else "samples"
+    unit: BatchUnit = "tokens" if any(getattr(request, t) is not None for t in TOKEN_FIELDS) else "samples"
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     micro = plan.micro_batch_size
     formula = None

@@ -21,6 +21,8 @@ from app.contract.check_options import (
 )
 from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import NAME, PROBE_PENDING, SYNTHETIC
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
 from app.schemas.plan_requests import PlanRequestIn
@@ -141,6 +143,29 @@ class CheckRequestIn(BaseModel):
         "optimizer steps, so it crosses an epoch boundary.",
     )
 
+    def to_core(self) -> CheckRequest:
+        """The request in core types, as /v1/plans reads its plan: validated once, here."""
+        noise, fit, meet = self.noise_scale, self.fit_micro_batch, self.rendezvous
+        return CheckRequest(
+            self.plan.to_core(),
+            CheckOptions(
+                model=self.model,
+                noise_scale=NoiseOptions(noise.steps, noise.learning_rate) if noise else None,
+                fit_micro_batch=FitOptions(
+                    fit.memory_bytes, fit.safety_margin, fit.optimizer, fit.max_micro_batch_size
+                )
+                if fit
+                else None,
+                backend=self.backend,
+                dtype=self.dtype,
+                seed=self.seed,
+                timeout_s=self.timeout_s,
+                rendezvous=Rendezvous(meet.endpoint, meet.nnodes, meet.run_id) if meet else None,
+                workload=self.workload,
+                steps=self.steps,
+            ),
+        )
+
 
 class CheckJobOut(BaseModel):
     id: str
@@ -158,18 +183,22 @@ class CheckJobOut(BaseModel):
         "runs (a token-normalised plan runs tokens unless the request says otherwise).",
     )
 
-    @classmethod
-    def from_job(cls, job: Job) -> CheckJobOut:
-        return cls(
-            id=job.id,
-            status=job.status,
-            created_at=job.created_at,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            result=CheckResultOut.model_validate(job.result) if job.result is not None else None,
-            error=job.error,
-            request=job.submission.get("body"),
-        )
+
+def job_json(job: Job) -> dict[str, Any]:
+    """The job as `CheckJobOut` documents it, from what the store holds: its result is the
+    codec's JSON of the rank's CheckResult, served as it is stored, not validated again on
+    every GET (tests/worker/test_check_result_schema.py holds that the model would serve it
+    unchanged)."""
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "result": job.result,
+        "error": job.error,
+        "request": job.submission.get("body"),
+    }
 
 
 class CheckModelOut(BaseModel):

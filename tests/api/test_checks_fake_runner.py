@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
 
 from app.api.checks import HOLD_S
+from app.contract.codec import decode, encode
 from app.contract.spec import CheckSpec
 from app.main import create_app
 from app.settings import Settings
@@ -58,7 +59,7 @@ def test_a_check_runs_on_the_runner_and_its_result_is_recorded(
     assert order.job_id == job["id"] and order.timeout_s == 30 and order.rendezvous is None
     assert order.model_target is None  # the built-in model
     # What the ranks receive: the spec through JSON, as the job store and the pipe carry it.
-    assert CheckSpec.from_json(json.loads(json.dumps(order.spec.to_json()))) == order.spec
+    assert decode(CheckSpec, json.loads(json.dumps(encode(order.spec)))) == order.spec
     assert order.spec.data_parallel_size == 2
     host = client.get("/v1/host").json()
     assert host["ready"] and host["warm_processes"] == 2 and host["torch_version"] == "fake"

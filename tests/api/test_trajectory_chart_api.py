@@ -30,13 +30,14 @@ class RunRunner(FakeRunner):
             return result
         steps = order.spec.steps
         trajectory = tuple(
-            TrajectoryStep(k, k // 2, 0.1 * (k + 1), 2.0 - 0.1 * k, 2.0 - 0.1 * k, 0.0) for k in range(steps)
+            TrajectoryStep(k, k // 2, 0.1 * (k + 1), 2.0 - 0.1 * k, 2.0 - 0.1 * k, 0.0, None, True)
+            for k in range(steps)
         )
         control = tuple(ControlStep(k, 0.1, 2.0 - 0.05 * k, 0.01 * k) for k in range(steps))
         run = RunOutcome(
-            steps, trajectory, 1e-12, EpochEnd(2, 2, "dropped", 0, None), {"set_epoch_missing": control}
+            trajectory, 1e-12, EpochEnd(2, 2, "dropped", 0, None), {"set_epoch_missing": control}
         )
-        return dataclasses.replace(passing_result(order), run=run)
+        return dataclasses.replace(passing_result(order), steps=steps, run=run)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,12 @@ the same plan."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from app.core.plan_request import plan_request
+from app.core.plan_request import plan_request, request_json
 from app.core.plan_types import PlanRequest, Topology
 from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES
@@ -120,3 +121,13 @@ def test_json_numbers_become_the_core_types() -> None:
     assert isinstance(request.gradient_noise_scale, float)
     rate = plan_request(BODIES["every_learning_rate_field"]).learning_rate
     assert rate is not None and rate.betas == (0.8, 0.99) and isinstance(rate.base_lr, float)
+
+
+@pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
+def test_request_json_writes_back_the_request_the_parser_read(body: dict[str, Any]) -> None:
+    """A micro-batch search answers with the re-planned request as JSON (request_json): sent
+    again, it is the same request."""
+    request = plan_request(body)
+    written = request_json(request)
+    assert plan_request(json.loads(json.dumps(written))) == request
+    assert PlanRequestIn.model_validate(written).to_core() == request

@@ -23,7 +23,9 @@ from support.polling import hold_ranks, run_check, wait_check, wait_warm
 from support.processes import session_processes
 from support.servers import request, serve, worker_env
 
+from app.contract.codec import encode
 from app.contract.jobs import JobStatus
+from app.contract.request import check_request
 from app.main import create_app
 from app.settings import Settings
 from app.worker.service.admission import Admission
@@ -131,7 +133,8 @@ def test_a_queued_job_outlasts_a_database_locked_past_the_busy_timeout(tmp_path:
     10 s busy timeout used to die, and with it every later job (queued until a restart)."""
     path = tmp_path / "jobs.sqlite3"
     store = JobStore(path)
-    store.create("a", Admission(LIMITS, {}, FakeRunner(size=1)).prepare({"plan": PLAN}).to_json())
+    body = {"plan": PLAN}
+    store.create("a", encode(Admission(LIMITS, {}, FakeRunner(size=1)).prepare(check_request(body), body)))
     locker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     locker.execute("BEGIN EXCLUSIVE")
     released = threading.Timer(11.0, lambda: locker.execute("ROLLBACK"))

@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from app.contract.run_request import planned_run
+from app.core.plan_request import plan_request
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.training.samplers import IndexDataset
@@ -44,7 +45,7 @@ from app.worker.training.workload import SyntheticWorkload
 def main() -> None:
     mistakes, plan_file, steps_text, out = sys.argv[1:5]
     dist.init_process_group("gloo")
-    plan = planned_run(json.loads(Path(plan_file).read_text()))
+    plan = planned_run(plan_request(json.loads(Path(plan_file).read_text())))
     for mistake in mistakes.split(","):
         record = train(mistake, plan, int(steps_text))
         if dist.get_rank() == 0:

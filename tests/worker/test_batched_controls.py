@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.worker.checks import ddp_check, token_check
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.workload import load
@@ -74,7 +75,7 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         type(workload).independent_samples = independent
         if rank == 0:
             assert batched is not None and one_by_one is not None
-            out[name] = (batched.to_json(), one_by_one.to_json(), list(weighed))
+            out[name] = (encode(batched), encode(one_by_one), list(weighed))
     return out
 
 

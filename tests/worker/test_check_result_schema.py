@@ -1,8 +1,9 @@
 """The result a rank writes is the result the HTTP API documents: every key of a real check's
-CheckResult.to_json() (with a noise-scale measurement and a micro-batch search, so that
+the codec's JSON of a CheckResult (with a noise-scale measurement and a micro-batch search, so that
 every section is filled) is a field of the OpenAPI models, none is left over, and the result
-survives the trips it makes between processes (the TCPStore and the pipe: from_json) and
-through the served model unchanged.
+survives the trips it makes between processes (the job store, the TCPStore and the pipe:
+the codec) unchanged, and the served model would serve it as it is stored: GET serves the
+stored JSON without validating it again.
 
 The checks run in this process, on a real gloo process group of one process.
 """
@@ -22,6 +23,7 @@ from support.one_rank import one_rank_group
 
 from app.contract import protocol
 from app.contract.check_result import CheckResult
+from app.contract.codec import decode, encode
 from app.contract.request import build_spec, check_request
 from app.schemas.check_results import (
     CheckResultOut,
@@ -34,7 +36,7 @@ from app.schemas.check_results import (
     TrialOut,
 )
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training.workload import load
 
@@ -55,7 +57,7 @@ def checked(group: CheckGroup, body: dict[str, Any]) -> dict[str, Any]:
     workload = load(spec.model, MODELS.get(spec.model), spec.seed)
     result = run_spec(spec, group, workload, MODELS.get(spec.model))
     assert result is not None
-    return result.to_json()
+    return dict(encode(result))
 
 
 def keys(model: type[BaseModel]) -> set[str]:
@@ -110,7 +112,8 @@ def test_a_result_crosses_processes_and_the_api_unchanged(
 ) -> None:
     for result in (measured, searched, trained):
         wire = json.loads(json.dumps(result))  # as the TCPStore and the job store hold it
-        typed = CheckResult.from_json(wire)
-        assert typed.to_json() == result
-        assert protocol.from_dict(protocol.Result(typed).to_dict()) == protocol.Result(typed)
+        typed = decode(CheckResult, wire)
+        assert encode(typed) == result
+        message = protocol.Result(typed)
+        assert protocol.from_pipe(json.loads(json.dumps(protocol.to_pipe(message)))) == message
         assert CheckResultOut.model_validate(wire).model_dump(mode="json") == wire

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.worker.checks import probe_answers
-from app.worker.checks.ddp_check import run_ddp_check
+from app.worker.checks.driver import run_spec
 from app.worker.checks.equivalence_probes import PROBE_SEED, seed_devices
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.shards import Shards
@@ -32,7 +33,7 @@ def test_seeding_the_devices_draws_what_torch_manual_seed_draws() -> None:
 
 
 def _deterministic(result: Any) -> dict[str, Any]:
-    return {k: v for k, v in result.to_json().items() if k not in {"timings_s", "setup_s"}}
+    return {k: v for k, v in encode(result).items() if k not in {"timings_s", "setup_s"}}
 
 
 def _kept_answers_are_agreed(rank: int, world: int) -> dict[str, Any]:
@@ -43,15 +44,15 @@ def _kept_answers_are_agreed(rank: int, world: int) -> dict[str, Any]:
     probe = Shards(spec).derived(0)[0]
     key = probe_answers.key_of(torch.float64, CPU, probe, rank, world)
 
-    first = run_ddp_check(spec, group, workload)  # probes, and keeps the answers
+    first = run_spec(spec, group, workload, None)  # probes, and keeps the answers
     held_after_first = probe_answers.kept(workload, key, CPU) is not None
-    second = run_ddp_check(spec, group, workload)  # every rank holds them: used
+    second = run_spec(spec, group, workload, None)  # every rank holds them: used
     other_dtype = probe_answers.key_of(torch.float32, CPU, probe, rank, world)
     held_for_other_dtype = probe_answers.kept(workload, other_dtype, CPU) is not None
     if rank == 1:
         probe_answers._KEPT.clear()  # as a replaced rank process starts
     held_after_one_lost = probe_answers.kept(workload, key, CPU) is not None
-    third = run_ddp_check(spec, group, workload)  # every rank probes again, none waits
+    third = run_spec(spec, group, workload, None)  # every rank probes again, none waits
     return {
         "held": [held_after_first, held_for_other_dtype, held_after_one_lost],
         "results": [_deterministic(r) for r in (first, second, third)] if rank == 0 else None,

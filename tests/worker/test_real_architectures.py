@@ -28,9 +28,10 @@ from support.polling import run_check
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.worker.checks import equivalence_probes
-from app.worker.checks.ddp_check import run_ddp_check
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.measure.memory import probe
 from app.worker.training.sync_batch_norm import as_batch_norm
@@ -68,9 +69,9 @@ def check_here(target: str, noise_steps: int = 0) -> dict[str, Any]:
     built = workload(target)
     request = {"plan": FOUR, "model": built.name, "noise_scale": {"steps": noise_steps}}
     spec = dataclasses.replace(build_spec(check_request(request)), model=built.name)
-    result = run_ddp_check(spec, CheckGroup(0, 1, CPU, "gloo"), built)
+    result = run_spec(spec, CheckGroup(0, 1, CPU, "gloo"), built, None)
     assert result is not None
-    return result.to_json()
+    return encode(result)
 
 
 def findings(result: dict[str, Any]) -> dict[str, dict[str, Any]]:

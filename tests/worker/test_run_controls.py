@@ -10,8 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
-from app.contract.run_request import DEFAULT_RUN_RECIPE, planned_run
+from app.contract.run_request import DEFAULT_RUN_RECIPE
 from app.worker.checks.run_controls import run_controls
 from app.worker.training.plan_steps import dataset_size, run_steps
 
@@ -23,7 +24,7 @@ def _skipped(plan: dict[str, Any], steps: int) -> dict[str, str]:
     """The run-level controls skipped on the run a check of `plan` over `steps` trains."""
     run_plan = build_spec(check_request({"plan": plan, "steps": steps})).run_plan
     assert run_plan is not None
-    _, skipped = run_controls(planned_run(run_plan), steps)
+    _, skipped = run_controls(run_plan, steps)
     return {s.name: s.reason for s in skipped}
 
 
@@ -32,23 +33,32 @@ def test_one_step_is_the_check_as_it_was() -> None:
     before = build_spec(check_request({"plan": plan}))
     assert build_spec(check_request({"plan": plan, "steps": 1})) == before
     assert before.steps == 1 and before.run_plan is None
-    assert before.to_json() == build_spec(check_request({"plan": plan, "steps": 1})).to_json()
+    assert encode(before) == encode(build_spec(check_request({"plan": plan, "steps": 1})))
 
 
 def test_a_run_gets_a_dataset_that_crosses_an_epoch_and_a_recipe_when_the_plan_has_none() -> None:
     plan = {"topology": FOUR, "global_batch_size": 64, "micro_batch_size": 8}
     spec = build_spec(check_request({"plan": plan, "steps": 5, "seed": 9}))
-    assert spec.run_plan is not None
-    assert spec.run_plan["dataset"] == {"num_samples": 64 * 3, "shuffle": True, "seed": 9}
-    assert spec.run_plan["learning_rate"] == DEFAULT_RUN_RECIPE
-    planned = planned_run(spec.run_plan)
+    planned = spec.run_plan
+    assert planned is not None and planned.sampler is not None and planned.learning_rate is not None
+    assert (spec.num_samples, spec.shuffle, spec.data_seed) == (64 * 3, True, 9)
+    assert planned.sampler.total_size == 64 * 3
+    recipe = planned.learning_rate
+    assert (recipe.base_lr, recipe.rule, recipe.optimizer) == (
+        DEFAULT_RUN_RECIPE.base_lr,
+        DEFAULT_RUN_RECIPE.rule,
+        DEFAULT_RUN_RECIPE.optimizer,
+    )
     epochs = [e for e, _ in run_steps(planned, dataset_size(planned), 5)]
     assert epochs == [0, 0, 0, 1, 1]
     assert (spec.num_samples, spec.total_size) == (192, 192)
     # The plan's own dataset and recipe are kept as they are.
     given = {**plan, "dataset": {"num_samples": 1000, "seed": 2}, "learning_rate": WARMUP}
-    kept = build_spec(check_request({"plan": given, "steps": 5})).run_plan
-    assert kept is not None and kept["dataset"] == given["dataset"] and kept["learning_rate"] == WARMUP
+    kept = build_spec(check_request({"plan": given, "steps": 5}))
+    assert kept.run_plan is not None and kept.run_plan.learning_rate is not None
+    assert (kept.num_samples, kept.data_seed) == (1000, 2)
+    assert kept.run_plan.learning_rate.warmup_steps == WARMUP["warmup_steps"]
+    assert kept.run_plan.learning_rate.max_grad_norm == WARMUP["max_grad_norm"]
 
 
 def test_the_scheduler_controls_run_where_the_lr_they_read_differs() -> None:

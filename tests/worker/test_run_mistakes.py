@@ -23,11 +23,13 @@ pytest.importorskip("torch")
 import torch
 from support.one_rank import one_rank_group
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.contract.run_request import planned_run
+from app.core.plan_request import plan_request
 from app.ports import free_port
 from app.worker.checks import run_referee
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_controls import RUN_CONTROLS, run_controls
 from app.worker.training.reference_run import ReferenceTrainer
@@ -92,7 +94,7 @@ def literal(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str
 
 def _fast(mistake: str) -> list[tuple[float, torch.Tensor]]:
     """The control as the check trains it: the reference run with the mistake's variant."""
-    plan = planned_run(PLAN)
+    plan = planned_run(plan_request(PLAN))
     applicable, skipped = run_controls(plan, STEPS)
     assert not skipped, skipped
     [variant] = [v for c, v in applicable if c.name == mistake]
@@ -122,7 +124,7 @@ def test_each_controls_run_is_the_mistake_made_the_literal_way(
 
 
 def _fast_reference() -> torch.Tensor:
-    plan = planned_run(PLAN)
+    plan = planned_run(plan_request(PLAN))
     workload, cpu = SyntheticWorkload(0), torch.device("cpu")
 
     def loss(net: torch.nn.Module, indices: list[int]) -> torch.Tensor:
@@ -144,7 +146,7 @@ def _run(group: CheckGroup) -> dict[str, Any]:
     spec = build_spec(check_request({"plan": PLAN, "steps": STEPS}))
     result = run_spec(spec, group, load(spec.model, None, spec.seed), None)
     assert result is not None
-    return result.to_json()
+    return encode(result)
 
 
 def test_a_reference_of_another_recipe_fails_the_check(

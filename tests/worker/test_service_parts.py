@@ -18,7 +18,9 @@ from support.processes import alive
 
 from app.contract.check_options import DEFAULT_NOISE_STEPS
 from app.contract.check_result import CheckResult
+from app.contract.codec import decode, encode
 from app.contract.jobs import Job, JobStatus
+from app.contract.options import Rendezvous
 from app.contract.request import build_spec, check_request
 from app.core.errors import DomainError
 from app.worker.service.admission import Admission
@@ -26,6 +28,7 @@ from app.worker.service.execution import Execution
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckOrder, CheckRunner, RankError
 from app.worker.service.store import JobStore
+from app.worker.service.submission import Submission
 from app.worker.service.waiters import Waiters
 
 LIMITS = Limits(
@@ -44,8 +47,18 @@ TOKENS = {
 FIT = {"memory_bytes": 1 << 30}
 
 
-def admission(runner: CheckRunner | None = None) -> Admission:
-    return Admission(LIMITS, MODELS, runner or FakeRunner(size=LIMITS.processes_per_host))
+class _Admitted:
+    """An Admission that takes a request's JSON, as the route hands over its validated body."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+
+    def prepare(self, body: dict[str, Any]) -> Submission:
+        return self.admission.prepare(check_request(body), body)
+
+
+def admission(runner: CheckRunner | None = None) -> _Admitted:
+    return _Admitted(Admission(LIMITS, MODELS, runner or FakeRunner(size=LIMITS.processes_per_host)))
 
 
 def test_admission_submits_the_spec_the_rank_program_builds() -> None:
@@ -58,8 +71,8 @@ def test_admission_submits_the_spec_the_rank_program_builds() -> None:
     # A registered model over four replicas measures its noise scale by default.
     assert submission.spec.model == "mlp" and submission.spec.noise_steps == DEFAULT_NOISE_STEPS
     # The job store keeps it as JSON; what comes back is the same submission.
-    stored = json.loads(json.dumps(submission.to_json()))
-    assert type(submission).from_json(stored) == submission
+    stored = json.loads(json.dumps(encode(submission)))
+    assert decode(Submission, stored) == submission
 
 
 REFUSED = {
@@ -96,9 +109,8 @@ def run_jobs(store: JobStore, runner: FakeRunner, bodies: dict[str, dict[str, An
         runner.start()
         execution = Execution(store, runner, LIMITS, MODELS)
         for job_id, body in bodies.items():
-            store.create(job_id, admission(runner).prepare(body).to_json())
-            execution.submitted[job_id] = time.monotonic()
-            execution.enqueue(job_id)
+            store.create(job_id, encode(admission(runner).prepare(body)))
+            execution.enqueue(job_id, submitted=time.monotonic())
         execution.start()
         async with asyncio.timeout(30):
             while not all(store.get(j).status.finished for j in bodies):  # type: ignore[union-attr]
@@ -117,11 +129,11 @@ def test_execution_runs_a_stored_job_and_records_its_result_and_times(tmp_path: 
     assert job.status is JobStatus.SUCCEEDED and job.error is None
     assert order.spec == admission().prepare({"plan": FOUR, "model": "mlp"}).spec  # through the store
     assert order.model_target == MODELS["mlp"] and order.job_id == "a"
-    result = CheckResult.from_json(job.result)  # type: ignore[arg-type]
+    result = decode(CheckResult, job.result)
     timings = result.timings
-    assert timings.check is not None and timings.queued is not None and timings.end_to_end is not None
-    assert timings.end_to_end >= timings.check
-    expected = passing_result(order).to_json()
+    assert {"check", "queued", "end_to_end"} <= set(timings)
+    assert timings["end_to_end"] >= timings["check"]
+    expected = encode(passing_result(order))
     assert {k: v for k, v in job.result.items() if k != "timings_s"} == {  # type: ignore[union-attr]
         k: v for k, v in expected.items() if k != "timings_s"
     }
@@ -144,17 +156,16 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
     the service's deadline ends a check in its own words, never a rank's store timeout that
     fires at the same instant (seen in CI as "DistStoreError: wait timeout after 4000ms")."""
     pytest.importorskip("torch")
-    from app.contract.options import Rendezvous
     from tests.support.rank_pools import warm_pool
 
     body = {"plan": fast_and_slow(2.0, 24)}
 
     async def scenario() -> tuple[CheckResult, BaseException | None, list[int]]:
         async with warm_pool(2) as pool:
-            submission = Admission(LIMITS, {}, pool).prepare(body)
+            submission = Admission(LIMITS, {}, pool).prepare(check_request(body), body)
             result = await pool.run_check(CheckOrder("direct", submission.spec, 60, None, None))
             pids = [r.pid for r in pool.processes if r.pid is not None]
-            lonely = CheckOrder("lonely", submission.spec, 1, Rendezvous.from_json(lonely_rendezvous()), None)
+            lonely = CheckOrder("lonely", submission.spec, 1, decode(Rendezvous, lonely_rendezvous()), None)
             waited: BaseException | None = None
             try:
                 await asyncio.wait_for(pool.run_check(lonely), 4)
@@ -165,7 +176,7 @@ def test_a_rank_pool_runs_a_check_on_warm_ranks_and_leaves_nothing_behind() -> N
     result, waited, pids = asyncio.run(scenario())
     assert result.passed and result.gradient.rel_l2 <= result.gradient.tolerance
     assert result.setup.processes == 2 and result.layout.split == "proportional"
-    assert result.node_rank == 0 and result.timings.check is None  # the service, not the pool, times
+    assert result.node_rank == 0 and "check" not in result.timings  # the service, not the pool, times
     assert isinstance(waited, TimeoutError), waited
     assert len(pids) >= 2 and not any(alive(pid) for pid in pids)
 

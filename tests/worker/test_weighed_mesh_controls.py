@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 import torch
 
+from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.worker.checks import mesh_check
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training import mesh_gradients
 from app.worker.training.workload import load
@@ -100,7 +101,7 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
         mesh_check.weighable, mesh_check.assembled_gradient = WEIGHABLE, ASSEMBLED
         if rank == 0:
             assert weighed is not None and one_by_one is not None
-            out[name] = (weighed.to_json(), one_by_one.to_json(), list(passes))
+            out[name] = (encode(weighed), encode(one_by_one), list(passes))
     return out
 
 

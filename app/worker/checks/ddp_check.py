@@ -2,14 +2,16 @@
 single-process gradient over the same global batch, with deliberately wrong setups
 (controls) that the comparison must catch.
 
-Runs on an initialised default process group: the warm ranks of the worker call
-`run_ddp_check` (through check_kinds), and so does the rank program under torchrun.
+A check kind (kind.py) the driver runs on an initialised default process group, for the warm
+ranks of the worker and the rank program under torchrun alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -18,85 +20,150 @@ import torch
 import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
-from app.contract.check_result import CheckResult
+from app.contract.check_result import CheckResult, SkippedControl
 from app.contract.spec import CheckSpec, replica_range
-from app.contract.timings import Timer
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
 from app.worker.checks.controls import SampleControl, weigh_controls
+from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
-from app.worker.training.workload import Workload, load, model_code
+from app.worker.training.workload import Workload, model_code
 
 
-def run_ddp_check(spec: CheckSpec, group: CheckGroup, workload: Workload | None = None) -> CheckResult | None:
-    """Run the check on an initialised default process group; rank 0 returns the result."""
-    timer = Timer()
-    dtype, device = getattr(torch, spec.dtype), group.device
-    workload = workload or load(spec.model, None, spec.seed)
-    search = None
-    if spec.fit:
-        spec, search = fit_micro_batch(spec, workload, device)
-        timer.lap("micro_batch_search")
-    module = workload.module(dtype, device)
-    _refuse_what_cannot_run(spec, workload, module, device)
-    shards = Shards(spec)
-    timer.lap("model")
-    model, findings = _wrapped(module, workload, spec, shards.derived(0)[0], group)
-    timer.lap("ddp")
-    local = replica_range(group.rank, group.world, spec.data_parallel_size)
-    sampled = shards.local(local)
-    timer.lap("data")
+@dataclass
+class _Step:
+    """What the DDP kind builds and measures on this rank."""
 
-    def step(control: SampleControl | None) -> torch.Tensor:
-        batches = _local_batches(spec, shards, sampled, control)
-        factor = group.world / spec.data_parallel_size
-        return ddp_gradient(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
+    model: DistributedDataParallel
+    findings: list[dict[str, Any]]
+    sampled: dict[int, list[list[int]]]  # this rank's replicas' micro-batches
+    local: range
+    search: dict[str, Any] | None
+    grad: torch.Tensor | None = None
+    applicable: list[SampleControl] = field(default_factory=list)
+    skipped: list[SkippedControl] = field(default_factory=list)
+    ratios: dict[SampleControl, Fraction] = field(default_factory=dict)
+    computed: dict[SampleControl, torch.Tensor] = field(default_factory=dict)
+    noise: dict[str, Any] | None = None
+    reference: torch.Tensor | None = None
 
-    def controls_step(model: DistributedDataParallel, controls: list[SampleControl]) -> list[torch.Tensor]:
-        if forward_is_collective(model.module):
-            return [step(c) for c in controls]
-        # A workload's sum over a batch's samples is its mean times their number: controls that
-        # read the same micro-batch summed and averaged share its one backward.
-        runs = [
-            [(b, scale * len(b), "mean") if r == "sum" else (b, scale, r) for b, scale, r in batches]
-            for batches in (_local_batches(spec, shards, sampled, c) for c in controls)
-        ]
-        factor = group.world / spec.data_parallel_size
-        return weighted_gradients(
-            model.module, runs, factor=factor, workload=workload, dtype=dtype, device=device
+
+class DdpStep:
+    """The plan's first step on DDP replicas (several per process where the pool is smaller)."""
+
+    name: ClassVar[str] = "ddp"
+    stage: ClassVar[Literal["step", "after"]] = "step"
+    laps: ClassVar[Laps] = Laps(measure="noise_scale")
+
+    def applies(self, spec: CheckSpec) -> bool:
+        return spec.mesh is None and spec.workload != "tokens"
+
+    def prepare(self, ctx: Context) -> _Step:
+        search = None
+        if ctx.spec.fit:
+            ctx.spec, search = fit_micro_batch(ctx.spec, ctx.workload, ctx.device)
+            ctx.timer.lap("micro_batch_search")
+        spec, workload, group = ctx.spec, ctx.workload, ctx.group
+        module = workload.module(ctx.dtype, ctx.device)
+        _refuse_what_cannot_run(spec, workload, module, ctx.device)
+        shards = ctx.shards
+        ctx.timer.lap("model")
+        model, findings = _wrapped(module, workload, spec, shards.derived(0)[0], group)
+        ctx.timer.lap("ddp")
+        local = replica_range(group.rank, group.world, spec.data_parallel_size)
+        sampled = shards.local(local)
+        ctx.timer.lap("data")
+        return _Step(model, findings, sampled, local, search)
+
+    def _factor(self, ctx: Context) -> float:
+        return ctx.group.world / ctx.spec.data_parallel_size
+
+    def plan(self, ctx: Context, state: _Step) -> None:
+        batches = _local_batches(ctx.spec, ctx.shards, state.sampled, None)
+        state.grad = ddp_gradient(
+            state.model,
+            batches,
+            factor=self._factor(ctx),
+            workload=ctx.workload,
+            dtype=ctx.dtype,
+            device=ctx.device,
         )
 
-    grad = step(None)
-    timer.lap("step")
-    reference_batch = shards.epoch[: spec.global_batch_size]
-    applicable, skipped, ratios = weigh_controls(spec, shards.every_replica, reference_batch)
-    # A control that weighs every sample c times as the reference does is c times the
-    # reference gradient where samples are independent of each other (the built-in model):
-    # rank 0 scales the reference below, and no rank runs a pass for it.
-    if not workload.independent_samples:
-        ratios = {}
-    passes = [c for c in applicable if c not in ratios]
-    computed = dict(zip(passes, controls_step(model, passes), strict=True))
-    timer.lap("controls")
-    noise = None
-    if spec.noise_steps > 0:
-        factor = group.world / spec.data_parallel_size
-        noise = measure_noise_scale(model, workload, spec, local, factor=factor, dtype=dtype, device=device)
-        timer.lap("noise_scale")
-    if group.rank != 0:
-        return None
-    reference = reference_gradient(workload, reference_batch, dtype, device)
-    control_grads = [(c, computed[c] if c in computed else reference * float(ratios[c])) for c in applicable]
-    timer.lap("reference")
-    measured = Measured(
-        grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes
-    )
-    return judged_result(spec, group, workload.name, measured, timer, noise=noise, search=search)
+    def controls(self, ctx: Context, state: _Step) -> None:
+        spec, shards = ctx.spec, ctx.shards
+        applicable, skipped, ratios = weigh_controls(spec, shards.every_replica, self._reference_batch(ctx))
+        # A control that weighs every sample c times as the reference does is c times the
+        # reference gradient where samples are independent of each other (the built-in model):
+        # rank 0 scales the reference, and no rank runs a pass for it.
+        state.ratios = ratios if ctx.workload.independent_samples else {}
+        state.applicable, state.skipped = applicable, skipped
+        passes = [c for c in applicable if c not in state.ratios]
+        state.computed = dict(zip(passes, self._control_steps(ctx, state, passes), strict=True))
+
+    def _control_steps(self, ctx: Context, state: _Step, controls: list[SampleControl]) -> list[torch.Tensor]:
+        spec, shards, factor, work = ctx.spec, ctx.shards, self._factor(ctx), ctx.workload
+        runs = [_local_batches(spec, shards, state.sampled, c) for c in controls]
+        if forward_is_collective(state.model.module):
+            return [
+                ddp_gradient(state.model, b, factor=factor, workload=work, dtype=ctx.dtype, device=ctx.device)
+                for b in runs
+            ]
+        # A workload's sum over a batch's samples is its mean times their number: controls that
+        # read the same micro-batch summed and averaged share its one backward.
+        means = [
+            [(b, scale * len(b), "mean") if r == "sum" else (b, scale, r) for b, scale, r in run]
+            for run in runs
+        ]
+        return weighted_gradients(
+            state.model.module, means, factor=factor, workload=work, dtype=ctx.dtype, device=ctx.device
+        )
+
+    def measure(self, ctx: Context, state: _Step) -> bool:
+        if ctx.spec.noise_steps <= 0:
+            return False
+        state.noise = measure_noise_scale(
+            state.model,
+            ctx.workload,
+            ctx.spec,
+            state.local,
+            factor=self._factor(ctx),
+            dtype=ctx.dtype,
+            device=ctx.device,
+        )
+        return True
+
+    @staticmethod
+    def _reference_batch(ctx: Context) -> Sequence[int]:
+        return ctx.shards.epoch[: ctx.spec.global_batch_size]
+
+    def reference(self, ctx: Context, state: _Step) -> None:
+        state.reference = reference_gradient(ctx.workload, self._reference_batch(ctx), ctx.dtype, ctx.device)
+
+    def result(self, ctx: Context, state: _Step, prior: CheckResult | None) -> CheckResult:
+        assert state.grad is not None and state.reference is not None
+        reference = state.reference
+        control_grads = [
+            (c, state.computed[c] if c in state.computed else reference * float(state.ratios[c]))
+            for c in state.applicable
+        ]
+        shards = ctx.shards
+        measured = Measured(
+            state.grad,
+            reference,
+            control_grads,
+            state.skipped,
+            state.findings,
+            shards.sampler_checked,
+            shards.sizes,
+        )
+        return judged_result(
+            ctx.spec, ctx.group, ctx.workload.name, measured, noise=state.noise, search=state.search
+        )
 
 
 def _refuse_what_cannot_run(

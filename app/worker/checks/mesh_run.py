@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import math
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 import torch
 import torch.distributed as dist
@@ -24,12 +25,13 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.tensor import DTensor
 
-from app.contract.check_result import CheckResult
-from app.contract.run_request import planned_run
+from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
+from app.contract.run_result import RunOutcome
 from app.contract.spec import CheckSpec
 from app.core.device_mesh import ORDER
 from app.core.plan_types import Plan
 from app.core.recipe import lr_of
+from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_referee import Referee
 from app.worker.training.mesh_models import (
@@ -156,49 +158,81 @@ class _MeshRank:
         return merged
 
 
-def run_mesh_run(
-    spec: CheckSpec,
-    group: CheckGroup,
-    workload: Workload,
-    parallelize: Parallelize | None,
-    first: CheckResult | None,
-) -> CheckResult | None:
-    """Train the run on the plan's mesh (one process per mesh rank); rank 0 returns `first`
-    (the first step's result) with the run."""
-    started = time.perf_counter()
-    plan = planned_run(spec.run_plan or {}, on_samples=True)  # a mesh check trains samples
-    recipe = plan.learning_rate
-    assert recipe is not None
-    split: Callable[[nn.Module, DeviceMesh], nn.Module] = parallelize or synthetic_parallelize
-    me = _MeshRank(spec, plan, group, workload, split)
-    optimizer = build_optimizer(recipe, me.module.parameters())
-    feed = replica_steps(plan, me.dp_rank, spec.steps)
-    referee, order = None, []
-    if group.rank == 0:
-        referee = Referee(plan, spec.steps, workload, dtype_name=spec.dtype, device=group.device)
-        order = [n for n, _ in workload.module(me.dtype, group.device).named_parameters()]
-    losses: list[float] = []
-    lrs: list[float] = []
-    epochs: list[int] = []
-    for k in range(spec.steps):
-        epoch, reads = next(feed)
-        epochs.append(epoch)
-        losses.append(me.step(reads))
-        if recipe.max_grad_norm is not None:
-            me.clip(recipe.max_grad_norm)
-        rate = lr_of(recipe, k)
-        for param_group in optimizer.param_groups:
-            param_group["lr"] = rate
-        optimizer.step()
-        lrs.append(rate)
-        whole = me.whole_params(group.world)
-        if referee is not None and whole is not None:
-            referee.step(torch.cat([whole[n].reshape(-1) for n in order]))
-    summed = torch.tensor(losses, dtype=torch.float64, device=group.device)
-    dist.all_reduce(summed)
-    if referee is None or first is None:
-        return None
-    run, controls, skipped = referee.outcome(summed.tolist(), lrs, epochs, [None] * spec.steps)
-    total = time.perf_counter() - started
-    laps = {"run": round(total - referee.seconds, 6), "run_reference": round(referee.seconds, 6)}
-    return first.with_run(run, controls, skipped, laps)
+@dataclass
+class _Run:
+    """What the mesh run builds and records on this rank."""
+
+    me: _MeshRank
+    optimizer: torch.optim.Optimizer
+    feed: Iterator[tuple[int, list[list[int]]]]
+    referee: Referee | None  # rank 0's reference run and run-level controls, in lockstep
+    order: list[str]  # the whole model's parameter names, in its order
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    outcome: tuple[RunOutcome, tuple[ControlOutcome, ...], tuple[SkippedControl, ...]] | None = None
+
+
+class MeshRun:
+    """After the first step, `steps` optimizer steps of the plan's recipe on the plan's mesh."""
+
+    name: ClassVar[str] = "mesh_run"
+    stage: ClassVar[Literal["step", "after"]] = "after"
+    laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
+
+    def applies(self, spec: CheckSpec) -> bool:
+        return spec.steps > 1 and spec.mesh is not None
+
+    def prepare(self, ctx: Context) -> _Run:
+        spec, group = ctx.spec, ctx.group
+        plan = spec.run_plan  # a mesh check trains samples: build_spec weighed them so
+        assert plan is not None and plan.learning_rate is not None, "a run's spec carries its plan"
+        split: Callable[[nn.Module, DeviceMesh], nn.Module] = ctx.parallelize or synthetic_parallelize
+        me = _MeshRank(spec, plan, group, ctx.workload, split)
+        optimizer = build_optimizer(plan.learning_rate, me.module.parameters())
+        feed = replica_steps(plan, me.dp_rank, spec.steps)
+        referee, order = None, []
+        if ctx.leader:
+            referee = Referee(plan, spec.steps, ctx.workload, dtype_name=spec.dtype, device=group.device)
+            ctx.timer.set_aside("run_reference", referee.seconds)
+            order = [n for n, _ in ctx.workload.module(me.dtype, group.device).named_parameters()]
+        return _Run(me, optimizer, feed, referee, order)
+
+    def plan(self, ctx: Context, state: _Run) -> None:
+        recipe = ctx.spec.run_plan.learning_rate if ctx.spec.run_plan else None
+        assert recipe is not None
+        me = state.me
+        for k in range(ctx.spec.steps):
+            epoch, reads = next(state.feed)
+            state.epochs.append(epoch)
+            state.losses.append(me.step(reads))
+            if recipe.max_grad_norm is not None:
+                me.clip(recipe.max_grad_norm)
+            rate = lr_of(recipe, k)
+            for param_group in state.optimizer.param_groups:
+                param_group["lr"] = rate
+            state.optimizer.step()
+            state.lrs.append(rate)
+            whole = me.whole_params(ctx.group.world)
+            if state.referee is not None and whole is not None:
+                spent = state.referee.seconds
+                state.referee.step(torch.cat([whole[n].reshape(-1) for n in state.order]))
+                ctx.timer.set_aside("run_reference", state.referee.seconds - spent)
+        summed = torch.tensor(state.losses, dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(summed)
+        state.losses = summed.tolist()
+
+    def controls(self, ctx: Context, state: _Run) -> None:
+        """The run-level controls train beside the reference run on rank 0 (run_referee)."""
+
+    def measure(self, ctx: Context, state: _Run) -> bool:
+        return False
+
+    def reference(self, ctx: Context, state: _Run) -> None:
+        assert state.referee is not None
+        steps = ctx.spec.steps
+        state.outcome = state.referee.outcome(state.losses, state.lrs, state.epochs, [None] * steps)
+
+    def result(self, ctx: Context, state: _Run, prior: CheckResult | None) -> CheckResult:
+        assert prior is not None and state.outcome is not None
+        return prior.with_run(ctx.spec.steps, *state.outcome)

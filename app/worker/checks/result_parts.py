@@ -1,4 +1,4 @@
-"""What every check kind (ddp_check, token_check, mesh_check) does alike: where it runs (the
+"""What every step kind (ddp_check, token_check, mesh_check) does alike: where it runs (the
 process group it is given), the tolerances, how its controls are judged, and how its
 result is assembled from the gradients it measured."""
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from app.contract.check_options import DType, ProcessGroupBackend
 from app.contract.check_result import (
     CheckResult,
     Comparison,
@@ -19,7 +20,7 @@ from app.contract.check_result import (
     SkippedControl,
 )
 from app.contract.spec import CheckSpec, replicas_per_process
-from app.contract.timings import Timer
+from app.core.plan_types import Wrapper
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control
 from app.worker.measure.noise_measurement import distrust, not_equivalent_reason
@@ -38,10 +39,10 @@ class CheckGroup:
     rank: int
     world: int  # processes in the check
     device: torch.device
-    backend: str
+    backend: ProcessGroupBackend
     nnodes: int = 1
 
-    def setup(self, dtype: str) -> Setup:
+    def setup(self, dtype: DType) -> Setup:
         device = self.device
         return Setup(
             backend=self.backend,
@@ -95,13 +96,12 @@ def judged_result(
     group: CheckGroup,
     model: str,
     measured: Measured,
-    timer: Timer,
     *,
     replicas_per_rank: int | None = None,
     noise: dict[str, Any] | None = None,
     search: dict[str, Any] | None = None,
     mesh: dict[str, list[Any]] | None = None,
-    wrapper: str = "ddp",
+    wrapper: Wrapper = "ddp",
     warnings: tuple[str, ...] = (),
 ) -> CheckResult:
     """The check's result: the plan's gradient and each control's against the reference, the
@@ -123,7 +123,7 @@ def judged_result(
         sampler_checked=measured.sampler_checked,
         noise_scale=noise,
         micro_batch_search=search,
-        timings=timer.timings(),
+        timings={},  # the driver's, once every kind has run
         torch_version=torch.__version__,
         mesh=mesh,
         wrapper=wrapper,

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
-from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
+from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep, step_matches
 from app.core.plan_types import Plan
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.run_controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls
@@ -132,7 +132,16 @@ class Referee:
         reference's, or skipped when it changed nothing."""
         ref = self.reference.taken
         trajectory = tuple(
-            TrajectoryStep(k, epochs[k], lrs[k], losses[k], ref[k].loss, self.params_off[k][1], valid[k])
+            TrajectoryStep(
+                k,
+                epochs[k],
+                lrs[k],
+                losses[k],
+                ref[k].loss,
+                self.params_off[k][1],
+                valid[k],
+                step_matches(self.params_off[k][1], losses[k], ref[k].loss, self.tolerance),
+            )
             for k in range(self.steps)
         )
         outcomes: list[ControlOutcome] = []
@@ -150,7 +159,7 @@ class Referee:
             ran[control.name] = tuple(
                 ControlStep(s.step, s.lr, s.loss, o[1]) for s, o in zip(followed.taken, off, strict=True)
             )
-        run = RunOutcome(self.steps, trajectory, self.tolerance, self.epoch_end(max(epochs) + 1), ran)
+        run = RunOutcome(trajectory, self.tolerance, self.epoch_end(max(epochs) + 1), ran)
         return run, tuple(outcomes), tuple(skipped)
 
     def epoch_end(self, epochs_run: int) -> EpochEnd:

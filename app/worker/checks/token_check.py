@@ -13,21 +13,21 @@ check shows what that costs on this data.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import ClassVar, Literal
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from app.contract.check_result import CheckResult
+from app.contract.check_result import CheckResult, SkippedControl
 from app.contract.sequence_length import sequence_length_warning
 from app.contract.spec import CheckSpec, replica_range
-from app.contract.timings import Timer
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control, partition
-from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
-from app.worker.checks.shards import Shards
+from app.worker.checks.kind import Context, Laps
+from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload
@@ -110,7 +110,7 @@ def _workload(spec: CheckSpec, workload: Workload | None) -> TokenWorkload:
 
 
 def refuse_before_group(spec: CheckSpec, workload: Workload) -> None:
-    """The sequence-length refusal of run_token_check, for a rank program about to join its
+    """The sequence-length refusal of the tokens kind (TokenStep), for a rank program about to join its
     process group: every rank refuses alike before it joins, since once in the group the first
     rank to exit closes the store under the others (one then failed with a connection reset
     instead of the refusal). Raises SpecError; nothing when the check may run."""
@@ -118,64 +118,119 @@ def refuse_before_group(spec: CheckSpec, workload: Workload) -> None:
         sequence_length_warning(spec, _workload(spec, workload).data_sequence_length)
 
 
-def run_token_check(
-    spec: CheckSpec, group: CheckGroup, workload: Workload | None = None
-) -> CheckResult | None:
-    """Run the token check on an initialised default process group; rank 0 returns the result."""
-    timer = Timer()
-    dtype, device = getattr(torch, spec.dtype), group.device
-    tokens = _workload(spec, workload)
-    # Admission compared them when the probe had read the model (a 422 with what works); here
-    # for a check submitted before it had, and under torchrun. Every rank raises alike.
-    warning = sequence_length_warning(spec, tokens.data_sequence_length)
-    dp = spec.data_parallel_size
-    local = replica_range(group.rank, group.world, dp)
-    module = tokens.module(dtype, device)
-    model = DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
-    shards = Shards(spec)
-    sampled = shards.local(local)
-    every = {r: sampled.get(r) or shards.derived(r) for r in range(dp)}
-    counts: Counts = {r: [tokens.counts(b, device) for b in every[r]] for r in range(dp)}
-    timer.lap("data")
-    global_valid = _all_reduced_valid_tokens(counts, local, device)
-    factor = group.world / dp
+@dataclass
+class _Step:
+    """What the tokens kind builds and measures on this rank."""
 
-    def plan_scale(r: int, k: int, c: Counts) -> Fraction:
-        if spec.loss_normalization == "token":
-            return Fraction(dp, global_valid)
-        # The plan's sample scale on each micro-batch's own token mean.
-        return Fraction(spec.loss_scales()[r]) / c[r][k][0] if c[r][k][0] else Fraction(0)
+    tokens: TokenWorkload
+    warning: str | None
+    module: torch.nn.Module
+    model: DistributedDataParallel
+    local: range
+    sampled: dict[int, list[list[int]]]
+    every: dict[int, list[list[int]]]  # every replica's micro-batches (derived where not local)
+    counts: Counts
+    global_valid: int = 0
+    grad: torch.Tensor | None = None
+    control_grads: list[tuple[Control, torch.Tensor]] = field(default_factory=list)
+    skipped: list[SkippedControl] = field(default_factory=list)
+    reference: torch.Tensor | None = None
 
-    def batches(scale: Scale) -> list[Batch]:
-        return [(b, float(scale(r, k, counts)), "sum") for r in local for k, b in enumerate(sampled[r])]
 
-    def step(scale: Scale) -> torch.Tensor:
-        return ddp_gradient(model, batches(scale), factor=factor, workload=tokens, dtype=dtype, device=device)
+class TokenStep:
+    """The plan's first step on sequences of varying valid length, token-normalised."""
 
-    grad = step(plan_scale)
-    timer.lap("step")
-    applicable, skipped = partition(
-        TOKEN_CONTROLS, lambda c: None if changes_gradient(c.scale, counts) else c.harmless_when
-    )
-    if forward_is_collective(module):
-        control_grads = [(c, step(c.scale)) for c in applicable]
-    else:
-        runs = [batches(c.scale) for c in applicable]
-        gradients = weighted_gradients(
-            module, runs, factor=factor, workload=tokens, dtype=dtype, device=device
+    name: ClassVar[str] = "tokens"
+    stage: ClassVar[Literal["step", "after"]] = "step"
+    laps: ClassVar[Laps] = Laps()
+
+    def applies(self, spec: CheckSpec) -> bool:
+        return spec.mesh is None and spec.workload == "tokens"
+
+    def prepare(self, ctx: Context) -> _Step:
+        spec, group = ctx.spec, ctx.group
+        tokens = _workload(spec, ctx.workload)
+        # Admission compared them when the probe had read the model (a 422 with what works); here
+        # for a check submitted before it had, and under torchrun. Every rank raises alike.
+        warning = sequence_length_warning(spec, tokens.data_sequence_length)
+        dp = spec.data_parallel_size
+        local = replica_range(group.rank, group.world, dp)
+        module = tokens.module(ctx.dtype, ctx.device)
+        device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        model = DistributedDataParallel(module, device_ids=device_ids)
+        shards = ctx.shards
+        sampled = shards.local(local)
+        every = {r: sampled.get(r) or shards.derived(r) for r in range(dp)}
+        counts: Counts = {r: [tokens.counts(b, ctx.device) for b in every[r]] for r in range(dp)}
+        ctx.timer.lap("data")
+        return _Step(tokens, warning, module, model, local, sampled, every, counts)
+
+    def _scale(self, ctx: Context, state: _Step) -> Scale:
+        spec, dp = ctx.spec, ctx.spec.data_parallel_size
+
+        def plan_scale(r: int, k: int, c: Counts) -> Fraction:
+            if spec.loss_normalization == "token":
+                return Fraction(dp, state.global_valid)
+            # The plan's sample scale on each micro-batch's own token mean.
+            return Fraction(spec.loss_scales()[r]) / c[r][k][0] if c[r][k][0] else Fraction(0)
+
+        return plan_scale
+
+    def _batches(self, state: _Step, scale: Scale) -> list[Batch]:
+        return [
+            (b, float(scale(r, k, state.counts)), "sum")
+            for r in state.local
+            for k, b in enumerate(state.sampled[r])
+        ]
+
+    def _step(self, ctx: Context, state: _Step, scale: Scale) -> torch.Tensor:
+        factor = ctx.group.world / ctx.spec.data_parallel_size
+        batches = self._batches(state, scale)
+        return ddp_gradient(
+            state.model, batches, factor=factor, workload=state.tokens, dtype=ctx.dtype, device=ctx.device
         )
-        control_grads = list(zip(applicable, gradients, strict=True))
-    timer.lap("controls")
-    if group.rank != 0:
-        return None
-    reference_batch = [i for r in range(dp) for b in every[r] for i in b]
-    reference = reference_gradient(tokens, reference_batch, dtype, device)
-    timer.lap("reference")
-    findings = equivalence.static_findings(module, spec)
-    measured = Measured(
-        grad, reference, control_grads, skipped, findings, shards.sampler_checked, shards.sizes
-    )
-    return judged_result(spec, group, tokens.name, measured, timer, warnings=(warning,) if warning else ())
+
+    def plan(self, ctx: Context, state: _Step) -> None:
+        state.global_valid = _all_reduced_valid_tokens(state.counts, state.local, ctx.device)
+        state.grad = self._step(ctx, state, self._scale(ctx, state))
+
+    def controls(self, ctx: Context, state: _Step) -> None:
+        applicable, state.skipped = partition(
+            TOKEN_CONTROLS, lambda c: None if changes_gradient(c.scale, state.counts) else c.harmless_when
+        )
+        if forward_is_collective(state.module):
+            state.control_grads = [(c, self._step(ctx, state, c.scale)) for c in applicable]
+            return
+        factor = ctx.group.world / ctx.spec.data_parallel_size
+        runs = [self._batches(state, c.scale) for c in applicable]
+        gradients = weighted_gradients(
+            state.module, runs, factor=factor, workload=state.tokens, dtype=ctx.dtype, device=ctx.device
+        )
+        state.control_grads = list(zip(applicable, gradients, strict=True))
+
+    def measure(self, ctx: Context, state: _Step) -> bool:
+        return False
+
+    def reference(self, ctx: Context, state: _Step) -> None:
+        dp = ctx.spec.data_parallel_size
+        batch = [i for r in range(dp) for b in state.every[r] for i in b]
+        state.reference = reference_gradient(state.tokens, batch, ctx.dtype, ctx.device)
+
+    def result(self, ctx: Context, state: _Step, prior: CheckResult | None) -> CheckResult:
+        assert state.grad is not None and state.reference is not None
+        findings = equivalence.static_findings(state.module, ctx.spec)
+        shards = ctx.shards
+        measured = Measured(
+            state.grad,
+            state.reference,
+            state.control_grads,
+            state.skipped,
+            findings,
+            shards.sampler_checked,
+            shards.sizes,
+        )
+        warnings = (state.warning,) if state.warning else ()
+        return judged_result(ctx.spec, ctx.group, state.tokens.name, measured, warnings=warnings)
 
 
 def _all_reduced_valid_tokens(counts: Counts, local: range, device: torch.device) -> int:

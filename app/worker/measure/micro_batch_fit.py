@@ -25,6 +25,7 @@ from app.core.micro_batch_search import (
     budget_bytes,
     search_max_micro_batch,
 )
+from app.core.plan_request import request_json
 from app.worker.measure.memory import check_optimizer, probe, resolve_device
 from app.worker.training.workload import LossFn, Workload
 
@@ -162,7 +163,7 @@ def fit_micro_batch(
                 "micro_batch_sizes": sorted(set(fitted.micro_batch_sizes())),
                 "gradient_accumulation_steps": fitted.gradient_accumulation_steps,
                 "max_micro_batch_size": cap,
-                "plan_request": fitted.plan_request,
+                "plan_request": request_json(fitted.plan_request) if fitted.plan_request else None,
             },
         }
     )

@@ -7,8 +7,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from app.contract.check_options import ProcessGroupBackend
 
-def choose_backend(requested: str, local_processes: int, local_index: int) -> tuple[str, torch.device]:
+
+def choose_backend(
+    requested: str, local_processes: int, local_index: int
+) -> tuple[ProcessGroupBackend, torch.device]:
     """NCCL with one rank per GPU when this host has a GPU for every local rank, else gloo on CPU."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl = dist.is_nccl_available() and gpus >= local_processes

@@ -2,7 +2,7 @@
 plan's mesh), checked against a single-process gradient over the same global batch.
 
 It imports only torch, the standard library and the pure core, so it runs wherever torch
-runs. The warm ranks of the worker call `checks.check_kinds.run_spec` themselves; on a cluster
+runs. The warm ranks of the worker call `checks.driver.run_spec` themselves; on a cluster
 torchrun starts this program (by its documented name, `app.worker.gradcheck`):
 
     python -m torch.distributed.run --nnodes N --nproc-per-node G --rdzv-backend c10d \\
@@ -30,12 +30,13 @@ import torch
 import torch.distributed as dist
 
 from app.contract.check_options import BACKENDS, DTYPES
+from app.contract.codec import encode
 from app.contract.mesh_spec import mesh_world
 from app.contract.model_registry import SYNTHETIC, TARGET, parse_models
 from app.contract.request import build_spec, check_request
 from app.contract.spec import CheckSpec
 from app.core.errors import DomainError
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.token_check import refuse_before_group
 from app.worker.rank.backend import choose_backend
@@ -112,7 +113,9 @@ def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
         raise _Refused(f"model {name!r} is not in BATCHPLAN_CHECK_MODELS here; give --model-factory")
     try:
         spec = build_spec(
-            dataclasses.replace(request, model=name), factory=target, factory_flag=bool(args.model_factory)
+            dataclasses.replace(request, options=dataclasses.replace(request.options, model=name)),
+            factory=target,
+            factory_flag=bool(args.model_factory),
         )
     except DomainError as err:
         raise _Refused(_said(err)) from None
@@ -146,7 +149,7 @@ def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dic
     try:
         nnodes = max(1, world // local_world)
         result = run_spec(spec, CheckGroup(rank, world, device, backend, nnodes), workload, target)
-        shared = [result.with_setup_time(setup).to_json() if result is not None else None]
+        shared = [encode(result.with_setup_time(setup)) if result is not None else None]
         if args.result_on_every_node:
             # Each node's launch script judges a preflight from its own output: no node may
             # go on to train alone because rank 0's verdict was printed elsewhere.
@@ -172,5 +175,6 @@ def main(argv: Iterator[str] | None = None) -> int:
         print(f"error: {_said(err)}", file=sys.stderr)
         return 2
     if result is not None:
-        print(json.dumps(result), flush=True)
+        # The launch exports' preflight finds the result as the line that begins '{"passed"'.
+        print(json.dumps({"passed": result["passed"], **result}), flush=True)
     return 0

@@ -31,9 +31,8 @@ from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract import protocol
-from app.contract.check_result import CheckResult
 from app.contract.targets import FactoryError
-from app.worker.checks.check_kinds import run_spec
+from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.rank import rendezvous
 from app.worker.rank.backend import choose_backend
@@ -133,7 +132,8 @@ class RankServer:
         self.group.drop()  # a join forms a new group; the store it opens may be the kept one's port
         self.store, self.serving = rendezvous.open_store(msg.endpoint, msg.timeout_s, msg.nnodes)
         assignment = rendezvous.join(self.store, msg.run_id, msg.nnodes, msg.offered, msg.replicas)
-        return protocol.Joined(**assignment.as_dict())
+        a = assignment
+        return protocol.Joined(a.node_rank, a.nnodes, a.offset, a.world, a.local_count)
 
     def run(self, msg: protocol.Run) -> protocol.Result | protocol.Done:
         try:
@@ -182,11 +182,13 @@ class RankServer:
             else:
                 self.group.drop()
             if check is not None:
-                rendezvous.publish_result(store, run_id, check.with_setup_time(setup).to_json())
+                timed = check.with_setup_time(setup)
+                if msg.nnodes == 1:  # rank 0 leads its own node: it answers itself
+                    return protocol.Result(timed)
+                rendezvous.publish_result(store, run_id, timed)
         if not msg.leader:
             return protocol.Done()
-        result = rendezvous.collect_result(store, run_id, msg.nnodes, serving, msg.timeout_s)
-        return protocol.Result(CheckResult.from_json(result))
+        return protocol.Result(rendezvous.collect_result(store, run_id, msg.nnodes, serving, msg.timeout_s))
 
 
 def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -225,10 +227,10 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
         # threads per rank here, 0.02 ms with one).
         torch.set_num_threads(1)
     _warm_up()
-    conn.send(protocol.Ready(os.getpid(), _host_info()).to_dict())
+    conn.send(protocol.to_pipe(protocol.Ready(os.getpid(), _host_info())))
     if describe:
         # After "ready": a slow factory must not count against the warm-up deadline.
-        conn.send(protocol.Models(describe_models(describe)).to_dict())
+        conn.send(protocol.to_pipe(protocol.Models(describe_models(describe))))
     server = RankServer()
     while True:
         try:
@@ -237,7 +239,7 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
             return
         reply: protocol.FromRank
         try:
-            msg = protocol.from_dict(raw)
+            msg = protocol.from_pipe(raw)
             if isinstance(msg, protocol.Exit):
                 return
             if isinstance(msg, protocol.Join):
@@ -254,4 +256,4 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
                 model_raised=by_model,
                 group_lost=isinstance(err, GroupLost),
             )
-        conn.send(reply.to_dict())
+        conn.send(protocol.to_pipe(reply))

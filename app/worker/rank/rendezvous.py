@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from torch._C._distributed_c10d import TCPStore
+
+from app.contract.check_result import CheckResult
+from app.contract.codec import decode, encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +27,6 @@ class Assignment:
     offset: int  # global rank of this node's first process
     world: int  # processes in the check, all nodes
     local_count: int  # processes of this node that take part
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
@@ -94,16 +93,16 @@ def join(store: TCPStore, run_id: str, nnodes: int, offered: int, replicas: int)
     return assign(counts, node_rank, replicas)
 
 
-def publish_result(store: TCPStore, run_id: str, result: dict[str, Any]) -> None:
-    store.set(f"{run_id}/result", json.dumps(result))
+def publish_result(store: TCPStore, run_id: str, result: CheckResult) -> None:
+    """Rank 0's result for every node's leader (a check across hosts; on one host rank 0 is the
+    leader and answers itself)."""
+    store.set(f"{run_id}/result", json.dumps(encode(result)))
 
 
-def collect_result(
-    store: TCPStore, run_id: str, nnodes: int, serving: bool, timeout_s: float
-) -> dict[str, Any]:
+def collect_result(store: TCPStore, run_id: str, nnodes: int, serving: bool, timeout_s: float) -> CheckResult:
     """Every node reports rank 0's result; the node serving the store waits for the others
     to read it before the store goes away."""
-    result: dict[str, Any] = json.loads(store.get(f"{run_id}/result"))
+    result: CheckResult = decode(CheckResult, json.loads(store.get(f"{run_id}/result")))
     store.add(f"{run_id}/done", 1)
     deadline = time.monotonic() + timeout_s
     while serving and store.add(f"{run_id}/done", 0) < nnodes and time.monotonic() < deadline:

@@ -4,11 +4,12 @@ its registered models and its host. Runs before a job exists (blocking: call it 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from app.contract.mesh_spec import refusal as mesh_refusal
 from app.contract.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
-from app.contract.request import build_spec, check_request, echoed
+from app.contract.request import CheckRequest, build_spec, echoed
 from app.contract.sequence_length import refuse_another_sequence_length
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.core.errors import DomainError, field_key
@@ -25,11 +26,11 @@ class Admission:
         self.models = models  # registered check models: name -> package.module:factory
         self.runner = runner
 
-    def prepare(self, body: dict[str, Any]) -> Submission:
-        """The job to submit for a check request as JSON (POST /v1/checks, as its schema
-        validated it): the spec every rank runs (`build_spec`, as the rank program builds
-        it), held against this worker's limits, registered models and host."""
-        request = check_request(body)
+    def prepare(self, request: CheckRequest, body: Mapping[str, Any]) -> Submission:
+        """The job to submit for a check request (POST /v1/checks: `CheckRequestIn.to_core()`,
+        and `body`, the request as its schema read it, which the job shows): the spec every
+        rank runs (`build_spec`, as the rank program builds it), held against this worker's
+        limits, registered models and host."""
         spec = build_spec(request, factory=self.models.get(request.model))
         self._check_model(spec, has_dataset=request.plan.dataset is not None)
         if spec.workload == "tokens":
@@ -42,7 +43,8 @@ class Admission:
                 "/plan/topology",
             )
         self._check_memory(request.plan, spec)
-        nnodes = request.rendezvous.nnodes if request.rendezvous else 1
+        options = request.options
+        nnodes = options.rendezvous.nnodes if options.rendezvous else 1
         if spec.mesh is not None:
             self._check_mesh(spec, nnodes)
         if nnodes > spec.data_parallel_size:
@@ -52,14 +54,14 @@ class Admission:
             )
         if spec.backend == "nccl" and self.runner.host_info.gpus == 0:
             raise SpecError("backend nccl needs GPUs; this host has none (use gloo or auto)", "/backend")
-        timeout = self.limits.check_timeout_s if request.timeout_s is None else request.timeout_s
+        timeout = self.limits.check_timeout_s if options.timeout_s is None else options.timeout_s
         if timeout > self.limits.check_timeout_s:
             raise SpecError(
                 f"timeout_s is at most {self.limits.check_timeout_s:g} on this worker", "/timeout_s"
             )
-        if request.rendezvous is not None:
-            self.limits.check_rendezvous_endpoint(request.rendezvous.endpoint)
-        return Submission(echoed(body, spec), spec, timeout, request.rendezvous)
+        if options.rendezvous is not None:
+            self.limits.check_rendezvous_endpoint(options.rendezvous.endpoint)
+        return Submission(echoed(body, spec), spec, timeout, options.rendezvous)
 
     def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
         """What grows with the request: the global batch, and a shuffled dataset's permutation.

@@ -69,9 +69,9 @@ async def _replies(tasks: list[asyncio.Task[protocol.FromRank]]) -> list[protoco
             _, pending = await asyncio.wait(pending, timeout=MODEL_ERROR_GRACE_S)
         if isinstance(first, RankError):
             errors = [t.exception() for t in tasks if t.done() and not t.cancelled()]
-            first.ranks_kept = not pending and all(
-                e is None or (isinstance(e, RankError) and e.model_raised) for e in errors
-            )
+            clean = all(e is None or (isinstance(e, RankError) and e.model_raised) for e in errors)
+            if clean and not pending:
+                raise first.kept()
         raise first
     finally:
         for task in tasks:

@@ -1,5 +1,10 @@
 """Running queued jobs: a bounded number at a time, each on the check runner, each
-recorded with its outcome however it ends (result, timeout, cancel, dead rank, shutdown)."""
+recorded with its outcome however it ends (result, timeout, cancel, dead rank, shutdown).
+
+Each job this server holds, from its submission until it is recorded finished, has one
+`JobState`, kept by `Execution` under its id: whether it is queued or running (its task),
+whether its record is being written, when it was submitted. Nothing else holds a job's
+state."""
 
 from __future__ import annotations
 
@@ -9,13 +14,18 @@ import dataclasses
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from app.contract.check_result import CheckResult
+from app.contract.codec import decode, encode
 from app.contract.jobs import JobStatus
 from app.contract.model_registry import SYNTHETIC
+from app.contract.options import Rendezvous
+from app.contract.request import build_spec, check_request
 from app.contract.spec import CheckSpec
+from app.contract.timings import with_service
 from app.core.errors import NotFound
 from app.logging_setup import job_id_var
 from app.worker.service import reasons
@@ -28,7 +38,7 @@ from app.worker.service.runner import (
     RankError,
     RanksUnavailable,
 )
-from app.worker.service.store import INTERRUPTED, JobStore
+from app.worker.service.store import INTERRUPTED, JobStore, database_failed
 from app.worker.service.submission import Submission
 from app.worker.service.waiters import Waiters
 
@@ -36,6 +46,8 @@ log = logging.getLogger("batchplan.worker")
 
 # What a check that the shutdown stopped records (status failed).
 SHUTTING_DOWN = "server shutting down: " + INTERRUPTED
+CANCELLED_WAITING = "cancelled while it waited for free rank processes; nothing ran"
+CANCELLED_RUNNING = "cancelled while running; its ranks were killed and replaced"
 # A failing job database is tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S.
 RETRY_FIRST_S = 0.25
 RETRY_MAX_S = 8.0
@@ -46,12 +58,57 @@ CANCEL_WAIT_S = 5.0
 FinishObserver = Callable[[str, bool | None, float], None]
 
 
+def _submission(stored: Mapping[str, Any]) -> Submission:
+    """The stored submission, typed. A job queued by a server whose spec had another form is
+    planned again from its request body, as this server would have admitted it: a queued job
+    outlives an upgrade."""
+    try:
+        submission: Submission = decode(Submission, stored)
+    except (KeyError, TypeError, ValueError):
+        body = stored["body"]
+        meet = stored.get("rendezvous")
+        spec = build_spec(check_request(body))
+        rendezvous = decode(Rendezvous, meet) if meet else None
+        return Submission(body, spec, float(stored["timeout_s"]), rendezvous)
+    return submission
+
+
 def model_target(spec: CheckSpec, models: dict[str, str]) -> str | None:
     """The factory a check's model names, from this worker's registry as it is now (the
     model may have been unregistered by a restart since the job was queued)."""
     if spec.model != SYNTHETIC and spec.model not in models:
         raise RankError(f"check model {spec.model!r} is no longer registered on this worker")
     return models.get(spec.model)
+
+
+@dataclass(eq=False)
+class JobState:
+    """A job from its submission until it is recorded finished."""
+
+    id: str
+    submitted: float | None  # time.monotonic() at the submission; None: queued before a restart
+    task: asyncio.Task[None] | None = None  # set while it runs: queued until then
+    recording: bool = False  # it ended and its record is being written
+
+    @property
+    def queued(self) -> bool:
+        return self.task is None
+
+    def stop(self) -> asyncio.Task[None] | None:
+        """Cancel the running check, unless its record is already being written (that record
+        is left to finish, which a failing database may hold up); the task to wait for."""
+        if self.task is not None and not self.recording:
+            self.task.cancel()
+        return self.task
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a check ended: what is recorded."""
+
+    status: JobStatus
+    result: CheckResult | None = None
+    error: str | None = None
 
 
 class Execution:
@@ -61,21 +118,21 @@ class Execution:
         self.limits = limits
         self.models = models
         self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.queued: set[str] = set()
-        self.running: dict[str, asyncio.Task[None]] = {}
-        self.recording: set[str] = set()  # running jobs that ended and are being written
-        # Every _execute task until it has recorded its job: wait() waits for these, not for
-        # `running`, which a worker task cancelled by begin_shutdown() empties before that.
-        self._executing: set[asyncio.Task[None]] = set()
-        self.submitted: dict[str, float] = {}
+        self.jobs: dict[str, JobState] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.stopping = False
         self.mean_check_s = 1.0
         self.observers: list[FinishObserver] = []
         self.waiters = Waiters()  # woken once a job is recorded finished
 
-    def enqueue(self, job_id: str) -> None:
-        self.queued.add(job_id)
+    def queued(self) -> int:
+        return sum(1 for j in self.jobs.values() if j.queued)
+
+    def running(self) -> int:
+        return sum(1 for j in self.jobs.values() if not j.queued)
+
+    def enqueue(self, job_id: str, submitted: float | None = None) -> None:
+        self.jobs[job_id] = JobState(job_id, submitted)
         self.queue.put_nowait(job_id)
 
     def start(self) -> None:
@@ -87,122 +144,136 @@ class Execution:
         self.waiters.close()
         for worker in self._workers:
             worker.cancel()
-        for task in self.running.values():
-            task.cancel()
+        for job in self.jobs.values():
+            job.stop()
 
     async def wait(self) -> None:
-        """Until every job that ran has been recorded."""
-        await asyncio.gather(*self._workers, *self._executing, return_exceptions=True)
+        """Until every job that ran has been recorded (a job leaves `jobs` once it is)."""
+        tasks = [j.task for j in self.jobs.values() if j.task is not None]
+        await asyncio.gather(*self._workers, *tasks, return_exceptions=True)
 
-    async def cancel(self, job_id: str) -> None:
-        """Stop the running job and wait (a while) until it is recorded; one already being
-        recorded is left to finish its record, which a failing database may hold up."""
-        task = self.running.get(job_id)
+    async def cancel(self, job_id: str) -> bool:
+        """Cancel the job: a queued one is recorded cancelled at once, a running one is stopped
+        and waited for (a while) until it is recorded. True while it is still being recorded."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        if job.queued:
+            del self.jobs[job_id]  # a worker that takes it off the queue now passes it by
+            try:
+                await asyncio.to_thread(
+                    self.store.finish, job_id, JobStatus.CANCELLED, error="cancelled before it started"
+                )
+            except sqlite3.Error as err:
+                self.jobs[job_id] = job  # still queued on disk: so it stays here
+                raise database_failed(self.store.path, err) from err
+            self.waiters.notify(job_id)
+            return False
+        task = job.stop()
         if task is not None:
-            if job_id not in self.recording:
-                task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
+        return job_id in self.jobs
 
     async def _work(self) -> None:
         while True:
-            job_id = await self.queue.get()
-            if job_id not in self.queued:
-                continue  # cancelled while waiting
-            if not await self._start(job_id):
-                continue
-            token = job_id_var.set(job_id)  # the task copies the context: every line about the job
+            job = self.jobs.get(await self.queue.get())
+            if job is None or not job.queued or not await self._start(job):
+                continue  # cancelled while it waited
+            token = job_id_var.set(job.id)  # the task copies the context: every line about the job
             try:
-                task = asyncio.create_task(self._execute(job_id))
+                job.task = asyncio.create_task(self._execute(job))
             finally:
                 job_id_var.reset(token)
-            self._executing.add(task)
-            task.add_done_callback(self._executing.discard)
-            self.running[job_id] = task
-            try:
-                await asyncio.wait({task})
-            finally:
-                self.running.pop(job_id, None)
+            await asyncio.wait({job.task})
 
-    async def _start(self, job_id: str) -> bool:
+    async def _start(self, job: JobState) -> bool:
         """Mark the job running; False when it is no longer queued. While the database fails
         (a full disk) the job stays queued and this worker waits for it: a worker that died
         here would leave every later job queued until a restart."""
         delay = RETRY_FIRST_S
         while True:
             try:
-                started = await asyncio.to_thread(self.store.start, job_id)
+                started: bool = await asyncio.to_thread(self.store.start, job.id)
             except sqlite3.Error as err:
                 log.error(
                     "check %s could not start: the job database failed (%s); trying again in %g s",
-                    job_id,
+                    job.id,
                     err,
                     delay,
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
-                if job_id in self.queued:
+                if self.jobs.get(job.id) is job:
                     continue
                 return False  # cancelled meanwhile
-            self.queued.discard(job_id)
+            if not started:
+                self.jobs.pop(job.id, None)
             return started
 
-    async def _execute(self, job_id: str) -> None:
+    async def _execute(self, job: JobState) -> None:
         started = time.monotonic()
-        timeout = self.limits.check_timeout_s
-        status = JobStatus.FAILED
-        result: CheckResult | None = None
-        error: str | None = None
-        order: CheckOrder | None = None
-        log.info("check %s started", job_id)
+        log.info("check %s started", job.id)
         try:
-            job = await asyncio.to_thread(self.store.get, job_id)
-            if job is None:
-                raise NotFound(f"no check with id {job_id!r}")
-            submission = Submission.from_json(job.submission)
+            outcome = await self._outcome(job, started)
+            seconds = time.monotonic() - started
+            self._observe(job.id, outcome, seconds)
+            job.recording = True
+            await self._record(job.id, outcome)
+        finally:
+            self.jobs.pop(job.id, None)
+
+    async def _outcome(self, job: JobState, started: float) -> Outcome:
+        """Run the job's check: how it ended, whichever way."""
+        order: CheckOrder | None = None
+        timeout = self.limits.check_timeout_s
+        try:
+            stored = await asyncio.to_thread(self.store.get, job.id)
+            if stored is None:
+                raise NotFound(f"no check with id {job.id!r}")
+            submission = _submission(stored.submission)
             timeout = submission.timeout_s
-            order = self._order(job_id, submission)
+            order = self._order(job.id, submission)
             ran = await asyncio.wait_for(self.runner.run_check(order), timeout)
-            status = JobStatus.SUCCEEDED
-            submitted = self.submitted.pop(job_id, None)
-            now = time.monotonic()
-            waited = (started - submitted, now - submitted) if submitted is not None else (None, None)
-            result = dataclasses.replace(ran, timings=ran.timings.with_service(now - started, *waited))
-            self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (time.monotonic() - started)
         except TimeoutError:
-            error = reasons.timed_out(timeout, order, self.runner)
+            return self._failed(reasons.timed_out(timeout, order, self.runner))
         except RanksUnavailable as err:
-            error = f"no rank process could start: {err}; the check did not run"
+            return self._failed(f"no rank process could start: {err}; the check did not run")
         except asyncio.CancelledError:
-            if self.stopping:
-                error = SHUTTING_DOWN
-            else:
-                status = JobStatus.CANCELLED
-                error = "cancelled while running; its ranks were killed and replaced"
-                if order is None or not order.progress.holding:
-                    # Before it held ranks, whether or not it had begun to wait for them.
-                    error = "cancelled while it waited for free rank processes; nothing ran"
+            return self._cancelled(order)
         except RankError as err:
-            error = reasons.model_error(job_id, err)
+            return self._failed(reasons.model_error(job.id, err))
         except RankDied as err:
             error = f"{err}; the check's ranks were killed and replaced"
             if err.by_shutdown_signal:
                 # A SIGTERM to the whole process group (Ctrl-C, docker stop, systemd) reaches
                 # the ranks as soon as the server: say so if the server's shutdown follows.
                 error = await self._shutdown_follows(error)
+            return self._failed(error)
         except Exception as err:
-            log.exception("check %s failed", job_id)
-            error = f"internal error: {type(err).__name__}: {err}"
-        finally:
-            self.submitted.pop(job_id, None)
-        if (
-            self.stopping
-            and status == JobStatus.FAILED
-            and error is not None
-            and not error.startswith(SHUTTING_DOWN)
-        ):
+            log.exception("check %s failed", job.id)
+            return self._failed(f"internal error: {type(err).__name__}: {err}")
+        now = time.monotonic()
+        waited = (started - job.submitted, now - job.submitted) if job.submitted is not None else (None, None)
+        self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (now - started)
+        timed = dataclasses.replace(ran, timings=with_service(ran.timings, now - started, *waited))
+        return Outcome(JobStatus.SUCCEEDED, timed)
+
+    def _failed(self, error: str) -> Outcome:
+        if self.stopping and not error.startswith(SHUTTING_DOWN):
             error = f"{SHUTTING_DOWN} ({error})"
-        seconds = time.monotonic() - started
-        passed = result.passed if status == JobStatus.SUCCEEDED and result is not None else None
+        return Outcome(JobStatus.FAILED, error=error)
+
+    def _cancelled(self, order: CheckOrder | None) -> Outcome:
+        if self.stopping:
+            return Outcome(JobStatus.FAILED, error=SHUTTING_DOWN)
+        if order is None or not order.progress.holding:
+            # Before it held ranks, whether or not it had begun to wait for them.
+            return Outcome(JobStatus.CANCELLED, error=CANCELLED_WAITING)
+        return Outcome(JobStatus.CANCELLED, error=CANCELLED_RUNNING)
+
+    def _observe(self, job_id: str, outcome: Outcome, seconds: float) -> None:
+        status, error = outcome.status, outcome.error
+        passed = outcome.result.passed if outcome.result is not None else None
         log.info(
             "check %s %s%s",
             job_id,
@@ -213,11 +284,6 @@ class Execution:
         for observer in self.observers:
             with contextlib.suppress(Exception):
                 observer(status.value, passed, seconds)
-        self.recording.add(job_id)
-        try:
-            await self._record(job_id, status, result.to_json() if result is not None else None, error)
-        finally:
-            self.recording.discard(job_id)
 
     def _order(self, job_id: str, submission: Submission) -> CheckOrder:
         spec = submission.spec
@@ -229,19 +295,19 @@ class Execution:
             model_target=model_target(spec, self.models),
         )
 
-    async def _record(
-        self, job_id: str, status: JobStatus, result: dict[str, Any] | None, error: str | None
-    ) -> None:
+    async def _record(self, job_id: str, outcome: Outcome) -> None:
         """Write a finished job, retrying while the database is locked or failing (a full
         disk): a result is never dropped quietly, and the job's worker waits with it. A
         shutdown tries twice; then the job stays `running` on disk, and the next start
         reports it failed with that reason."""
+        status = outcome.status
+        result = encode(outcome.result) if outcome.result is not None else None
         delay = RETRY_FIRST_S
         attempt = 0
         while True:
             attempt += 1
             try:
-                await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
+                await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=outcome.error)
                 self.waiters.notify(job_id)
                 return
             except Exception as err:

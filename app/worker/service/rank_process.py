@@ -79,7 +79,7 @@ class RankProcess:
                     self.loop.call_soon_threadsafe(self._died)
                 return
             try:
-                msg: protocol.Message = protocol.from_dict(raw)
+                msg: protocol.Message = protocol.from_pipe(raw)
             except (ValueError, TypeError, KeyError) as err:
                 msg = protocol.Error(f"rank process {self.pid} sent an unreadable message: {err}")
             with contextlib.suppress(RuntimeError):
@@ -112,7 +112,7 @@ class RankProcess:
         if self.dead:
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         try:
-            await asyncio.to_thread(self.conn.send, msg.to_dict())
+            await asyncio.to_thread(self.conn.send, protocol.to_pipe(msg))
         except OSError:
             # It died before its reader saw the pipe close (a broken pipe, or a reset): the
             # same death, said the same way, not an internal error of the check.
@@ -129,7 +129,7 @@ class RankProcess:
 
     def send_exit(self) -> None:
         with contextlib.suppress(Exception):
-            self.conn.send(protocol.Exit().to_dict())
+            self.conn.send(protocol.to_pipe(protocol.Exit()))
 
     def describe_death(self) -> str:
         if not self._buried:

@@ -58,7 +58,12 @@ class RankError(RuntimeError):
     """A rank reported that the check failed (its exception, as text)."""
 
     def __init__(
-        self, message: str, traceback: str | None = None, model_raised: bool = False, group_lost: bool = False
+        self,
+        message: str,
+        traceback: str | None = None,
+        model_raised: bool = False,
+        group_lost: bool = False,
+        ranks_kept: bool = False,
     ) -> None:
         super().__init__(message)
         self.traceback = traceback
@@ -66,7 +71,14 @@ class RankError(RuntimeError):
         self.model_raised = model_raised
         # The rank did not hold the process group the pool named: the check never started there.
         self.group_lost = group_lost
-        self.ranks_kept = False  # set by the pool when every rank of the check was kept
+        # Every rank of the check left it cleanly and can run the next one (the pool decides).
+        self.ranks_kept = ranks_kept
+
+    def kept(self) -> RankError:
+        """This error, said of a check whose every rank was kept: a new error, this one its cause."""
+        error = RankError(str(self), self.traceback, self.model_raised, self.group_lost, ranks_kept=True)
+        error.__cause__ = self
+        return error
 
 
 class RanksUnavailable(RuntimeError):

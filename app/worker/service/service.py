@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from app.contract.codec import encode
 from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import PROBE_PENDING, SYNTHETIC
 from app.core.errors import Busy, NotFound, Unavailable
@@ -26,7 +27,7 @@ from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
-from app.worker.service.store import JobStore
+from app.worker.service.store import JobStore, database_failed
 from app.worker.service.submission import Submission
 
 __all__ = ["CheckService", "Limits"]  # Limits: where callers have always found it
@@ -52,15 +53,6 @@ def shutting_down() -> Unavailable:
 
 def no_such_check(job_id: str) -> NotFound:
     return NotFound(f"no check with id {job_id!r}")
-
-
-def database_failed(path: Path, err: sqlite3.Error) -> Unavailable:
-    """The job database failed a read or write (full disk, a lock held too long)."""
-    return Unavailable(
-        f"the job database {path} failed ({err}): checks cannot be stored or read until it works "
-        "again; the planner still serves",
-        retry_after=10,
-    )
 
 
 class CheckService:
@@ -98,10 +90,10 @@ class CheckService:
         return len(self._execution.waiters)
 
     def queue_depth(self) -> int:
-        return len(self._execution.queued)
+        return self._execution.queued()
 
     def running_count(self) -> int:
-        return len(self._execution.running)
+        return self._execution.running()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,12 +157,11 @@ class CheckService:
             wait = math.ceil(self._execution.mean_check_s * busy / self.limits.concurrent_checks)
             raise queue_full(self.limits.queue_size, max(1, wait))
         job_id = uuid.uuid4().hex
-        job = await self._db(self.store.create, job_id, submission.to_json())
+        job = await self._db(self.store.create, job_id, encode(submission))
         if self.shutting_down:  # the shutdown began while the job was written: it runs after a restart
             log.info("check %s queued during shutdown; it runs after a restart", job_id)
             return job
-        self._execution.submitted[job_id] = time.monotonic()
-        self._execution.enqueue(job_id)
+        self._execution.enqueue(job_id, submitted=time.monotonic())
         token = job_id_var.set(job_id)
         try:
             log.info("check %s queued", job_id)
@@ -209,18 +200,9 @@ class CheckService:
     async def cancel(self, job_id: str) -> Job:
         job = await self.get(job_id)
         job.check_transition(JobStatus.CANCELLED)  # a conflict once it has finished
-        if job_id in self._execution.queued:
-            self._execution.queued.discard(job_id)
-            try:
-                error = "cancelled before it started"
-                await self._db(self.store.finish, job_id, JobStatus.CANCELLED, error=error)
-                self._execution.waiters.notify(job_id)
-            except Unavailable:
-                self._execution.queued.add(job_id)  # still queued on disk: so it stays here
-                raise
-        await self._execution.cancel(job_id)
+        recording = await self._execution.cancel(job_id)
         job = await self.get(job_id)
-        if not job.status.finished and job_id in self._execution.running:
+        if not job.status.finished and recording:
             raise Unavailable(
                 f"check {job_id} was stopped, but the job database has not recorded it yet (it keeps "
                 "trying); ask again in a moment",

@@ -13,9 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.jobs import Job, JobStatus
+from app.core.errors import Unavailable
 from app.worker.service import store_file
 
 INTERRUPTED = "the server stopped while this check was running; submit it again"
+
+
+def database_failed(path: Path, err: sqlite3.Error) -> Unavailable:
+    """The job database failed a read or write (full disk, a lock held too long)."""
+    return Unavailable(
+        f"the job database {path} failed ({err}): checks cannot be stored or read until it works "
+        "again; the planner still serves",
+        retry_after=10,
+    )
 
 
 def now() -> str:
