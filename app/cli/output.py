@@ -73,7 +73,7 @@ def table(result: Json) -> str:
     lines = [
         f"world size {result['world_size']}, model-parallel {result['model_parallel_size']}, "
         f"data-parallel {result['data_parallel_size']}",
-        f"global batch {result['global_batch_size']} (asked {result['requested_global_batch_size']}), "
+        f"global batch {result['global_batch_size']}{_asked(result['requested_global_batch_size'])}, "
         f"micro {micro if micro is not None else 'per group'}, "
         f"accumulation {result['gradient_accumulation_steps']}",
         "",
@@ -100,7 +100,11 @@ def table(result: Json) -> str:
         lr = result["learning_rate"]
         lines.append(
             f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
-            f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+            + (
+                f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+                if lr["warmup_steps"]
+                else "no warmup"
+            )
         )
     tokens = result.get("tokens")
     if tokens and tokens["sequence_length"] is not None:
@@ -113,6 +117,11 @@ def table(result: Json) -> str:
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
+
+
+def _asked(requested: int | None) -> str:
+    """The global batch the request asked for; none where it gave the micro-batch alone."""
+    return "" if requested is None else f" (asked {requested})"
 
 
 def emit(text: str, output: Path | None) -> None:
