@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 
+from app.cli.flag_names import in_flags
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
 from app.client import BatchplanError, Json, ProblemError
@@ -22,6 +23,7 @@ from app.schemas.field_hints import with_field_hints
 
 
 def fail(problem: Json, code: int = 2) -> NoReturn:
+    problem = in_flags(problem)  # `-b`, not `global_batch_size`, where flags made the request
     typer.echo(f"error: {problem.get('detail') or problem.get('title') or 'request failed'}", err=True)
     errors = problem.get("errors") or []
     for item in errors[1:] if isinstance(errors, list) else []:
