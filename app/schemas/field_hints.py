@@ -147,6 +147,7 @@ def with_field_hints(errors: Iterable[Mapping[str, Any]], models: Mapping[str, A
     added to each unknown field that is close to a known one. `models` maps the location's
     first part to the model validated there. A misspelt required field also shows as missing:
     the misspelling is listed first, since it says what to fix."""
+    errors = _wrapped_plan(list(errors), models)
     out: list[dict[str, Any]] = []
     hinted: list[dict[str, Any]] = []
     for given in errors:
@@ -161,3 +162,32 @@ def with_field_hints(errors: Iterable[Mapping[str, Any]], models: Mapping[str, A
     # The field meant also shows as missing, or its object as incomplete: the hint is listed
     # first, since it says what to fix.
     return hinted + [e for e in out if not any(e is h for h in hinted)]
+
+
+WRAP = 'the body is a plan request: wrap it as {"plan": ...}'
+
+
+def _wrapped_plan(errors: list[Mapping[str, Any]], models: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A bare plan posted where a plan is wrapped (a check, a schedule): one error at /plan that
+    says to wrap it, in place of "Field required" there and an "Extra inputs" per plan field."""
+    missing = [
+        e
+        for e in errors
+        if e.get("type") == "missing" and len(e.get("loc", ())) == 2 and e["loc"][1] == "plan"
+    ]
+    if not missing or not isinstance(missing[0].get("input"), Mapping) or missing[0]["loc"][0] not in models:
+        return errors
+    where = missing[0]["loc"][0]
+    plan_fields = set(known_names(models[where], ["plan"]))
+    if "topology" not in missing[0]["input"] or "topology" not in plan_fields:
+        return errors
+    moved = {
+        id(e)
+        for e in errors
+        if e.get("type") == EXTRA
+        and tuple(e.get("loc", ()))[:1] == (where,)
+        and len(e["loc"]) == 2
+        and e["loc"][1] in plan_fields
+    }
+    wrap = {**missing[0], "msg": f"Field required: {WRAP}"}
+    return [wrap if e is missing[0] else e for e in errors if id(e) not in moved]
