@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 
 from app.api import checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
@@ -48,6 +49,14 @@ TAGS = [
     {"name": "checks", "description": "Prove a plan with real torch.distributed gradient checks."},
     {"name": "operations", "description": "Liveness, readiness and metrics."},
 ]
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id in the OpenAPI document, which generated clients name their functions
+    after: the route function's own name (`create_plan`, `get_check`), stable as long as the
+    function keeps it, instead of FastAPI's default `create_plan_v1_plans_post`. A rename is a
+    breaking change for those clients: tests/api/test_operation_ids.py holds every id."""
+    return route.name
 
 
 def _on_shutdown_signals(callback: Callable[[], None]) -> Callable[[], None]:
@@ -180,6 +189,7 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         docs_url=None,
         redoc_url=None,
         openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
     )
     install_docs(app)
     app.state.settings = settings

@@ -60,4 +60,3 @@ def test_every_link_names_an_operation_that_exists(document: dict[str, Any]) -> 
     ]
     assert len(links) >= 2
     assert {link["operationId"] for link in links} <= ids
-
