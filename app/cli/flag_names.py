@@ -11,6 +11,7 @@ names the nearest flags of an unknown one, where click's own guess finds none (`
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
@@ -18,9 +19,11 @@ from typing import Any
 
 from typer.core import TyperCommand
 
+from app.cli.options import PlanFlags
 from app.client import Json
 
 ARGS = "batchplan.args"
+_PLAN_FLAGS = frozenset(f.name for f in dataclasses.fields(PlanFlags))
 # The running command's context. Typer's click may be its own copy (typer >= 0.20 vendors it),
 # so neither click.get_current_context nor click's exception classes are imported here.
 _RUNNING: contextvars.ContextVar[Any] = contextvars.ContextVar("batchplan_command")
@@ -151,8 +154,11 @@ class _Namer:
             return None
         opts: list[str] = [*option.opts]
         typed = [o for o in opts if any(_is(arg, o) for arg in self.args)]
-        if typed or self.from_file:
-            return typed[0] if typed else None
+        if self.from_file:
+            # The file's plan wins over the plan flags: only the other options name their flag.
+            return typed[0] if typed and param not in _PLAN_FLAGS else None
+        if typed:
+            return typed[0]
         long = [o for o in opts if o.startswith("--")]
         return long[0] if long else opts[0]
 

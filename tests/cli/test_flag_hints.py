@@ -64,6 +64,9 @@ def test_a_request_file_keeps_its_field_names_and_typed_export_flags_are_named(
     path.write_text(json.dumps({"topology": {"num_nodes": 2, "gpus_per_node": 8}, **infeasible}))
     out = run("plan", "--request", str(path))
     assert _tries(out.stderr) == {"global_batch_size": "1024, 512, 1536"}
+    # A plan flag typed beside --request is not what ran: the file's field is named.
+    out = run("plan", "--request", str(path), "-b", "1024")
+    assert _tries(out.stderr) == {"global_batch_size": "1024, 512, 1536"}
     path.write_text(json.dumps({"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 512}))
     out = run("export", "slurm", "--request", str(path), "--cpus-per-gpu", "999")
     assert _tries(out.stderr) == {"--cpus-per-gpu": "256"}
