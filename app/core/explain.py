@@ -35,6 +35,7 @@ def explain(
     by_throughput: bool,
     efficiency: BatchEfficiency | None = None,
     sequence_length: int | None = None,
+    wrapper: str = "ddp",
 ) -> list[str]:
     mp = parallelism.model_parallel_size
     out = [
@@ -49,7 +50,9 @@ def explain(
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
             f"optimizer."
         )
-    out += _scale_sentences(dp, global_batch, accumulation, groups, common_micro, reduction, parallelism)
+    out += _scale_sentences(
+        dp, global_batch, accumulation, groups, common_micro, reduction, parallelism, wrapper
+    )
     if lr is not None:
         out += _learning_rate_sentences(lr, global_batch, sequence_length)
     if sampler is not None and sampler.shuffle:
@@ -120,6 +123,7 @@ def _scale_sentences(
     common_micro: int | None,
     reduction: LossReduction,
     parallelism: Parallelism,
+    wrapper: str,
 ) -> list[str]:
     """What each micro-batch's loss is multiplied by, and why."""
     # No scales under loss_normalization token: app.core.tokens explains what each rank does.
@@ -153,8 +157,9 @@ def _scale_sentences(
         # The sentence a newcomer came for: why DDP's average of per-process means is right.
         per_replica = common_micro * accumulation
         of_micro = f" ({accumulation} micro-batches of {common_micro})" if accumulation > 1 else ""
-        # FSDP averages over the same replicas with a reduce-scatter instead of an all-reduce.
-        averaging = "DDP's all-reduce" if parallelism.data_parallel_shard == 1 else "FSDP's reduce-scatter"
+        # The mesh's wrapper (app.core.device_mesh): FSDP and HSDP average the same replicas
+        # with a reduce-scatter instead of an all-reduce.
+        averaging = "DDP's all-reduce" if wrapper == "ddp" else "FSDP's reduce-scatter"
         one = "one GPU" if parallelism.model_parallel_size == 1 else "one model replica"
         out.append(
             f"Each process's loss is a mean over its {per_replica} samples{of_micro}, "

@@ -62,6 +62,7 @@ def test_an_even_plan_says_why_the_mean_of_equal_means_is_the_global_mean(accumu
     [
         ({"tensor": 2}, "DDP's all-reduce", "one model replica"),
         ({"data_parallel_shard": 4}, "FSDP's reduce-scatter", "one GPU"),
+        ({"data_parallel_shard": 2}, "FSDP's reduce-scatter", "one GPU"),  # HSDP
     ],
 )
 def test_a_mesh_plan_names_what_averages_its_replicas(
