@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 
 from app.api import checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
@@ -40,6 +41,22 @@ DESCRIPTION = """Tells distributed PyTorch jobs how to split their batch: per-re
 micro-batch, gradient accumulation, `DistributedSampler` settings, loss scales and the
 scaled learning rate, for homogeneous and mixed GPU clusters. Errors are RFC 9457
 `application/problem+json` with the field at fault and the nearest valid values."""
+
+# The order Swagger UI and ReDoc show the operations in: the question the service answers first.
+TAGS = [
+    {"name": "plans", "description": "A batch split: micro-batch, accumulation, sampler, loss scales, lr."},
+    {"name": "exports", "description": "The plan for a launcher or trainer, its schedule, elastic plans."},
+    {"name": "checks", "description": "Prove a plan with real torch.distributed gradient checks."},
+    {"name": "operations", "description": "Liveness, readiness and metrics."},
+]
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id in the OpenAPI document, which generated clients name their functions
+    after: the route function's own name (`create_plan`, `get_check`), stable as long as the
+    function keeps it, instead of FastAPI's default `create_plan_v1_plans_post`. A rename is a
+    breaking change for those clients: tests/api/test_operation_ids.py holds every id."""
+    return route.name
 
 
 def _on_shutdown_signals(callback: Callable[[], None]) -> Callable[[], None]:
@@ -171,6 +188,8 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        openapi_tags=TAGS,
+        generate_unique_id_function=operation_id,
     )
     install_docs(app)
     app.state.settings = settings
@@ -181,10 +200,11 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
     # BATCHPLAN_PROTECT_PLANNER: the API key on /v1/plans* too (the worker's routes always
     # require it when it is set; see app.api.checks).
     planner_auth = [Depends(require_planner_key)] if settings.protect_planner else []
-    app.include_router(exports.router, dependencies=planner_auth)
+    # Swagger lists tags in TAGS' order and each tag's operations in this order: planning first.
     app.include_router(plans.router, dependencies=planner_auth)
-    app.include_router(ops.router)
+    app.include_router(exports.router, dependencies=planner_auth)
     app.include_router(checks.router)
+    app.include_router(ops.router)
     if settings.plan_fast_path and not settings.protect_planner:
         # Added first, so innermost: the request-id, metrics, access-log and CORS middleware
         # see the requests it answers as the route's.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# One run of every benchmark the README's table quotes, one after another (never two at once:
+# One run of every benchmark bench/README.md's figures table quotes, one after another (never two at once:
 # they would time each other), each one's output whole in a log with the date, the commit and
-# the machine's load beside it. The README's benchmark section is regenerated from one such log.
+# the machine's load beside it. That table is regenerated from one such log.
 #
 #     bench/run_all.sh [LOG]        # default bench-all-<date>.log; ~25 min on 2 cores
 #     SOAK_FAULTS=40 bench/run_all.sh   # the long soak (default 12 faults here)
@@ -22,6 +22,7 @@ run() {
 run bench/bench_core.py
 run bench/bench_http.py
 run bench/bench_scaling.py --quick
+run bench/bench_refusals.py --repeats 9
 run bench/bench_checks.py
 run bench/bench_load.py
 run bench/bench_models.py

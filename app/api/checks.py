@@ -134,8 +134,9 @@ _TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
 
 # OpenAPI links: a check's lifecycle, POST -> GET -> DELETE, with the id the answer carries
 # (clients and schemathesis' stateful testing follow them).
-_GET_CHECK = "get_check_v1_checks__check_id__get"
-_CANCEL_CHECK = "cancel_check_v1_checks__check_id__delete"
+# The ids are the route functions' names (app.main.operation_id).
+_GET_CHECK = "get_check"
+_CANCEL_CHECK = "cancel_check"
 
 
 def _link(operation: str, description: str) -> dict[str, Any]:
@@ -241,7 +242,7 @@ async def get_check(
     response_class=Response,
     responses=_TRAJECTORY_PROBLEMS,
 )
-async def check_trajectory(
+async def get_check_trajectory(
     check_id: str,
     format: Annotated[Literal["png", "svg"], PathParam(description="The image format.")],
     service: Service,
@@ -270,14 +271,14 @@ async def cancel_check(check_id: str, service: Service) -> Response:
 
 
 @router.get("/check-models", summary="The models a check can train", responses=_PROBLEMS)
-async def check_models(service: Service) -> CheckModelsOut:
+async def list_check_models(service: Service) -> CheckModelsOut:
     """The built-in synthetic model and those the operator registered
     (BATCHPLAN_CHECK_MODELS); a check request names one in `model`."""
     return CheckModelsOut.model_validate({"models": service.describe_models()})
 
 
 @router.get("/host", summary="What this worker can run", responses=_PROBLEMS)
-def host(request: Request) -> HostOut:
+def get_host(request: Request) -> HostOut:
     service: CheckService | None = request.app.state.checks
     if service is None:
         return HostOut(

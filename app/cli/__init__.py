@@ -16,6 +16,7 @@ from __future__ import annotations
 import typer
 
 from app.cli import check, export, plan, serve
+from app.cli.flag_names import FlagCommand
 
 # Click's plain help, not rich's: rich's table cuts option names to fit 80 columns
 # ("--global-batch-s…"), click's never cuts a name (tests/cli/test_help.py).
@@ -27,7 +28,7 @@ cli = typer.Typer(
     context_settings={"max_content_width": 100},
 )
 for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
-    cli.command()(command)
+    cli.command(cls=FlagCommand)(command)
 
 
 def main() -> None:

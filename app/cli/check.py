@@ -180,8 +180,12 @@ def check(
     body = check_body(request, flags, run)
     if run.model_factory and url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
-    if run.model_factory and run.model:
-        fail({"detail": "give --model (a registered name) or --model-factory, not both"})
+    # The model may come from --model or from --request's file: either beside a factory is
+    # two models, and only one would run.
+    model = body.get("model")
+    if run.model_factory and model is not None and model != "synthetic":
+        where = "--model" if run.model else f"the request file's model {model!r}"
+        fail({"detail": f"give {where} (a registered name) or --model-factory, not both"})
     if url:
         done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
     else:

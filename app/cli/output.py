@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 
+from app.cli.flag_names import in_flags
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
 from app.client import BatchplanError, Json, ProblemError
@@ -22,6 +23,7 @@ from app.schemas.field_hints import with_field_hints
 
 
 def fail(problem: Json, code: int = 2) -> NoReturn:
+    problem = in_flags(problem)  # `-b`, not `global_batch_size`, where flags made the request
     typer.echo(f"error: {problem.get('detail') or problem.get('title') or 'request failed'}", err=True)
     errors = problem.get("errors") or []
     for item in errors[1:] if isinstance(errors, list) else []:
@@ -73,7 +75,7 @@ def table(result: Json) -> str:
     lines = [
         f"world size {result['world_size']}, model-parallel {result['model_parallel_size']}, "
         f"data-parallel {result['data_parallel_size']}",
-        f"global batch {result['global_batch_size']} (asked {result['requested_global_batch_size']}), "
+        f"global batch {result['global_batch_size']}{_asked(result['requested_global_batch_size'])}, "
         f"micro {micro if micro is not None else 'per group'}, "
         f"accumulation {result['gradient_accumulation_steps']}",
         "",
@@ -100,7 +102,11 @@ def table(result: Json) -> str:
         lr = result["learning_rate"]
         lines.append(
             f"learning rate {lr['lr']:.6g} ({lr['rule']} x{lr['factor']:.6g}), "
-            f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+            + (
+                f"warmup {lr['warmup_steps']} steps from {lr['warmup_start_lr']:.6g}"
+                if lr["warmup_steps"]
+                else "no warmup"
+            )
         )
     tokens = result.get("tokens")
     if tokens and tokens["sequence_length"] is not None:
@@ -113,6 +119,11 @@ def table(result: Json) -> str:
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
+
+
+def _asked(requested: int | None) -> str:
+    """The global batch the request asked for; none where it gave the micro-batch alone."""
+    return "" if requested is None else f" (asked {requested})"
 
 
 def emit(text: str, output: Path | None) -> None:

@@ -35,6 +35,7 @@ def explain(
     by_throughput: bool,
     efficiency: BatchEfficiency | None = None,
     sequence_length: int | None = None,
+    wrapper: str = "ddp",
 ) -> list[str]:
     mp = parallelism.model_parallel_size
     out = [
@@ -49,7 +50,9 @@ def explain(
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
             f"optimizer."
         )
-    out += _scale_sentences(dp, global_batch, accumulation, groups, common_micro, reduction)
+    out += _scale_sentences(
+        dp, global_batch, accumulation, groups, common_micro, reduction, parallelism, wrapper
+    )
     if lr is not None:
         out += _learning_rate_sentences(lr, global_batch, sequence_length)
     if sampler is not None and sampler.shuffle:
@@ -88,7 +91,7 @@ def _split_sentences(
             f"accumulated micro-steps make the global batch of {global_batch}"
         )
         return [
-            f"Yes, split the batch: each replica takes a micro-batch of {common_micro} and "
+            f"Each replica takes a micro-batch of {common_micro} and "
             f"accumulates {accumulation} per optimizer step: {common_micro} x {accumulation} x "
             f"{dp} = {global_batch}, the global batch.",
             f"Under DistributedDataParallel every process builds its own loader: "
@@ -119,6 +122,8 @@ def _scale_sentences(
     groups: tuple[ReplicaGroup, ...],
     common_micro: int | None,
     reduction: LossReduction,
+    parallelism: Parallelism,
+    wrapper: str,
 ) -> list[str]:
     """What each micro-batch's loss is multiplied by, and why."""
     # No scales under loss_normalization token: app.core.tokens explains what each rank does.
@@ -133,18 +138,37 @@ def _scale_sentences(
             f"then equals the gradient of the mean loss over all {global_batch} samples."
         ]
     if common_micro is None:
+        micros = sorted({g.micro_batch_size for g in groups})
         return [
-            f"Replicas see different numbers of samples but DDP weighs their gradients "
-            f"equally; multiplying each replica's mean loss by data_parallel_size x its "
-            f"micro-batch / global batch ({scale_text} here) makes the average exactly the "
-            f"gradient of the mean loss over all {global_batch} samples."
+            f"Each process's loss is a mean over its own micro-batch ({micros[0]} to "
+            f"{micros[-1]} samples here) and DDP's all-reduce averages the {dp} replicas' "
+            f"gradients with equal weights, so a mean of these unequal-size means is not the "
+            f"mean over all {global_batch} samples: multiplying each replica's mean loss by "
+            f"data_parallel_size x its micro-batch / global batch ({scale_text} here) makes the "
+            f"average exactly the gradient of the mean loss over all {global_batch} samples."
         ]
+    out = []
     if accumulation > 1:
-        return [
+        out.append(
             f"Multiply each micro-batch's mean loss by loss_scale = 1/{accumulation} = "
             f"{scale_text}, so the accumulated gradient is a mean over the step, not a sum."
-        ]
-    return []
+        )
+    if dp > 1:
+        # The sentence a newcomer came for: why DDP's average of per-process means is right.
+        per_replica = common_micro * accumulation
+        of_micro = f" ({accumulation} micro-batches of {common_micro})" if accumulation > 1 else ""
+        # The mesh's wrapper (app.core.device_mesh): FSDP and HSDP average the same replicas
+        # with a reduce-scatter instead of an all-reduce.
+        averaging = "DDP's all-reduce" if wrapper == "ddp" else "FSDP's reduce-scatter"
+        one = "one GPU" if parallelism.model_parallel_size == 1 else "one model replica"
+        out.append(
+            f"Each process's loss is a mean over its {per_replica} samples{of_micro}, "
+            f"{averaging} averages the {dp} replicas' gradients, and a mean of {dp} equal-size "
+            f"means is the mean over all {global_batch} samples: the gradient of {one} with a "
+            f"batch of {global_batch}. With unequal micro-batches it is not, which is what the "
+            f"loss scales of an uneven plan fix."
+        )
+    return out
 
 
 def _learning_rate_sentences(

@@ -160,6 +160,7 @@ def _plan(request: PlanRequest) -> Plan:
     warnings += efficiency_warnings
     warnings += scale_warnings(g, sampler)
     groups = _replica_groups(request, layout, solution, sampler)
+    mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation = explain(
         world=layout.world_size,
         parallelism=request.parallelism,
@@ -174,8 +175,8 @@ def _plan(request: PlanRequest) -> Plan:
         by_throughput=layout.heterogeneous,
         efficiency=batch_efficiency,
         sequence_length=request.sequence_length,
+        wrapper=mesh.wrapper,
     )
-    mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation += mesh_sentences(mesh, dp)
     planned = Plan(
         world_size=layout.world_size,

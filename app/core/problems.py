@@ -72,8 +72,15 @@ def unsupported_media_type(detail: str) -> Problem:
     return problem_body(400, "unsupported-media-type", "The request body is not JSON", detail)
 
 
+# The setting (app.settings, prefix BATCHPLAN_) that sets the body limit: a 413 names it.
+BODY_LIMIT_SETTING = "BATCHPLAN_MAX_BODY_BYTES"
+
+
 def too_large(limit: int) -> Problem:
-    detail = f"the body is over the limit of {limit} bytes"
+    detail = (
+        f"the body is over the limit of {limit} bytes ({BODY_LIMIT_SETTING}={limit} on this server; "
+        f"a larger value raises it)"
+    )
     return problem_body(413, "http-413", "Request body too large", detail)
 
 

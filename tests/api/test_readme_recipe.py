@@ -1,6 +1,6 @@
 """The recipe, run as it reads: docs/exports.md's schedule example (a real warmup, the numbers
-it prints) and the README's "One recipe, end to end" (plan -> chart -> hf-trainer export -> the export's lr at
-every step is the plan's)."""
+it prints) and docs/recipe.md's "One recipe, end to end" (plan -> chart -> hf-trainer export ->
+the export's lr at every step is the plan's), which the README's first version held."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+RECIPE_PAGE = (ROOT / "docs" / "recipe.md").read_text()
 EXPORTS_PAGE = (ROOT / "docs" / "exports.md").read_text()
 
 
 def _section(title: str) -> str:
     """From the heading to the next one (## or ###; a `# ` line in a code block is a comment)."""
-    start = README.index(title)
-    end = re.compile(r"\n#{2,3} ").search(README, start + len(title))
-    return README[start : end.start() if end else len(README)]
+    start = RECIPE_PAGE.index(title)
+    end = re.compile(r"\n#{2,3} ").search(RECIPE_PAGE, start + len(title))
+    return RECIPE_PAGE[start : end.start() if end else len(RECIPE_PAGE)]
 
 
 def _commented(text: str, first: str) -> str:
@@ -58,7 +58,7 @@ def test_the_schedule_example_has_a_real_warmup_and_prints_what_is_served(client
 
 
 def test_one_recipe_end_to_end(client: TestClient, tmp_path: Path) -> None:
-    section = _section("### One recipe, end to end")
+    section = _section("## One recipe, end to end")
     recipe = json.loads(
         section[section.index("```json") + 7 : section.index("```", section.index("```json") + 7)]
     )

@@ -96,7 +96,7 @@ def test_check_errors_on_a_server(run: Invoke, worker_server: Server) -> None:
     local = run(*infeasible)
     assert remote.exit_code == local.exit_code == 2
     assert remote.stderr == local.stderr
-    assert "try global_batch_size" in remote.stderr
+    assert "try -b" in remote.stderr
 
 
 @pytest.mark.slow
@@ -151,7 +151,7 @@ def test_check_locally(run: Invoke) -> None:
 
 def test_local_check_validates_like_the_server(run: Invoke) -> None:
     out = run("check", *PLAN, "--timeout", "0")
-    assert out.exit_code == 2 and out.stderr.startswith("error: /timeout_s: Input should be greater than 0")
+    assert out.exit_code == 2 and out.stderr.startswith("error: --timeout: Input should be greater than 0")
     too_many = run("check", *PLAN, "--processes", "3")
     assert too_many.exit_code == 2 and "between 1 and the 2 replicas" in too_many.stderr
 

@@ -4,6 +4,7 @@ and under torchrun, and a registered name resolved from BATCHPLAN_CHECK_MODELS."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from support.cli import Invoke
@@ -80,3 +81,17 @@ def test_a_token_factory_of_another_sequence_length_is_refused_by_the_ranks(run:
     assert out.exit_code == 2, out.stderr
     assert "error: /plan/sequence_length: the model's sequences have 16 tokens" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_check_refuses_a_registered_model_in_the_request_beside_model_factory(
+    run: Invoke, tmp_path: Path
+) -> None:
+    """--model in the request file and --model-factory: which would run was the file's model,
+    while the command said it ran the factory. Both are refused, however --model came."""
+    path = tmp_path / "check.json"
+    plan = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+    path.write_text(json.dumps({"plan": plan, "model": "mlp"}))
+    env = {"BATCHPLAN_CHECK_MODELS": "mlp=app.worker.example_models:mlp"}
+    out = run("check", "--request", str(path), "--model-factory", "app.worker.example_models:mlp", env=env)
+    assert out.exit_code == 2
+    assert "not both" in out.stderr and "mlp" in out.stderr

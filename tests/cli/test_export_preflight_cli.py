@@ -40,7 +40,7 @@ def test_the_model_factory_and_setup_reach_the_script(run: Invoke, server: Serve
 def test_a_model_factory_that_is_not_module_colon_name_is_refused(run: Invoke, server: Server) -> None:
     for extra in ([], ["--url", server.url]):
         out = run("export", "slurm", *ARGS, "--model-factory", "not a factory", *extra)
-        assert out.exit_code != 0 and "model_factory" in out.stderr, out.stderr
+        assert out.exit_code != 0 and "--model-factory" in out.stderr, out.stderr  # the flag typed
     response = server.client.post(
         "/v1/plans/export/slurm",
         params={"setup": "a\nb"},

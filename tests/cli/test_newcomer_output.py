@@ -99,7 +99,21 @@ def test_a_misspelt_field_in_a_request_file_names_the_field_meant(run: Invoke, t
 def test_the_cli_tries_an_export_option_as_the_server_does(run: Invoke) -> None:
     plan = ["--num-nodes", "2", "--gpus-per-node", "8"]
     out = run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "999")
-    assert out.exit_code == 2 and "try cpus_per_gpu: 256" in out.stderr
+    assert out.exit_code == 2 and "try --cpus-per-gpu: 256" in out.stderr
     assert run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "256").exit_code == 0
     out = run("export", "slurm", *plan, "-b", "500", "--cpus-per-gpu", "999")
-    assert out.exit_code == 2 and "try cpus_per_gpu" not in out.stderr
+    assert out.exit_code == 2 and "try --cpus-per-gpu" not in out.stderr
+
+
+def test_a_plan_from_the_micro_batch_alone_and_without_warmup_prints_no_placeholders(run: Invoke) -> None:
+    """Issue 40: `plan -m 64` printed "global batch 512 (asked None)", and a plan without warmup
+    "warmup 0 steps from 0.1"."""
+    out = run("plan", "-m", "64", "--gpus-per-node", "8", "--base-lr", "0.1", "--base-batch-size", "64")
+    assert out.exit_code == 0, out.stderr
+    assert "None" not in out.stdout and "warmup 0 steps" not in out.stdout
+    assert "global batch 512, micro 64, accumulation 1" in out.stdout
+    assert "learning rate 0.8 (linear x8), no warmup" in out.stdout
+    out = run("plan", "-b", "1000", "-m", "32", "--num-nodes", "2", "--divisibility", "round_down")
+    assert "global batch 512 (asked 1000)" in out.stdout
+    out = run("plan", "-b", "512", "--num-nodes", "2", "--base-lr", "0.1", "--warmup-steps", "5")
+    assert "warmup 5 steps from 0.1" in out.stdout

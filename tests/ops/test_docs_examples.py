@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,11 +50,81 @@ def test_every_curl_on_every_page_is_read_as_an_example() -> None:
         assert len(read) == commands - fetches, page.name
     assert {e.source.split(":")[0] for e in EXAMPLES} >= {
         "README.md",
+        "docs/checks.md",
+        "docs/contract.md",
         "docs/exports.md",
         "docs/meshes.md",
+        "docs/recipe.md",
         "docs/tokens.md",
         "docs/your-own-model.md",
     }
+
+
+# ----------------------------------------------------------------------------- the README's shape
+
+README_WORDS = 2000  # what a newcomer reads through (issue 40): the rest lives in docs/ and bench/
+FIRST_SCREEN = 50  # lines
+
+
+def test_the_readme_is_short_and_starts_with_the_commands_that_run_and_test_it() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split()) < README_WORDS
+    lines = readme.splitlines()
+    run = next(i for i, line in enumerate(lines) if line.startswith("Run it ("))
+    test = next(i for i, line in enumerate(lines) if line.startswith("Test it ("))
+    cpu = next(i for i, line in enumerate(lines) if "download.pytorch.org/whl/cpu" in line)
+    # Each command's block closes within the first screen, the CPU-wheel advice before both.
+    assert cpu < run < test and lines.index("```", test + 2) < FIRST_SCREEN
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_is_there() -> None:
+    for page in pages():
+        for target in re.findall(r"\]\((?!https?:|#)([^)\s]+)\)", page.read_text()):
+            assert (page.parent / target.split("#")[0]).resolve().exists(), (page.name, target)
+
+
+def test_the_pages_say_no_dev_log_and_point_at_nothing_outside_the_repository() -> None:
+    for page in pages():
+        text = page.read_text()
+        assert "../shared" not in text, page.name
+        assert "this evening" not in text and "issue 26's starting commit" not in text, page.name
+
+
+# A page that runs an export with `python -c 'from training_args import ...'` says what that
+# export imports beyond the run-it install (torch and the package's own dependencies).
+RUN_IT = {"torch", "fastapi", "pydantic", "pydantic_settings", "uvicorn", "typer", "httpx", "matplotlib"}
+
+
+def _exports_run_with_python(page: Path) -> Iterator[tuple[str, Example, str]]:
+    text = page.read_text()
+    for match in re.finditer(r"python -c '(?:import|from) (\w+)", text):
+        module = match.group(1)
+        saved = [e for e in examples(page) if re.search(rf"-o {module}\.py\b", e.command)]
+        if saved:
+            following = text[match.end() :]
+            section = following[: following.find("\n## ")] if "\n## " in following else following
+            yield module, saved[-1], section
+
+
+def test_an_export_run_with_python_says_the_install_it_needs(planner: TestClient) -> None:
+    found = 0
+    for page in pages():
+        for module, example, section in _exports_run_with_python(page):
+            found += 1
+            source = planner.post(example.path, json=example.body).text
+            imported = {
+                name.split(".")[0]
+                for name in re.findall(r"^\s*(?:import|from) ([\w.]+)", source, re.MULTILINE)
+            }
+            needed = imported - set(sys.stdlib_module_names) - RUN_IT
+            assert needed, (page.name, module, "imports nothing beyond the run-it install")
+            for package in needed:
+                assert f"`{package}`" in section and f"pip install {package}" in section, (
+                    page.name,
+                    module,
+                    package,
+                )
+    assert found >= 1
 
 
 def _status(example: Example, default: int) -> int:

@@ -34,6 +34,7 @@ class Example:
     answer: str = ""
     check: bool = field(init=False)
     follow_ups: list[str] = field(default_factory=list)  # GETs of the check's own paths, `<id>` in them
+    command: str = ""  # the curl command as written
 
     def __post_init__(self) -> None:
         self.check = self.method == "POST" and self.path == "/v1/checks"
@@ -145,8 +146,8 @@ def _example(command: str, source: str, files: dict[str, Any]) -> Example:
         text = re.sub(r"\$\(cat ([\w.-]+)\)", lambda m: json.dumps(files[m.group(1)]), text)
         body = json.loads(text)
     else:
-        return Example(source, "GET", url.group(1))
-    return Example(source, "POST", url.group(1), body)
+        return Example(source, "GET", url.group(1), command=command)
+    return Example(source, "POST", url.group(1), body, command=command)
 
 
 # ----------------------------------------------------------------------------- answers

@@ -19,8 +19,8 @@ from app.worker.training.samplers import EpochOrder, IndexDataset, ProportionalS
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_epoch_layout_is_distributed_samplers(n: int, replicas: int, shuffle: bool, drop_last: bool) -> None:
-    if drop_last and n < replicas:
-        pytest.skip("DistributedSampler yields nothing")
+    # drop_last with fewer samples than replicas: DistributedSampler yields nothing, and the
+    # layout must be empty too (a case, not a skip).
     samplers = [
         DistributedSampler(
             IndexDataset(n), num_replicas=replicas, rank=r, shuffle=shuffle, seed=3, drop_last=drop_last
@@ -33,6 +33,8 @@ def test_epoch_layout_is_distributed_samplers(n: int, replicas: int, shuffle: bo
     epoch = epoch_indices(n, total, shuffle, 3, 2)
     for r, s in enumerate(samplers):
         assert list(s) == list(epoch[r:total:replicas])
+    if drop_last and n < replicas:
+        assert total == 0 and not any(list(s) for s in samplers)
 
 
 @pytest.mark.parametrize("n", [1, 5, 29, 30, 31, 1000])

@@ -63,7 +63,11 @@ def summary(x: ExportInput) -> list[str]:
         lines.append(
             f"learning rate {lr.lr!r} ({lr.rule} rule from {lr.base_lr!r} per "
             + (f"{lr.base_batch_tokens} tokens), " if lr.base_batch_tokens else f"{lr.base_batch_size}), ")
-            + f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
+            + (
+                f"warmup {lr.warmup_steps} steps from {lr.warmup_start_lr!r}"
+                if lr.warmup_steps
+                else "no warmup"
+            )
         )
         lines.append(schedule_sentence(x))
         lines.append(optimizer_sentence(x))
