@@ -27,6 +27,7 @@ from app.core.exports.common import (
     summary,
 )
 from app.core.exports.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
+from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
 from app.core.exports.training import leftover_sentence
 
@@ -50,10 +51,10 @@ def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
         **schedule,
         "seed": p.sampler.seed if p.sampler else 0,
     }
-    if p.sampler and p.sampler.epochs is not None:
-        values["num_train_epochs"] = p.sampler.epochs
     if lr.train_steps is not None:
-        values["max_steps"] = lr.train_steps
+        values["max_steps"] = lr.train_steps  # it overrides num_train_epochs
+    elif p.sampler and p.sampler.epochs is not None:
+        values["num_train_epochs"] = p.sampler.epochs
     return values, wrong_optimizer + wrong_lr + data_differences(x)
 
 
@@ -126,6 +127,17 @@ def _notes(x: ExportInput, values: dict[str, Any]) -> dict[str, str]:
         "learning_rate": "the peak; PlanTrainer's schedule sets every step's",
         "max_steps": "the run's optimizer steps: the schedule's length, and where the Trainer stops",
     }
+    s = p.sampler
+    if (
+        "max_steps" in values
+        and s
+        and s.epochs
+        and values["max_steps"] == s.epochs * s.optimizer_steps_per_epoch
+    ):
+        notes["max_steps"] = (
+            f"{s.epochs} epochs of {s.optimizer_steps_per_epoch} optimizer steps: the schedule's length, "
+            "and where the Trainer stops"
+        )
     if o.max_grad_norm is None:
         notes["max_grad_norm"] = "no clipping (0 turns the Trainer's default of 1.0 off)"
     if values["optim"] == "adamw_torch" and o.name == "adam" and not o.weight_decay:
@@ -158,9 +170,9 @@ def export_hf_trainer(x: ExportInput) -> Export:
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "(model or self.model).parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer or self.optimizer"),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
     }.items():
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
@@ -169,8 +181,8 @@ def export_hf_trainer(x: ExportInput) -> Export:
             comment(header),
             "# Launch with torchrun (see the torchrun export); the Trainer reads the world size from it.",
             "# Train with PlanTrainer(model=..., args=training_args, train_dataset=...). training_args",
-            "# alone set what TrainingArguments can say of the recipe; a plain Trainer(args=training_args)",
-            "# trains with them, except that",
+            "# holds what TrainingArguments can say of the recipe: a plain Trainer(args=training_args)",
+            "# trains with it, except that",
             *_listed(wrong),
             "# and PlanTrainer does each as planned.",
             "import itertools",
