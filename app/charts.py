@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+import textwrap
 from itertools import pairwise
 from typing import Any
 
@@ -41,7 +42,10 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
     """The global batch (and accumulation) and the learning rate against the optimizer step."""
     steps = [p.step for p in schedule.points]
     rows = 2 if schedule.peak_lr is not None else 1
-    fig = Figure(figsize=(9, 3.2 * rows + 0.6))
+    # The answer's warnings under the plots, where whoever reads the chart sees them.
+    notes = [line for w in schedule.warnings for line in textwrap.wrap(f"warning: {w}", 170)]
+    height = 3.2 * rows + 0.6 + 0.14 * len(notes)
+    fig = Figure(figsize=(9, height))
     axes = fig.subplots(rows, 1, sharex=True, squeeze=False)
     ax = axes[0][0]
     ax.step(steps, [p.global_batch_size for p in schedule.points], where="post", color="tab:blue")
@@ -73,7 +77,10 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
         lr_ax.set_title(f"Learning rate: {lr_title(schedule)}")
     axes[-1][0].set_xlabel("optimizer step")
     fig.suptitle(title)
-    fig.tight_layout()
+    footer = (0.14 * len(notes) + 0.1) / height if notes else 0.0
+    if notes:
+        fig.text(0.01, 0.01, "\n".join(notes), fontsize=7.5, va="bottom", color="tab:red")
+    fig.tight_layout(rect=(0, footer, 1, 1))
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=100)
     return buffer.getvalue()

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from app.api.chart_response import chart_response
+from app.api.chart_response import WARNINGS_HEADER, chart_response
 from app.api.json_body import JsonBodyRoute
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
@@ -144,6 +144,13 @@ def _scheduled(body: ScheduleRequestIn) -> tuple[Plan, Schedule]:
 _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The series as JSON, or with `?format=png|svg` a chart of it.",
+        "headers": {
+            WARNINGS_HEADER: {
+                "description": "With a chart: the answer's `warnings` (the plan's, then the schedule's "
+                "own), as a JSON array of strings.",
+                "schema": {"type": "string"},
+            }
+        },
         "content": {
             "image/png": {"schema": {"type": "string", "format": "binary"}},
             "image/svg+xml": {"schema": {"type": "string"}},
@@ -197,7 +204,7 @@ async def plan_schedule(
         f"{the_plan.world_size} GPUs, data-parallel {the_plan.data_parallel_size}, "
         f"global batch {the_plan.global_batch_size}, {result.train_steps} steps"
     )
-    return await chart_response(schedule_chart, result, format, title)
+    return await chart_response(schedule_chart, result, format, title, result.warnings)
 
 
 @router.post(

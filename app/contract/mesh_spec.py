@@ -47,7 +47,8 @@ def mesh_world(sizes: dict[str, int]) -> int:
 
 
 def wrapper_of(sizes: dict[str, int]) -> Wrapper:
-    if sizes["dp_shard"] == 1:
+    """As the plan's device mesh says (torchtitan's rule): FSDP when dp_shard or cp is above 1."""
+    if sizes["dp_shard"] == 1 and sizes.get("cp", 1) == 1:
         return "ddp"
     return "fsdp" if sizes["dp_replicate"] == 1 else "hsdp"
 

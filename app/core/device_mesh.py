@@ -1,16 +1,23 @@
 """The device mesh a plan runs on, in torchtitan's vocabulary and order.
 
-torchtitan's `ParallelDims` orders the mesh pp, dp_replicate, dp_shard, cp, tp (outermost
-first) and leaves out dimensions of size 1; `init_device_mesh` takes exactly that shape. The
-data-parallel group is dp_replicate x dp_shard: samplers take its rank and size, never the
-global ones, and tensor-, pipeline- and context-parallel peers read the same samples.
+The rules are torchtitan 0.2.2's `ParallelDims` (distributed/parallel_dims.py), the release the
+torchtitan export writes its TOML job config for (0.3 reads no TOML); 0.3.0's ParallelDims
+keeps both rules below. tests/core/test_device_mesh_torchtitan.py builds the installed one on
+a few thousand random layouts and holds every plan's mesh to it.
 
-`data_parallel_shard` picks the wrapper: 1 is DDP (every replica holds the whole model), the
-data-parallel size is FSDP (`fully_shard` over all of it), a proper divisor is HSDP
-(`data_parallel_size / data_parallel_shard` replicas, each sharded `data_parallel_shard`
-ways). Expert parallelism borrows from the other dimensions and never changes the world size;
-its rules are torchtitan's for expert tensor parallel 1 (its default): `expert` is a multiple
-of context x tensor and divides data_parallel_shard x context x tensor.
+torchtitan orders the mesh pp, dp_replicate, dp_shard, cp, tp (outermost first) and leaves out
+dimensions of size 1; `init_device_mesh` takes exactly that shape. The data-parallel group is
+dp_replicate x dp_shard: samplers take its rank and size, never the global ones, and tensor-,
+pipeline- and context-parallel peers read the same samples.
+
+The wrapper is the one torchtitan applies (`fsdp_enabled`): FSDP over dp_shard x cp (its `fsdp`
+mesh) whenever either is above 1, HSDP when dp_replicate is above 1 too, else DDP over
+dp_replicate. So `data_parallel_shard` 1 is DDP only without context parallel: context-parallel
+ranks hold one replica's shards (FSDP's all-gather and reduce-scatter run over them even with
+no data parallelism). Expert parallelism borrows from the other dimensions and never changes
+the world size: with expert tensor parallel 1 (torchtitan's default, and 0.3's only mode) the
+experts' mesh is efsdp x ep = data_parallel_shard x context x tensor, so `expert` divides that
+product (0.2.0 also wanted a multiple of context x tensor; 0.2.2 and 0.3.0 do not).
 """
 
 from __future__ import annotations
@@ -41,15 +48,15 @@ class Coordinates:
         return self.dp_replicate * dp_shard_size + self.dp_shard
 
 
-def wrapper(data_parallel_size: int, shard: int) -> Wrapper:
-    if shard == 1:
+def wrapper(data_parallel_size: int, shard: int, context: int = 1) -> Wrapper:
+    """torchtitan's: FSDP when dp_shard or cp is above 1 (HSDP with replicas), else DDP."""
+    if shard == 1 and context == 1:
         return "ddp"
     return "fsdp" if shard == data_parallel_size else "hsdp"
 
 
 def expert_ok(expert: int, shard: int, parallelism: Parallelism) -> bool:
-    borrowed = parallelism.context * parallelism.tensor
-    return expert == 1 or (expert % borrowed == 0 and (shard * borrowed) % expert == 0)
+    return (shard * parallelism.context * parallelism.tensor) % expert == 0
 
 
 def _divisors(n: int) -> list[int]:
@@ -76,16 +83,14 @@ def validate(parallelism: Parallelism, data_parallel_size: int) -> None:
             suggestions={"parallelism.data_parallel_shard": nearest(fits, shard)} if fits else {},
         )
     if not expert_ok(expert, shard, parallelism):
-        borrowed = parallelism.context * parallelism.tensor
-        limit = shard * borrowed
-        fits = [e for e in _divisors(limit) if expert_ok(e, shard, parallelism)]
+        limit = shard * parallelism.context * parallelism.tensor
         raise InvalidValue(
-            f"expert {expert} must be a multiple of context x tensor = {borrowed} and divide "
-            f"data_parallel_shard x context x tensor = {shard} x {parallelism.context} x "
-            f"{parallelism.tensor} = {limit} (torchtitan's ParallelDims, expert tensor parallel 1): "
-            f"expert parallelism borrows those ranks and never adds any",
+            f"expert {expert} must divide data_parallel_shard x context x tensor = {shard} x "
+            f"{parallelism.context} x {parallelism.tensor} = {limit} (torchtitan's ParallelDims, "
+            f"expert tensor parallel 1: its experts' mesh is efsdp x ep = that product): expert "
+            f"parallelism borrows those ranks and never adds any",
             pointer="/parallelism/expert",
-            suggestions={"parallelism.expert": nearest(fits, expert)},
+            suggestions={"parallelism.expert": nearest(_divisors(limit), expert)},
         )
 
 
@@ -114,7 +119,7 @@ def device_mesh(parallelism: Parallelism, data_parallel_size: int) -> DeviceMesh
         data_parallel_replicate=sizes["dp_replicate"],
         data_parallel_shard=shard,
         expert=parallelism.expert,
-        wrapper=wrapper(data_parallel_size, shard),
+        wrapper=wrapper(data_parallel_size, shard, parallelism.context),
         init_device_mesh=(f'init_device_mesh("cuda", ({shape}{comma}), mesh_dim_names=({quoted}{comma}))'),
     )
 

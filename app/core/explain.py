@@ -225,9 +225,17 @@ def mesh_sentences(mesh: DeviceMeshPlan, dp: int) -> list[str]:
         return []
     shape = " x ".join(f"{d.name} {d.size}" for d in mesh.dimensions)
     group = " x ".join(mesh.data_parallel_dimensions) or "a single replica"
+    # torchtitan's FSDP shards over dp_shard x cp (its `fsdp` mesh): context-parallel ranks
+    # hold one replica's shards.
+    sharded = [d for d in mesh.dimensions if d.name in ("dp_shard", "cp")]
+    shard_group = " x ".join(d.name for d in sharded)
+    shard_ranks = mesh.data_parallel_shard * next((d.size for d in sharded if d.name == "cp"), 1)
+    wrapped = mesh.wrapper.upper()
+    if "cp" in shard_group:
+        wrapped += f", sharded over {shard_group} ({shard_ranks} ranks)"
     out = [
         f"The device mesh is {shape} ({mesh.init_device_mesh}); the data-parallel group is "
-        f"{group}, {dp} ranks wide, and the model is wrapped as {mesh.wrapper.upper()}."
+        f"{group}, {dp} ranks wide, and the model is wrapped as {wrapped}."
     ]
     out.append(
         f"The sampler's num_replicas and rank are the data-parallel ones (num_replicas={dp}, "
@@ -236,7 +244,12 @@ def mesh_sentences(mesh: DeviceMeshPlan, dp: int) -> list[str]:
     )
     if mesh.wrapper == "hsdp":
         out.append(
-            f"Under HSDP the shard group (dp_shard, {mesh.data_parallel_shard} ranks) is not the "
-            f"data-parallel group: num_replicas is {dp}, not {mesh.data_parallel_shard}."
+            f"Under HSDP the shard group ({shard_group}, {shard_ranks} ranks) is not the "
+            + (
+                f"data-parallel group: num_replicas is {dp}, not {shard_ranks}."
+                if shard_ranks != dp
+                else f"data-parallel group: num_replicas is {dp} either way, but the rank is the "
+                f"coordinate in {group}, not in the shard group."
+            )
         )
     return out

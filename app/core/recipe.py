@@ -16,7 +16,15 @@ from app.core.errors import InvalidValue
 from app.core.plan_types import Decay, LearningRateSpec, Optimizer
 from app.core.recipe_summary import lr_of, schedule_sentence, summary, with_summary
 
-__all__ = ["complete", "epochs_to_steps", "lr_of", "run_length", "schedule_sentence", "with_summary"]
+__all__ = [
+    "complete",
+    "epochs_to_steps",
+    "lr_of",
+    "min_lr_unused",
+    "run_length",
+    "schedule_sentence",
+    "with_summary",
+]
 
 # SGD's momentum when the request names none: Goyal et al.'s ImageNet recipe, and what every
 # export wrote before the plan had a momentum of its own.
@@ -241,6 +249,11 @@ def _no_effect(
         )
     if spec.warmup_start_lr is not None and not warmup_steps:
         out.append("warmup_start_lr has no effect without warmup_steps or warmup_epochs")
-    if spec.min_lr and decay not in (Decay.COSINE, Decay.LINEAR):
-        out.append(f"min_lr has no effect with decay {decay.value}: only cosine and linear decay end there")
-    return out
+    return out + min_lr_unused(spec.min_lr or 0.0, decay.value)
+
+
+def min_lr_unused(min_lr: float, decay: str) -> list[str]:
+    """The warning for a floor the decay never reaches (the plan's, or a schedule's own decay)."""
+    if min_lr and decay not in (Decay.COSINE, Decay.LINEAR):
+        return [f"min_lr has no effect with decay {decay}: only cosine and linear decay end there"]
+    return []

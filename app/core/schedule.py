@@ -13,6 +13,8 @@ decay), step by step through the one lr function (app.core.recipe.lr_of). The re
 floor in this answer (checked as the plan's own would be). The lr is a function of the step, not
 of the current batch: the ramp does not rescale it.
 
+The answer's warnings are the plan's (what /v1/plans says about it), then the schedule's own.
+
 The run is held as a handful of constant-batch stages, so a run of 10**12 steps costs no more
 than one of 10, and the series handed back is downsampled to at most `max_points` points.
 """
@@ -208,6 +210,19 @@ class MegatronRamp:
         return n
 
 
+def _plan_warnings(plan: Plan, lr_plan: LearningRatePlan | None) -> list[str]:
+    """The plan's own warnings, the one list every answer about the plan gives, with the
+    floor's warning about this answer's decay and min_lr where the request replaces them."""
+    warnings = list(plan.warnings)
+    if lr_plan is None or plan.learning_rate is None:
+        return warnings
+    planned = recipe.min_lr_unused(plan.learning_rate.min_lr, plan.learning_rate.decay)
+    answered = recipe.min_lr_unused(lr_plan.min_lr, lr_plan.decay)
+    if planned == answered:
+        return warnings
+    return [w for w in warnings if w not in planned] + answered
+
+
 def _pick_steps(stages: list[Stage], total: int, max_points: int, marks: list[int]) -> tuple[list[int], bool]:
     if total <= max_points:
         return list(range(total)), False
@@ -249,7 +264,7 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     lr_plan = plan.learning_rate
     if lr_plan is not None:
         lr_plan = recipe_for(lr_plan, spec, steps)
-    warnings = []
+    warnings = _plan_warnings(plan, lr_plan)
     warmup = lr_plan.warmup_steps if lr_plan else 0
     ramp_steps = sum(s.steps for s in stages if s.global_batch_size != plan.global_batch_size)
     if spec.rampup is not None and ramp_steps >= steps:

@@ -234,7 +234,10 @@ class ScheduleOut(ResponseModel):
     stages: list[StageOut] = Field(description="Runs of steps with one global batch.")
     points: list[SchedulePointOut]
     downsampled: bool = Field(description="True when the series holds a subset of the steps.")
-    warnings: list[str]
+    warnings: list[str] = Field(
+        description="The plan's warnings, as POST /v1/plans gives them (one about min_lr follows this "
+        "answer's decay and min_lr), then the schedule's own."
+    )
     warmup_start_lr: float | None = Field(None, description="The lr of step 0; null without learning_rate.")
     milestones: list[int] = Field(default_factory=list, description="Step decay's milestones.")
     schedule: str | None = Field(

@@ -200,7 +200,10 @@ class DeviceMeshOut(ResponseModel):
     data_parallel_replicate: int
     data_parallel_shard: int
     expert: int
-    wrapper: Literal["ddp", "fsdp", "hsdp"]
+    wrapper: Literal["ddp", "fsdp", "hsdp"] = Field(
+        description="torchtitan's (ParallelDims.fsdp_enabled): fsdp over dp_shard x cp when either is "
+        "above 1, hsdp when dp_replicate is above 1 too, else ddp."
+    )
     init_device_mesh: str = Field(description="The torch call that builds this mesh.")
 
 

@@ -169,3 +169,48 @@ def test_the_charts_title_says_what_the_warmup_does() -> None:
         "linear warmup from 0, then cosine decay to 0"
     )
     assert title(decay="step", milestones=[1000]) == "no warmup, step decay at the milestones"
+
+
+# A warmup that changes nothing, a floor no decay reaches, and an epoch DistributedSampler pads.
+WARNED = {
+    **BASE,
+    "learning_rate": {
+        "base_lr": 3e-4,
+        "base_batch_size": 512,
+        "rule": "none",
+        "warmup_steps": 2000,
+        "min_lr": 1e-5,
+    },
+}
+
+
+def _chart_warnings(response: Any) -> list[str]:
+    import json
+
+    assert response.status_code == 200, response.text
+    return list(json.loads(response.headers["batchplan-warnings"]))
+
+
+def test_every_answer_about_a_plan_carries_its_one_list_of_warnings(client: TestClient) -> None:
+    warnings = client.post("/v1/plans", json=WARNED).json()["warnings"]
+    assert any("changes nothing" in w for w in warnings) and any(
+        "min_lr has no effect" in w for w in warnings
+    )
+    assert any("padded" in w or "pads" in w for w in warnings), warnings
+    assert client.post("/v1/plans/schedule", json={"plan": WARNED}).json()["warnings"] == warnings
+    for fmt in ("png", "svg"):
+        assert (
+            _chart_warnings(client.post(f"/v1/plans/schedule?format={fmt}", json={"plan": WARNED}))
+            == warnings
+        )
+    # The schedule's own decay reaches min_lr: that warning is not about this answer's recipe.
+    cosine = client.post("/v1/plans/schedule", json={"plan": WARNED, "decay": "cosine"}).json()["warnings"]
+    assert cosine == [w for w in warnings if not w.startswith("min_lr has no effect")]
+    # And a floor the schedule sets where its decay does not reach it is warned in its answer.
+    plain = {**WARNED, "learning_rate": {**WARNED["learning_rate"], "min_lr": None}}
+    plain_warnings = client.post("/v1/plans", json=plain).json()["warnings"]
+    floor = client.post("/v1/plans/schedule", json={"plan": plain, "min_lr": 1e-5}).json()["warnings"]
+    assert floor == [
+        *plain_warnings,
+        "min_lr has no effect with decay constant: only cosine and linear decay end there",
+    ]

@@ -20,12 +20,17 @@ def export_input(body: dict[str, Any]) -> ExportInput:
 
 
 def call_kwargs(text: str, name: str) -> dict[str, Any]:
-    """The literal keyword arguments of the first call to `name` in exported Python source."""
+    """The literal keyword arguments (constants, dicts, lists of them) of the first call to
+    `name` in exported Python source."""
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
-            return {
-                k.arg: ast.literal_eval(k.value) for k in node.keywords if isinstance(k.value, ast.Constant)
-            }
+            out = {}
+            for k in node.keywords:
+                try:
+                    out[k.arg] = ast.literal_eval(k.value)
+                except ValueError:
+                    continue  # not a literal: an expression of the file's own names
+            return out
     raise AssertionError(f"no call to {name}")
 
 

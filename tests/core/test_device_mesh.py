@@ -1,6 +1,7 @@
-"""The mesh arithmetic against an independent statement of torchtitan's ParallelDims rules
-(torchtitan/distributed/parallel_dims.py, `_validate` with expert tensor parallel 1, and the
-mesh `build_mesh` lays out without expert parallelism)."""
+"""The mesh arithmetic against an independent statement of torchtitan 0.2.2's ParallelDims rules
+(torchtitan/distributed/parallel_dims.py: `_validate` and what `build_mesh` can lay out, with
+expert tensor parallel 1), fast and without torchtitan; test_device_mesh_torchtitan.py holds the
+plan to the installed ParallelDims itself."""
 
 from __future__ import annotations
 
@@ -19,14 +20,13 @@ from app.core.planner import plan
 def parallel_dims_accepts(
     world: int, dp_replicate: int, dp_shard: int, cp: int, tp: int, pp: int, ep: int
 ) -> bool:
-    """ParallelDims._validate, transcribed (etp = 1): an AssertionError there is False here."""
+    """ParallelDims._validate and build_mesh, transcribed (etp = 1): an AssertionError there, or
+    an experts' mesh (efsdp x ep = dp_shard x cp x tp) that does not unflatten, is False here."""
     if min(dp_replicate, dp_shard, cp, tp, pp, ep) < 1:
         return False
     if dp_replicate * dp_shard * cp * tp * pp != world:
         return False
-    if ep > 1:
-        return ep % (cp * tp) == 0 and (dp_shard * cp * tp) % ep == 0
-    return True
+    return (dp_shard * cp * tp) % ep == 0
 
 
 def titan_mesh(dp_replicate: int, dp_shard: int, cp: int, tp: int, pp: int) -> list[tuple[str, int]]:
@@ -73,7 +73,8 @@ def test_validation_and_mesh_agree_with_parallel_dims(
     assert [(d.name, d.size) for d in mesh.dimensions] == expected
     dims = {"dp_replicate": replicate, "dp_shard": shard}
     assert mesh.data_parallel_dimensions == tuple(n for n, _ in expected if n in dims)
-    assert mesh.wrapper == ("ddp" if shard == 1 else "fsdp" if shard == dp else "hsdp")
+    # torchtitan's fsdp_enabled: FSDP over dp_shard x cp, HSDP with replicas, else DDP.
+    assert mesh.wrapper == ("ddp" if shard == 1 and cp == 1 else "fsdp" if shard == dp else "hsdp")
 
 
 @given(tp=sizes, pp=sizes, dp=sizes, shard=st.sampled_from([1, 2]))

@@ -181,8 +181,7 @@ def test_lightning_trainer_and_loader() -> None:
         "strategy": "ddp",
         "accumulate_grad_batches": x.plan.gradient_accumulation_steps,
         "use_distributed_sampler": False,  # the export's hook gives the plan's sampler
-        "gradient_clip_val": None,  # stated: no clipping
-        "gradient_clip_algorithm": "norm",
+        "gradient_clip_val": None,  # stated: no clipping (and so no clipping algorithm)
         "max_epochs": 1,  # no dataset, no run length: one pass
     }
     assert call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size

@@ -48,7 +48,7 @@ def test_the_skeletons_scales_weigh_every_valid_token_of_the_step_alike(
     import torch.distributed as dist
 
     text = _skeleton({**TOKENS, "topology": {"num_nodes": 1, "gpus_per_node": 1}})
-    assert "LOSS_NORMALIZATION = 'token'" in text
+    assert 'LOSS_NORMALIZATION = "token"' in text
     namespace: dict[str, Any] = {"__name__": "skeleton"}
     exec(compile(text, "train.py", "exec"), namespace)
     namespace["TOY"] = True

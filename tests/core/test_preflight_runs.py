@@ -42,7 +42,8 @@ def test_a_preflight_of_several_steps_sends_the_recipe_and_one_step_sends_the_pl
     assert plan_request(request["plan"]) == x.request  # the recipe included
     one = json.loads(check_request(_options(PLAN)))
     assert "steps" not in one and "learning_rate" not in one["plan"]
-    assert "a run of 6 steps of its recipe" in export("torchrun", x).text
+    said = " ".join(line.removeprefix("# ") for line in export("torchrun", x).text.splitlines())
+    assert "a run of 6 steps of its recipe" in said  # the comment, however it is wrapped
 
 
 def _script(tmp_path: Path, text: str, torchrun: str) -> subprocess.CompletedProcess[str]:

@@ -145,8 +145,9 @@ def recipes(draw: st.DrawFn) -> dict[str, Any]:
 def _refused_then_suggested(fmt: str, lr: dict[str, Any], err: ExportUnsupported) -> None:
     """A refusal names a learning_rate field, and each value it suggests makes the export work."""
     assert err.pointer.startswith("/learning_rate/"), (fmt, err.pointer, err.detail)
-    for field, values in err.suggestions.items():
-        export(fmt, export_input(_body({**lr, field: values[0]})))
+    for key, values in err.suggestions.items():
+        assert key.startswith("learning_rate."), (fmt, key)  # a request field, as HTTP gives it
+        export(fmt, export_input(_body({**lr, key.removeprefix("learning_rate."): values[0]})))
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -187,6 +188,9 @@ EXPRESSED = {
         {"warmup_steps": 0, "decay": "linear"},
         {"warmup_steps": 0, "decay": "step", "milestones": [5, 9], "gamma": 0.5},
         {"warmup_steps": 3, "decay": "linear", "warmup_start_lr": 0.02, "min_lr": 0.02},
+        {"warmup_steps": 3, "decay": "linear", "warmup_start_lr": 0.02, "min_lr": 0.01},
+        {"warmup_steps": 1, "decay": "linear", "warmup_start_lr": 0.02, "min_lr": 0.02},
+        {"warmup_steps": 1, "decay": "cosine", "warmup_start_lr": 0.02, "min_lr": 0.01},
     ],
     "torchtitan": [
         {"optimizer": "adamw", "warmup_steps": 4, "warmup_start_lr": 0.04, "decay": "constant"},
@@ -208,3 +212,60 @@ def test_each_tool_runs_the_recipes_it_can_express(probe: Probe, fmt: str, recip
     answer = [p.lr for p in schedule(x.plan, ScheduleSpec(max_points=1000)).points]
     got = probe(fmt, x, export(fmt, x).text)
     assert got.get("lrs") == pytest.approx(answer, rel=1e-12, abs=1e-14), (fmt, got)
+
+
+# What DeepSpeed writes through torch's OneCycleLR (anneal_strategy linear, or cos after a
+# one-step warmup, where its warmup phase is step 0 alone): a warmup then linear decay to a
+# floor other than the warmup's start, and linear or cosine decay after a one-step warmup,
+# start and floor above 0. DeepSpeed's own _scheduler_from_config builds it (schedule_probe.py).
+ONE_CYCLE = [
+    {"warmup_steps": 3, "decay": "linear", "warmup_start_lr": 0.02, "min_lr": 0.01},
+    {"warmup_steps": 5, "decay": "linear", "warmup_start_lr": 0.001, "min_lr": 0.15},
+    {"warmup_steps": 1, "decay": "linear", "warmup_start_lr": 0.02, "min_lr": 0.02},
+    {"warmup_steps": 1, "decay": "linear", "min_lr": 0.003},  # the warmup starts at base_lr, the peak
+    {"warmup_steps": 1, "decay": "cosine", "warmup_start_lr": 0.05, "min_lr": 0.01},
+    {"warmup_steps": 37, "decay": "linear", "warmup_start_lr": 1e-6, "min_lr": 3e-7, "train_steps": 1000},
+    {"warmup_steps": 1, "decay": "cosine", "warmup_start_lr": 1e-5, "min_lr": 1e-4, "train_steps": 777},
+]
+
+
+@pytest.mark.parametrize("recipe", ONE_CYCLE)
+def test_deepspeed_follows_the_plan_through_torchs_one_cycle_lr_to_1e_14(
+    probe: Probe, recipe: dict[str, Any]
+) -> None:
+    lr = {"base_lr": 0.2, "base_batch_size": 8, "rule": "linear", "train_steps": 12, **recipe}
+    x = export_input(_body(lr))
+    config = json.loads(export("deepspeed", x).text)
+    assert config["scheduler"]["type"] == "OneCycleLR", config
+    assert config["scheduler"]["params"]["cycle_momentum"] is False
+    answer = [p.lr for p in schedule(x.plan, ScheduleSpec(max_points=5000)).points]
+    got = probe("deepspeed", x, export("deepspeed", x).text)
+    assert "lrs" in got and len(got["lrs"]) == len(answer), got
+    # In units of the peak: torch interpolates from the peak down, (f - p) x pct + p, so near a
+    # floor far below the peak its rounding is the peak's, not the floor's.
+    peak = x.plan.learning_rate.lr  # type: ignore[union-attr]
+    worst = max(abs(g - a) for g, a in zip(got["lrs"], answer, strict=True)) / peak
+    assert worst <= 1e-14, (worst, recipe)
+
+
+# What DeepSpeed still cannot follow step for step (docs/recipe.md): a zero start or floor
+# that the other is not (OneCycleLR divides the peak by both), and cosine or step decay after a
+# warmup of more than one step.
+DEEPSPEED_REFUSES = [
+    ({"warmup_steps": 3, "decay": "linear", "warmup_start_lr": 0.0, "min_lr": 0.01}, "warmup_start_lr"),
+    ({"warmup_steps": 3, "decay": "linear", "warmup_start_lr": 0.02}, "min_lr"),
+    ({"warmup_steps": 1, "decay": "linear", "warmup_start_lr": 0.0}, "warmup_start_lr"),
+    ({"warmup_steps": 1, "decay": "cosine", "warmup_start_lr": 0.02}, "min_lr"),
+    ({"warmup_steps": 2, "decay": "cosine", "warmup_start_lr": 0.02, "min_lr": 0.01}, "decay"),
+    ({"warmup_steps": 2, "decay": "step", "milestones": [5], "gamma": 0.5}, "decay"),
+]
+
+
+@pytest.mark.parametrize(("recipe", "field"), DEEPSPEED_REFUSES)
+def test_deepspeed_refuses_only_what_it_cannot_follow(recipe: dict[str, Any], field: str) -> None:
+    lr = {"base_lr": 0.2, "base_batch_size": 8, "rule": "linear", "train_steps": 12, **recipe}
+    with pytest.raises(ExportUnsupported) as refused:
+        export("deepspeed", export_input(_body(lr)))
+    assert refused.value.pointer == f"/learning_rate/{field}", refused.value.detail
+    assert refused.value.suggestions, refused.value.detail
+    _refused_then_suggested("deepspeed", lr, refused.value)

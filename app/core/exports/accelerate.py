@@ -10,6 +10,7 @@ plan's DistributedSampler does). It drops an epoch's leftover micro-batches, as 
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from app.core.exports.common import (
@@ -22,6 +23,7 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
 from app.core.exports.training import leftover_sentence
 from app.core.exports.yaml_writer import to_yaml
@@ -40,17 +42,14 @@ def train(model, dataset, loss_fn):
         shuffle=__SHUFFLE__, seed=__SEED__, drop_last=__DROP_LAST__,
     )
     loader = DataLoader(dataset, batch_size=__MICRO__, sampler=sampler)  # per process
-    # The micro-batches up to the epoch's last whole optimizer step; the plan drops the rest.
-    micro_steps = len(loader) // __ACCUM__ * __ACCUM__
-    # __NOTE__
+__MICRO_STEPS__    # __NOTE__
     optimizer = __OPTIMIZER__
     model, optimizer = accelerator.prepare(model, optimizer)
     # Not prepared: stepped below once per optimizer step, planned_lr(step) being step `step`'s lr.
     scheduler = __SCHEDULER__
-    step = 0
-    for epoch in range(__EPOCHS__) if __EPOCHS__ else itertools.count():
+__STEP_INIT__    __LOOP__
         sampler.set_epoch(epoch)  # reshuffles with seed + epoch
-        for inputs, targets in itertools.islice(loader, micro_steps):
+        for inputs, targets in __BATCHES__:
             with accelerator.accumulate(model):
                 inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)
                 accelerator.backward(loss_fn(model(inputs), targets))  # divides by the accumulation
@@ -58,39 +57,67 @@ __CLIP__                optimizer.step()  # only after the last micro-batch of a
                 optimizer.zero_grad()
             if accelerator.sync_gradients:
                 scheduler.step()
-                step += 1
-                if step == __TRAIN_STEPS__:
-                    return model
-    return model
+__STOP__    return model
 '''
+
+_MICRO_STEPS = """\
+    # The micro-batches up to the epoch's last whole optimizer step; the plan drops the rest.
+    micro_steps = len(loader) // __ACCUM__ * __ACCUM__
+"""
 
 _CLIP = """                if accelerator.sync_gradients:  # the all-reduced gradient, one global norm
                     accelerator.clip_grad_norm_(model.parameters(), __NORM__)
 """
+
+_STOP = """                step += 1
+                if step == __TRAIN_STEPS__:  # the run's last optimizer step
+                    return model
+"""
+
+
+def _loop(x: ExportInput) -> tuple[str, bool]:
+    """The epoch loop's first line, and whether the run may stop inside an epoch."""
+    p = x.plan
+    lr, _ = recipe(x)
+    epochs = p.sampler.epochs if p.sampler and p.sampler.epochs else None
+    steps_per_epoch = p.sampler.optimizer_steps_per_epoch if p.sampler else None
+    if epochs is None and lr.train_steps is not None:
+        return "for epoch in itertools.count():  # until the run's last step", True
+    if epochs is None:
+        return "for epoch in range(1):  # the plan has no dataset.epochs: one epoch", False
+    stops = lr.train_steps is not None and lr.train_steps != epochs * (steps_per_epoch or 0)
+    return f"for epoch in range({epochs}):", stops
 
 
 def training_code(x: ExportInput) -> list[str]:
     """The training function, as the lines the header shows (uncommented)."""
     p = x.plan
     lr, o = recipe(x)
-    epochs = p.sampler.epochs if p.sampler and p.sampler.epochs else None
+    accumulation = p.gradient_accumulation_steps
+    loop, stops = _loop(x)
     code = _TRAIN
     for token, value in {
-        "__CLIP__": _CLIP.replace("__NORM__", repr(o.max_grad_norm)) if o.max_grad_norm is not None else "",
-        "__ACCUM__": str(p.gradient_accumulation_steps),
+        "__MICRO_STEPS__": _MICRO_STEPS if accumulation > 1 else "",
+        "__BATCHES__": "itertools.islice(loader, micro_steps)" if accumulation > 1 else "loader",
+        "__LOOP__": loop,
+        "__STOP__": _STOP if stops else "",
+        "__STEP_INIT__": "    step = 0\n" if stops else "",
+        "__CLIP__": _CLIP.replace("__NORM__", py_literal(o.max_grad_norm))
+        if o.max_grad_norm is not None
+        else "",
+        "__ACCUM__": str(accumulation),
         "__MICRO__": str(p.micro_batch_size),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "model.parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
-        "__EPOCHS__": repr(epochs if epochs or lr.train_steps else 1),
-        "__TRAIN_STEPS__": repr(lr.train_steps),
+        "__TRAIN_STEPS__": py_literal(lr.train_steps),
     }.items():
         code = code.replace(token, value)
     imports = [
-        "import itertools",
+        *(["import itertools"] if "itertools." in code else []),
         "import math",
         "",
         "import torch",
@@ -135,11 +162,15 @@ def export_accelerate(x: ExportInput) -> Export:
             if nodes > 1
             else []
         ),
-        f"In the training script (Accelerator(gradient_accumulation_steps={p.gradient_accumulation_steps}), "
-        f"DataLoader(dataset, batch_size={p.micro_batch_size}, ...) per process): call train(model, "
-        "dataset, loss_fn). The scheduler and the loader stay out of accelerator.prepare: a prepared "
-        "scheduler steps once per process per optimizer step, a prepared loader splits batches, not "
-        "samples.",
+        *textwrap.wrap(
+            "In the training script (Accelerator(gradient_accumulation_steps="
+            f"{p.gradient_accumulation_steps}), "
+            f"DataLoader(dataset, batch_size={p.micro_batch_size}, ...) per process): call train(model, "
+            "dataset, loss_fn). The scheduler and the loader stay out of accelerator.prepare: a prepared "
+            "scheduler steps once per process per optimizer step, a prepared loader splits batches, not "
+            "samples.",
+            92,
+        ),
         *training_code(x),
     ]
     header = summary(x) + leftover_sentence(x, "train() stops each epoch before them")

@@ -20,6 +20,7 @@ from app.core.exports.export_types import Exporter as Exporter  # noqa: PLC0414
 from app.core.exports.export_types import ExportInput as ExportInput  # noqa: PLC0414
 from app.core.exports.export_types import ExportOptions as ExportOptions  # noqa: PLC0414
 from app.core.exports.export_types import ExportUnsupported as ExportUnsupported  # noqa: PLC0414
+from app.core.exports.python_literal import py_literal
 from app.core.exports.training import optimizer_sentence, schedule_sentence
 from app.core.integers import divisors
 from app.core.plan_types import Divisibility, PlanRequest
@@ -80,7 +81,7 @@ def python_call(call: str, values: dict[str, Any], notes: dict[str, str]) -> str
     lines = [f"{call}("]
     for key, value in values.items():
         note = f"  # {notes[key]}" if key in notes else ""
-        lines.append(f"    {key}={value!r},{note}")
+        lines.append(f"    {key}={py_literal(value)},{note}")
     lines.append(")")
     return "\n".join(lines)
 

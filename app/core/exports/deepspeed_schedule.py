@@ -6,16 +6,24 @@ at the lr the scheduler set after k steps, and step 0 at the optimizer's own lr.
 family, built with `last_batch_iteration` 0 (step 0 done), then gives step k the lr of its
 iteration k; DeepSpeed's config also names any `torch.optim.lr_scheduler` class, which torch
 steps the same way. What follows, step for step (s the warmup's start, p the peak, W the warmup,
-f the floor, L the last step):
+f the floor, L the last step, T = L + 1 the run):
 
 - no warmup: constant (no scheduler), LinearLR to f/p over L steps, CosineAnnealingLR(T_max L,
   eta_min f), MultiStepLR(milestones, gamma);
 - warmup, then constant: WarmupLR(s, p, W), the optimizer at s (W = 1: s, then p);
-- warmup, then linear decay: WarmupDecayLR(total L), which decays to its warmup's start, so
-  only where f = s;
-- warmup, then cosine or step decay: refused. WarmupCosineLR's warmup stops one step short of
-  its peak and its decay starts there, so it never gives the peak lr; no JSON scheduler chains
-  a warmup with MultiStepLR.
+- warmup, then linear decay to f = s: WarmupDecayLR(total L), which decays to its warmup's
+  start (W >= 2: it warms up over 2 steps at least);
+- warmup, then linear decay otherwise, and cosine decay after a one-step warmup: torch's
+  OneCycleLR over T steps, max_lr p, div_factor p/s (its start), final_div_factor s/f (its
+  floor), pct_start (W + 1)/T (its warmup phase ends at step pct_start x T - 1 = W), its
+  anneal_strategy linear (cos after one step: the warmup phase is step 0 alone), and
+  cycle_momentum false (else it overwrites the optimizer's momentum). Its start and floor are
+  the peak divided by both factors, so s and f must be above 0: within an ulp or two of them,
+  1e-14 relative at every step;
+- refused: a zero start or floor there (the other not), cosine after a longer warmup (OneCycleLR
+  anneals its warmup by the same cosine; WarmupCosineLR's warmup stops one step short of its
+  peak and its decay starts there), and step decay after a warmup (no JSON scheduler chains a
+  warmup with MultiStepLR).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ _INSTEAD = (
     "pass the python export's planned_lr to deepspeed.initialize(lr_scheduler=lambda optimizer: "
     "torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: planned_lr(step) / lr))"
 )
+_LR = "learning_rate."
 
 
 def _warmup_block(kind: str, lr: LearningRatePlan, low: float, **extra: Any) -> dict[str, Any]:
@@ -42,6 +51,22 @@ def _warmup_block(kind: str, lr: LearningRatePlan, low: float, **extra: Any) -> 
             "warmup_num_steps": max(lr.warmup_steps, 2),
             "warmup_type": "linear",  # DeepSpeed's default is logarithmic
             "last_batch_iteration": 0,
+        },
+    }
+
+
+def _one_cycle(lr: LearningRatePlan, runs: int, anneal: str) -> dict[str, Any]:
+    s, p, f = lr.warmup_start_lr, lr.lr, lr.min_lr
+    return {
+        "type": "OneCycleLR",
+        "params": {
+            "max_lr": p,
+            "total_steps": runs,
+            "pct_start": (lr.warmup_steps + 1) / runs,
+            "anneal_strategy": anneal,
+            "cycle_momentum": False,
+            "div_factor": p / s,
+            "final_div_factor": s / f,
         },
     }
 
@@ -65,31 +90,50 @@ def deepspeed_scheduler(lr: LearningRatePlan, warmup_field: str) -> tuple[dict[s
         }[decay], p
     if decay == "constant":
         return _warmup_block("WarmupLR", lr, s if warmup > 1 else p), s
-    pointer = f"/learning_rate/{warmup_field}"
-    if decay == "linear" and warmup == 1:
-        raise ExportUnsupported(
-            "DeepSpeed's WarmupDecayLR warms up over at least 2 steps, the plan over 1: warm up over 2 "
-            f"or more steps, or not at all, or {_INSTEAD}",
-            pointer=pointer,
-            suggestions={warmup_field: [0]},
-        )
-    if decay == "linear" and f != s:
-        raise ExportUnsupported(
-            f"DeepSpeed's WarmupDecayLR decays to the lr its warmup starts from: set min_lr to the "
-            f"warmup_start_lr {s!r} (or warmup_start_lr to min_lr {f!r}), or {_INSTEAD}",
-            pointer="/learning_rate/min_lr",
-        )
-    if decay == "linear":
+    if decay == "linear" and warmup > 1 and f == s:
         assert last is not None
         return _warmup_block("WarmupDecayLR", lr, s, total_num_steps=last), s
+    one_cycle = decay == "linear" or (decay == "cosine" and warmup == 1)
+    if one_cycle and s > 0 and f > 0:
+        assert last is not None
+        return _one_cycle(lr, last + 1, "linear" if decay == "linear" else "cos"), s
+    if one_cycle:
+        raise _zero_refusal(lr, warmup_field)
     raise ExportUnsupported(
-        f"DeepSpeed's schedulers cannot give {decay} decay after a warmup as the plan does "
+        f"DeepSpeed's schedulers cannot give {decay} decay after a warmup of {warmup} steps as the plan "
+        "does "
         + (
-            "(WarmupCosineLR's warmup stops one step short of the peak and its decay starts there)"
+            "(OneCycleLR would anneal the warmup by the same cosine; WarmupCosineLR's warmup stops one "
+            "step short of the peak and its decay starts there): cosine decay without warmup or after "
+            "a one-step warmup DeepSpeed can"
             if decay == "cosine"
-            else "(no scheduler in its config chains a warmup with MultiStepLR)"
+            else "(no scheduler in its config chains a warmup with MultiStepLR): step decay without "
+            "warmup DeepSpeed can"
         )
-        + f": {decay} decay without warmup or linear decay after it DeepSpeed can, or {_INSTEAD}",
+        + f", or {_INSTEAD}",
         pointer="/learning_rate/decay",
-        suggestions={warmup_field: [0]},
+        suggestions={_LR + warmup_field: [1, 0] if decay == "cosine" else [0]},
+    )
+
+
+def _zero_refusal(lr: LearningRatePlan, warmup_field: str) -> ExportUnsupported:
+    """A linear decay (or cosine after one warmup step) whose start or floor is 0, the other
+    not, or both 0 after one step: OneCycleLR makes both by dividing the peak."""
+    s, f = lr.warmup_start_lr, lr.min_lr
+    zero, other, value = ("warmup_start_lr", "min_lr", f) if s == 0 else ("min_lr", "warmup_start_lr", s)
+    detail = (
+        f"DeepSpeed's OneCycleLR, the scheduler that gives this {lr.decay} decay after its warmup, "
+        f"starts and ends at its max_lr divided by factors: it cannot make {zero} 0"
+    )
+    if value > 0:
+        detail += (
+            f" while {other} is {value!r}: set {zero} above 0 (for instance {value!r}), or {other} to 0 "
+            "too where the warmup is 2 steps or more (WarmupDecayLR decays to its start)"
+        )
+    else:
+        detail += ": set both above 0, or warm up over 2 steps or more (WarmupDecayLR decays to its start)"
+    return ExportUnsupported(
+        f"{detail}, or {_INSTEAD}",
+        pointer=f"/learning_rate/{zero}",
+        suggestions={_LR + other: [0], _LR + warmup_field: [2, 0]},
     )

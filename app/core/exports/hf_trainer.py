@@ -1,16 +1,20 @@
 """`hf-trainer`: Hugging Face `TrainingArguments(...)` and `PlanTrainer`, a `Trainer` that runs
 the plan's recipe, as Python source.
 
-The Trainer alone cannot: its warmup starts at 0 and its decay ends one step after the run,
-its weight decay skips biases and norms, it clips at 1.0 unless told, it has no plain Adam, its
-sampler is Accelerate's (which splits batches, not samples, and pads the epoch's end its own
-way), and it steps on an epoch's leftover micro-batches. PlanTrainer builds the plan's
-optimizer, its lr schedule (batchplan's own function), and a loader over the plan's
-`DistributedSampler` that stops at the epoch's last whole optimizer step.
+The arguments say what TrainingArguments can (hf_trainer_args.py): the optimizer with its
+betas, eps or momentum, the weight decay, the clipping (stated when off: the Trainer clips at 1.0
+unless told), the lr schedule, the run's length. A plain Trainer(args=training_args) still decays
+weights but not biases and norms, has no plain Adam with weight decay nor step decay nor every
+warmup, samples through Accelerate (which splits batches, not samples, and pads the epoch's end
+its own way), and steps on an epoch's leftover micro-batches: the header lists what it gets
+wrong for this plan. PlanTrainer builds the plan's optimizer, its lr schedule (batchplan's own
+function), and a loader over the plan's `DistributedSampler` that stops at the epoch's last
+whole optimizer step.
 """
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from app.core.exports.common import (
@@ -22,32 +26,36 @@ from app.core.exports.common import (
     require_even,
     summary,
 )
+from app.core.exports.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
+from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
 from app.core.exports.training import leftover_sentence
 
 
-def training_arguments(x: ExportInput) -> dict[str, Any]:
+def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
+    """(TrainingArguments' values, what a plain Trainer on them gets wrong)."""
     require_even(x, "the HF Trainer", "takes one per_device_train_batch_size")
     require_data_parallel(x, "the HF Trainer's TrainingArguments")
     p = x.plan
     lr, o = recipe(x)
+    optimizer, wrong_optimizer = optimizer_arguments(x)
+    schedule, wrong_lr = schedule_arguments(lr)
     values: dict[str, Any] = {
         "output_dir": x.options.job_name,
         "per_device_train_batch_size": p.micro_batch_size,
         "gradient_accumulation_steps": p.gradient_accumulation_steps,
         "learning_rate": lr.lr,
-        "weight_decay": o.weight_decay,
+        **optimizer,
         # Stated also when off: the Trainer's own default clips at 1.0.
         "max_grad_norm": o.max_grad_norm if o.max_grad_norm is not None else 0.0,
+        **schedule,
         "seed": p.sampler.seed if p.sampler else 0,
     }
-    epochs = p.sampler.epochs if p.sampler else None
-    full_run = epochs * p.sampler.optimizer_steps_per_epoch if epochs and p.sampler else None
-    if epochs is not None:
-        values["num_train_epochs"] = epochs
-    if lr.train_steps is not None and lr.train_steps != full_run:
-        values["max_steps"] = lr.train_steps
-    return values
+    if lr.train_steps is not None:
+        values["max_steps"] = lr.train_steps  # it overrides num_train_epochs
+    elif p.sampler and p.sampler.epochs is not None:
+        values["num_train_epochs"] = p.sampler.epochs
+    return values, wrong_optimizer + wrong_lr + data_differences(x)
 
 
 # Under loss_normalization sample; under token the Trainer's num_items_in_batch is the plan's.
@@ -110,17 +118,51 @@ __INIT__
 '''
 
 
-def export_hf_trainer(x: ExportInput) -> Export:
-    values = training_arguments(x)
+def _notes(x: ExportInput, values: dict[str, Any]) -> dict[str, str]:
     p = x.plan
     _, o = recipe(x)
     notes = {
         "per_device_train_batch_size": f"x {p.gradient_accumulation_steps} accumulation x "
         f"{p.data_parallel_size} processes = {p.global_batch_size}",
         "learning_rate": "the peak; PlanTrainer's schedule sets every step's",
+        "max_steps": "the run's optimizer steps: the schedule's length, and where the Trainer stops",
     }
+    s = p.sampler
+    if (
+        "max_steps" in values
+        and s
+        and s.epochs
+        and values["max_steps"] == s.epochs * s.optimizer_steps_per_epoch
+    ):
+        notes["max_steps"] = (
+            f"{s.epochs} epochs of {s.optimizer_steps_per_epoch} optimizer steps: the schedule's length, "
+            "and where the Trainer stops"
+        )
     if o.max_grad_norm is None:
         notes["max_grad_norm"] = "no clipping (0 turns the Trainer's default of 1.0 off)"
+    if values["optim"] == "adamw_torch" and o.name == "adam" and not o.weight_decay:
+        notes["optim"] = "torch.optim.AdamW without weight decay: the plan's Adam"
+    elif o.name in ("lars", "lamb"):
+        notes["optim"] = f"torch has no {o.name.upper()}: {o.torch_class} stands in, as in PlanTrainer"
+    if values.get("lr_scheduler_type") == "cosine_warmup_with_min_lr":
+        notes["warmup_steps"] = "it reaches the peak at warmup_steps - 1: the plan's warmup + 1"
+    return notes
+
+
+def _listed(sentences: list[str]) -> list[str]:
+    """Each sentence a '# - ' item, wrapped under itself."""
+    out = []
+    for sentence in sentences:
+        lines = textwrap.wrap(sentence, 92)
+        out += [f"# - {lines[0]}", *(f"#   {line}" for line in lines[1:])]
+    return out
+
+
+def export_hf_trainer(x: ExportInput) -> Export:
+    values, wrong = training_arguments(x)
+    p = x.plan
+    _, o = recipe(x)
+    notes = _notes(x, values)
     code = _TRAINER
     token_loss = p.tokens is not None and p.tokens.loss_normalization == "token"
     for token, value in {
@@ -128,9 +170,9 @@ def export_hf_trainer(x: ExportInput) -> Export:
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "(model or self.model).parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer or self.optimizer"),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
     }.items():
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
@@ -138,9 +180,11 @@ def export_hf_trainer(x: ExportInput) -> Export:
         [
             comment(header),
             "# Launch with torchrun (see the torchrun export); the Trainer reads the world size from it.",
-            "# Train with PlanTrainer(model=..., args=training_args, train_dataset=...): the Trainer alone",
-            "# would warm up from 0, decay weights but not biases, sample through Accelerate's own batch",
-            "# split and step on each epoch's leftover micro-batches.",
+            "# Train with PlanTrainer(model=..., args=training_args, train_dataset=...). training_args",
+            "# holds what TrainingArguments can say of the recipe: a plain Trainer(args=training_args)",
+            "# trains with it, except that",
+            *_listed(wrong),
+            "# and PlanTrainer does each as planned.",
             "import itertools",
             "import math",
             "",

@@ -21,6 +21,7 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
 from app.core.exports.training import leftover_micro_batches
 
@@ -62,8 +63,9 @@ def export_lightning(x: ExportInput) -> Export:
         "accumulate_grad_batches": p.gradient_accumulation_steps,
         "use_distributed_sampler": False,
         "gradient_clip_val": o.max_grad_norm,
-        "gradient_clip_algorithm": "norm",
     }
+    if o.max_grad_norm is not None:
+        trainer["gradient_clip_algorithm"] = "norm"
     notes = {
         "use_distributed_sampler": "plan_train_dataloader: the plan's sampler, seed, shuffle, drop_last",
         "gradient_clip_val": "no clipping"
@@ -88,9 +90,9 @@ def export_lightning(x: ExportInput) -> Export:
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "module.parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
+        "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
         "__MICRO__": str(p.micro_batch_size),
     }.items():
         hooks = hooks.replace(token, value)

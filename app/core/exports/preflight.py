@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import textwrap
 from dataclasses import asdict
 from typing import Any
 
@@ -113,10 +114,14 @@ def preflight_lines(x: ExportInput, launch: str) -> list[str]:
     model = x.options.model_factory or "the built-in model"
     steps = x.options.preflight_steps
     run = "" if steps <= 1 else f", a run of {steps} steps of its recipe"
+    said = textwrap.wrap(
+        f"Preflight: the gradient check of this plan ({model}{run}), under the same launcher, before "
+        "training (export with preflight=false to leave it out). A plan that does not hold here stops "
+        "the job with the reason below. The job's environment needs batchplan installed.",
+        92,
+    )
     return [
-        f"# Preflight: the gradient check of this plan ({model}{run}), under the same launcher,",
-        "# before training (export with preflight=false to leave it out). A plan that does not hold",
-        "# here stops the job with the reason below. The job's environment needs batchplan installed.",
+        *(f"# {line}" for line in said),
         f"export BATCHPLAN_PREFLIGHT_REQUEST={shlex.quote(check_request(x))}",
         f'preflight="$({launch})" || {{ status=$?; echo "batchplan preflight: the gradient check failed'
         ' (exit $status), training not started" >&2; exit "$status"; }',

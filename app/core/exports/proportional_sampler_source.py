@@ -43,3 +43,20 @@ class ProportionalSampler(Sampler):
             start = step * self.samples_per_micro_step + self.offset
             yield from indices[start : start + self.micro_batch_size]
 '''
+
+
+# The body of the skeleton's make_sampler(dataset, rank). An even split: every replica the same
+# micro-batch, torch's own sampler.
+EVEN_SAMPLER_BODY = """\
+    return DistributedSampler(
+        dataset, num_replicas=DATA_PARALLEL_SIZE, rank=rank, shuffle=SHUFFLE, seed=SEED,
+        drop_last=DROP_LAST,
+    )
+"""
+PROPORTIONAL_SAMPLER_BODY = """\
+    # Each micro-step's samples are shared out by micro-batch size, rank by rank.
+    micro_batch_sizes = [micro for first, stop, micro, _ in REPLICA_GROUPS for _ in range(first, stop)]
+    return ProportionalSampler(
+        len(dataset), micro_batch_sizes, rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST
+    )
+"""

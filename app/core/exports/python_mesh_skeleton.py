@@ -7,6 +7,7 @@ or shards its sequence: those plans are refused with what to use instead."""
 from __future__ import annotations
 
 from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
+from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, max_grad_norm, optimizer_call, scheduler_call
 
 _SKELETON = '''#!/usr/bin/env python3
@@ -205,23 +206,23 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__NPROC__": str(shape if (shape := uniform_gpus_per_node(x)) is not None else "gpu"),
         "__SCRIPT__": x.options.script,
         "__WORLD__": str(p.world_size),
-        "__NAMES__": repr(tuple(d.name for d in mesh.dimensions)),
-        "__SHAPE__": repr(tuple(d.size for d in mesh.dimensions)),
+        "__NAMES__": py_literal(tuple(d.name for d in mesh.dimensions)),
+        "__SHAPE__": py_literal(tuple(d.size for d in mesh.dimensions)),
         "__DP__": str(p.data_parallel_size),
         "__SHARD__": str(mesh.data_parallel_shard),
         "__GLOBAL__": str(p.global_batch_size),
         "__MICRO__": str(p.micro_batch_size),
         "__ACCUM__": str(p.gradient_accumulation_steps),
-        "__SCALE__": repr(p.replica_groups[0].loss_scale),
-        "__REDUCTION__": repr(p.loss_reduction),
-        "__EPOCHS__": repr(sampler.epochs if sampler and sampler.epochs else 1),
-        "__MAX_GRAD_NORM__": repr(max_grad_norm(x)),
+        "__SCALE__": py_literal(p.replica_groups[0].loss_scale),
+        "__REDUCTION__": py_literal(p.loss_reduction),
+        "__EPOCHS__": py_literal(sampler.epochs if sampler and sampler.epochs else 1),
+        "__MAX_GRAD_NORM__": py_literal(max_grad_norm(x)),
         "__LR_FUNCTION__": lr_block(x),
         "__OPTIMIZER_CALL__": optimizer_call(x, "model.parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
     }
     for name, default in (("shuffle", True), ("seed", 0), ("drop_last", False)):
-        fields[f"__{name.upper()}__"] = repr(getattr(sampler, name) if sampler else default)
+        fields[f"__{name.upper()}__"] = py_literal(getattr(sampler, name) if sampler else default)
     text = _SKELETON
     for token, value in fields.items():
         text = text.replace(token, value)

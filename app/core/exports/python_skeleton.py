@@ -10,7 +10,12 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
-from app.core.exports.proportional_sampler_source import PROPORTIONAL_SAMPLER
+from app.core.exports.proportional_sampler_source import (
+    EVEN_SAMPLER_BODY,
+    PROPORTIONAL_SAMPLER,
+    PROPORTIONAL_SAMPLER_BODY,
+)
+from app.core.exports.python_literal import py_literal
 from app.core.exports.python_mesh_skeleton import export_mesh_python, needs_mesh
 from app.core.exports.recipe_code import (
     lr_block,
@@ -46,13 +51,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, __SAMPLER_IMPORT__, TensorDataset
 __SAMPLER__
 # ---- the plan: change it by planning again, not by hand --------------------------------
 DATA_PARALLEL_SIZE = __WORLD__  # processes; the loop refuses to run with any other number
 GLOBAL_BATCH_SIZE = __GLOBAL__
 GRADIENT_ACCUMULATION_STEPS = __ACCUM__
-EVEN_SPLIT = __EVEN__
 # (first rank, stop rank, micro-batch size, loss scale) for data-parallel ranks [first, stop)
 REPLICA_GROUPS = __GROUPS__
 LOSS_REDUCTION = __REDUCTION__
@@ -135,17 +139,7 @@ def with_loss_scales(loader, loss_scale: float, device: torch.device):
 
 
 def make_sampler(dataset: Dataset, rank: int):
-    if EVEN_SPLIT:
-        return DistributedSampler(
-            dataset, num_replicas=DATA_PARALLEL_SIZE, rank=rank, shuffle=SHUFFLE, seed=SEED,
-            drop_last=DROP_LAST,
-        )
-    # Each micro-step's samples are shared out by micro-batch size, rank by rank.
-    micro_batch_sizes = [micro for first, stop, micro, _ in REPLICA_GROUPS for _ in range(first, stop)]
-    return ProportionalSampler(
-        len(dataset), micro_batch_sizes, rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST
-    )
-
+__MAKE_SAMPLER__
 
 def check_launch_env(micro_batch_size: int) -> None:
     """The launch script (torchrun, slurm, kubernetes exports) exports the plan's batch sizes: a
@@ -272,20 +266,21 @@ def export_python(x: ExportInput) -> Export:
         "__NPROC__": str(shape if shape is not None else "gpu"),
         "__SCRIPT__": x.options.script,
         "__SAMPLER__": "" if p.split == "even" else PROPORTIONAL_SAMPLER,
+        "__MAKE_SAMPLER__": EVEN_SAMPLER_BODY if p.split == "even" else PROPORTIONAL_SAMPLER_BODY,
+        "__SAMPLER_IMPORT__": "DistributedSampler" if p.split == "even" else "Sampler",
         "__WORLD__": str(p.data_parallel_size),
         "__GLOBAL__": str(p.global_batch_size),
         "__ACCUM__": str(p.gradient_accumulation_steps),
-        "__EVEN__": repr(p.split == "even"),
-        "__GROUPS__": repr(groups),
-        "__REDUCTION__": repr(p.loss_reduction),
-        "__NORMALIZATION__": repr(p.tokens.loss_normalization if p.tokens else "sample"),
-        "__SHUFFLE__": repr(p.sampler.shuffle if p.sampler else True),
-        "__SEED__": repr(p.sampler.seed if p.sampler else 0),
-        "__DROP_LAST__": repr(p.sampler.drop_last if p.sampler else False),
-        "__EPOCHS__": repr(epochs if epochs or train_steps else 1),
-        "__TRAIN_STEPS__": repr(train_steps),
-        "__LR__": repr(lr.lr),
-        "__MAX_GRAD_NORM__": repr(max_grad_norm(x)),
+        "__GROUPS__": py_literal(groups),
+        "__REDUCTION__": py_literal(p.loss_reduction),
+        "__NORMALIZATION__": py_literal(p.tokens.loss_normalization if p.tokens else "sample"),
+        "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
+        "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
+        "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
+        "__EPOCHS__": py_literal(epochs if epochs or train_steps else 1),
+        "__TRAIN_STEPS__": py_literal(train_steps),
+        "__LR__": py_literal(lr.lr),
+        "__MAX_GRAD_NORM__": py_literal(max_grad_norm(x)),
         "__LR_FUNCTION__": lr_block(x),
         "__OPTIMIZER_SENTENCE__": sentence,
         "__OPTIMIZER_CALL__": optimizer_call(x, "params"),

@@ -9,8 +9,10 @@ said so in the code.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
+from app.core.exports.python_literal import py_literal
 from app.core.exports.training import OptimizerSettings, optimizer_settings
 from app.core.lr_schedule import LR_AT_SOURCE
 from app.core.plan_types import LearningRatePlan
@@ -46,12 +48,18 @@ def recipe(x: ExportInput) -> tuple[LearningRatePlan, OptimizerSettings]:
 def lr_block(x: ExportInput) -> str:
     """`lr_at` and `planned_lr(step)`, the plan's lr at every optimizer step (needs `import math`)."""
     lr, _ = recipe(x)
-    last = lr.train_steps - 1 if lr.train_steps else None
-    args = (
-        f"start={lr.warmup_start_lr!r}, peak={lr.lr!r}, warmup={lr.warmup_steps!r}, decay={lr.decay!r}, "
-        f"floor={lr.min_lr!r}, last_step={last!r}, milestones={lr.milestones!r}, "
-        f"gamma={lr.gamma if lr.gamma is not None else 0.1!r}"
-    )
+    # The arguments this schedule reads, as one would write them (lr_at's defaults left out).
+    args: dict[str, object] = {"start": lr.warmup_start_lr, "peak": lr.lr, "warmup": lr.warmup_steps}
+    if lr.decay != "constant":
+        args["decay"] = lr.decay
+    if lr.decay in ("linear", "cosine"):
+        args |= {"floor": lr.min_lr, "last_step": lr.train_steps - 1 if lr.train_steps else None}
+    if lr.decay == "step":
+        args |= {"milestones": lr.milestones, "gamma": lr.gamma if lr.gamma is not None else 0.1}
+    call = ", ".join(f"{k}={py_literal(v)}" for k, v in args.items())
+    doc = textwrap.wrap(f"The plan's lr at optimizer step `step` (from 0): {lr.schedule}.", 88)
+    docstring = [f'    """{doc[0]}', *(f"    {line}" for line in doc[1:])]
+    docstring[-1] += '"""' if len(doc) == 1 else '\n    """'
     return "\n".join(
         [
             "# The lr of every optimizer step: batchplan's own function (app.core.lr_schedule), so this",
@@ -60,8 +68,8 @@ def lr_block(x: ExportInput) -> str:
             "",
             "",
             "def planned_lr(step: int) -> float:",
-            f'    """The plan\'s lr at optimizer step `step` (from 0): {lr.schedule}."""',
-            f"    return lr_at(step, {args})",
+            *docstring,
+            f"    return lr_at(step, {call})",
         ]
     )
 
@@ -69,7 +77,7 @@ def lr_block(x: ExportInput) -> str:
 def optimizer_call(x: ExportInput, params: str) -> str:
     """`torch.optim.<Class>(params, lr=..., ...)` with the plan's settings."""
     lr, o = recipe(x)
-    kwargs = ", ".join(f"{k}={v!r}" for k, v in o.torch_kwargs().items())
+    kwargs = ", ".join(f"{k}={py_literal(v)}" for k, v in o.torch_kwargs().items())
     return f"torch.optim.{o.torch_class}({params}, lr={lr.lr!r}, {kwargs})"
 
 

@@ -49,14 +49,14 @@ def export_slurm(x: ExportInput) -> Export:
     for i, g in enumerate(groups if het else groups[:1]):
         if i:
             lines.append("#SBATCH hetjob")
+        if het:
+            lines.append(f"# component {i}: {g.name} nodes (add --constraint or --partition to place them)")
         lines += [
             f"#SBATCH --nodes={g.num_nodes if het else num_nodes(x)}",
             "#SBATCH --ntasks-per-node=1",
             f"#SBATCH --gpus-per-node={g.gpus_per_node}",
             f"#SBATCH --cpus-per-task={_cpus(x, g.gpus_per_node)}",
         ]
-        if het:
-            lines.append(f"# component {i}: {g.name} nodes (add --constraint or --partition to place them)")
     span = min(PORT_SPAN, 65536 - x.options.port)
     first_nodes = "$SLURM_JOB_NODELIST_HET_GROUP_0" if het else "$SLURM_JOB_NODELIST"
     lines += [

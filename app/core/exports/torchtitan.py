@@ -60,7 +60,7 @@ def lr_scheduler(lr: LearningRatePlan, warmup_field: str) -> dict[str, object]:
             f"warmup its {decay} decay runs a step behind the plan's: decay without warmup, or warm "
             f"up and keep the lr constant",
             pointer="/learning_rate/decay",
-            suggestions={warmup_field: [0]},
+            suggestions={f"learning_rate.{warmup_field}": [0]},
         )
     assert last is not None
     return {"warmup_steps": 0, "decay_type": decay, "min_lr_factor": lr.min_lr / peak, "total_steps": last}
