@@ -12,6 +12,7 @@ from app.api.chart_response import chart_response
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.exposure import exposure
 from app.api.json_body import JsonBodyRoute
+from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import Conflict, NotFound, Unavailable
@@ -177,10 +178,12 @@ async def create_check(
     body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],
     service: Service,
     response: Response,
+    http: Request,
 ) -> CheckJobOut:
     """Plan the request, run one data-parallel training step with `torch.distributed` on the
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
+    body = body.model_copy(update={"plan": await with_measured_lr(body.plan, http, "/plan")})
     submission = await asyncio.to_thread(service.prepare, body.model_dump(mode="json"))
     job = await service.submit(submission)
     response.headers["Location"] = f"/v1/checks/{job.id}"

@@ -47,7 +47,8 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
 def topology(data: Mapping[str, Any]) -> core.Topology:
     groups = data.get("node_groups")
     if not groups:
-        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"])
+        curve = _curve(data.get("throughput_curve"))
+        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"], curve)
     return core.Topology(
         tuple(
             core.NodeGroup(
@@ -57,11 +58,27 @@ def topology(data: Mapping[str, Any]) -> core.Topology:
                 g["gpus_per_node"],
                 float(g.get("relative_throughput", 1.0)),
                 g.get("max_micro_batch_size"),
+                _curve(g.get("throughput_curve")),
             )
             for i, g in enumerate(map(_fields, groups))
         ),
         listed_groups=True,
     )
+
+
+def _curve(points: Any) -> core.Curve | None:
+    """A throughput curve's points as the core's two tuples; app.core.curve_checks checks them.
+    A value that is not a list of objects is left for those checks to name."""
+    if points is None:
+        return None
+    sizes: list[Any] = []
+    rates: list[Any] = []
+    for point in points:
+        fields = _fields(point)
+        sizes.append(fields.get("micro_batch_size"))
+        rate = fields.get("samples_per_s")
+        rates.append(float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate)
+    return core.Curve(tuple(sizes), tuple(rates))
 
 
 def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateSpec | None:
@@ -92,6 +109,34 @@ def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateS
         nesterov=bool(data.get("nesterov", _LR_DEFAULTS.nesterov)),
         weight_decay=float(data.get("weight_decay", _LR_DEFAULTS.weight_decay)),
         max_grad_norm=_float_or_none(data.get("max_grad_norm")),
+        lr_scaling=_lr_scaling(data.get("lr_scaling")),
+        lr_scaling_check=data.get("lr_scaling_check"),
+    )
+
+
+def _lr_scaling(body: Mapping[str, Any] | object | None) -> core.LrScaling | None:
+    """What the plan reads of an lr-scaling probe's result (its curves and noise scale are
+    for people and charts)."""
+    if body is None:
+        return None
+    data = _fields(body)
+    base = _fields(data.get("base") or {})
+    return core.LrScaling(
+        best_rule=data.get("best_rule"),
+        rules=tuple(
+            core.ProbeRun(
+                rule=r["rule"],
+                lr=_float_or_none(r.get("lr")),
+                final_loss_ratio=_float_or_none(r.get("final_loss_ratio")),
+                holds=r.get("holds"),
+            )
+            for r in map(_fields, data.get("rules") or ())
+        ),
+        base_batch_size=base.get("batch_size"),
+        base_lr=_float_or_none(base.get("lr")),
+        plan_rule_holds=data.get("plan_rule_holds"),
+        regime=data.get("regime"),
+        verdict=data.get("verdict"),
     )
 
 

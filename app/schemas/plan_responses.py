@@ -41,6 +41,11 @@ class ReplicaGroupOut(ResponseModel):
     relative_throughput: float
     max_micro_batch_size: int | None
     num_samples_per_replica: int | None
+    predicted_micro_step_s: float | None = Field(
+        None,
+        description="With throughput curves: one micro-step of this group (micro_batch_size samples, "
+        "forward and backward), in seconds, read off its curve; null without curves.",
+    )
 
 
 class SamplerOut(ResponseModel):
@@ -156,6 +161,65 @@ class EfficiencyOut(ResponseModel):
     recommendation: str
 
 
+class SplitPredictionOut(ResponseModel):
+    gradient_accumulation_steps: int
+    predicted_step_s: float = Field(
+        description="gradient_accumulation_steps x predicted_micro_step_s: an optimizer step's compute."
+    )
+    predicted_micro_step_s: float = Field(description="The slowest replica's micro-step, in seconds.")
+    idle_fraction: float = Field(
+        description="The replicas' mean wait for the slowest, as a fraction of the step (0: none waits)."
+    )
+
+
+class ThroughputOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "predicted_step_s": 0.1183,
+            "predicted_micro_step_s": 0.0592,
+            "idle_fraction": 0.0084,
+            "even": {
+                "gradient_accumulation_steps": 2,
+                "predicted_step_s": 0.2,
+                "predicted_micro_step_s": 0.1,
+                "idle_fraction": 0.3236,
+            },
+            "proportional": {
+                "gradient_accumulation_steps": 2,
+                "predicted_step_s": 0.1342,
+                "predicted_micro_step_s": 0.0671,
+                "idle_fraction": 0.112,
+            },
+            "fewest_accumulation": {
+                "gradient_accumulation_steps": 1,
+                "predicted_step_s": 0.1412,
+                "predicted_micro_step_s": 0.1412,
+                "idle_fraction": 0.021,
+            },
+            "extrapolated": False,
+        }
+    )
+
+    predicted_step_s: float = Field(description="The plan's optimizer step, predicted from the curves.")
+    predicted_micro_step_s: float = Field(description="The plan's slowest replica's micro-step.")
+    idle_fraction: float = Field(description="The replicas' mean wait for the slowest, as a fraction.")
+    even: SplitPredictionOut = Field(
+        description="The same samples per micro-step shared out equally (as even as the caps allow)."
+    )
+    proportional: SplitPredictionOut = Field(
+        description="The same samples shared out in proportion to each curve's peak samples/s: the "
+        "best one relative_throughput per group can say."
+    )
+    fewest_accumulation: SplitPredictionOut = Field(
+        description="The best split at the fewest accumulation steps that fit (the largest "
+        "micro-batches): the plan without curves would take that count. The plan's own when the "
+        "request fixed the accumulation or the micro-batch."
+    )
+    extrapolated: bool = Field(
+        description="Some replica's micro-batch lies outside its measured points (a warning says which)."
+    )
+
+
 class MeshDimensionOut(ResponseModel):
     name: Literal["pp", "dp_replicate", "dp_shard", "cp", "tp"]
     size: int
@@ -227,6 +291,12 @@ class PlanOut(ResponseModel):
         None, description="The plan in tokens; null without sequence_length and loss_normalization token."
     )
     device_mesh: DeviceMeshOut | None = Field(None, description="The mesh the plan runs on.")
+    throughput: ThroughputOut | None = Field(
+        None,
+        description="With throughput curves: the split's predicted step and idle fraction, beside "
+        "the even split's, the split by peak samples/s and the split at the fewest accumulation "
+        "steps; null without curves.",
+    )
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.

@@ -1,0 +1,153 @@
+"""A split timed by the measured curves: the plan's `throughput` (its predicted step, its idle
+fraction, and the same for the even split, the split by peak samples/s and the split at the
+fewest accumulation steps), each replica group's predicted micro-step, and the warnings about
+micro-batches outside the measured points."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from app.core.batch_problem import BatchProblem, BatchSolution
+from app.core.batch_proportional import capped_layout
+from app.core.curve_split import CurveSplit
+from app.core.integers import ceil_div, smallest_divisor_at_least
+from app.core.plan_types import SplitPrediction, ThroughputPlan
+from app.core.split import Share, proportional_shares
+from app.core.throughput_curve import Curve, StepTime
+from app.core.topology import Layout, Segment
+
+_MAX_LISTED = 4
+
+
+class Timing:
+    """Predicted micro-step times of a layout's replicas, one StepTime per distinct curve."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.times: dict[Curve, StepTime] = {}
+
+    def of(self, segment: Segment) -> StepTime:
+        assert segment.curve is not None
+        time = self.times.get(segment.curve)
+        if time is None:
+            time = self.times[segment.curve] = StepTime.of(segment.curve)
+        return time
+
+    def predict(self, shares: list[Share] | tuple[Share, ...], accumulation: int) -> SplitPrediction:
+        segments = self.layout.segments
+        slowest, busy, replicas = 0.0, 0.0, 0
+        for share in shares:
+            t = self.of(segments[share.segment]).at(share.samples)
+            n = share.stop - share.start
+            slowest = max(slowest, t)
+            busy += n * t
+            replicas += n
+        idle = 1 - busy / (replicas * slowest) if slowest > 0 else 0.0
+        return SplitPrediction(accumulation, accumulation * slowest, slowest, max(idle, 0.0))
+
+
+def _weighted(segments: tuple[Segment, ...], weight: dict[Curve | None, float]) -> tuple[Segment, ...]:
+    return tuple(replace(s, throughput=weight[s.curve]) for s in segments)
+
+
+def throughput_plan(problem: BatchProblem, solution: BatchSolution) -> tuple[ThroughputPlan, Timing]:
+    """The solution's split timed, beside the splits it was chosen over, at its global batch."""
+    layout = capped_layout(problem)
+    timing = Timing(layout)
+    G, g = solution.global_batch_size, solution.gradient_accumulation_steps
+    chosen = timing.predict(solution.shares, g)
+    total = G // g
+    segments = layout.segments
+    even = _weighted(segments, {s.curve: 1.0 for s in segments})
+    peak = _weighted(segments, {s.curve: timing.of(s).peak_samples_per_s for s in segments})
+    return (
+        ThroughputPlan(
+            predicted_step_s=chosen.predicted_step_s,
+            predicted_micro_step_s=chosen.predicted_micro_step_s,
+            idle_fraction=chosen.idle_fraction,
+            even=timing.predict(proportional_shares(total, even), g),
+            proportional=timing.predict(proportional_shares(total, peak), g),
+            fewest_accumulation=_fewest(problem, solution, layout, timing, chosen),
+            extrapolated=bool(outside_measured(layout, solution.shares, timing)),
+        ),
+        timing,
+    )
+
+
+def _fewest(
+    problem: BatchProblem, solution: BatchSolution, layout: Layout, timing: Timing, chosen: SplitPrediction
+) -> SplitPrediction:
+    """The split at the fewest accumulation steps that fit: the largest micro-batches, what the
+    plan would take without curves."""
+    if problem.gradient_accumulation_steps is not None or problem.micro_batch_size is not None:
+        return chosen  # the request fixed the accumulation
+    G, D = solution.global_batch_size, layout.data_parallel_size
+    if solution.even:
+        per_replica, cap = G // D, layout.uniform_cap
+        g = smallest_divisor_at_least(per_replica, ceil_div(per_replica, cap) if cap else 1)
+        assert g is not None
+        shares = [Share(i, s.start, s.stop, per_replica // g) for i, s in enumerate(layout.segments)]
+        return timing.predict(shares, g)
+    C = layout.capacity
+    g = smallest_divisor_at_least(G, ceil_div(G, C) if C else 1, G // D)
+    assert g is not None
+    if g == solution.gradient_accumulation_steps:
+        return chosen
+    split = CurveSplit(layout.segments, timing.times)
+    return timing.predict(split.split(G // g)[0], g)
+
+
+def outside_measured(
+    layout: Layout, shares: tuple[Share, ...], timing: Timing
+) -> list[tuple[str, int, int, str]]:
+    """(node group, micro-batch, nearest measured, "above" or "below") for each share whose
+    micro-batch lies outside its curve's measured points."""
+    out = []
+    for share in shares:
+        segment = layout.segments[share.segment]
+        time = timing.of(segment)
+        if share.samples > time.last_size:
+            out.append((segment.node_group, share.samples, time.last_size, "above"))
+        elif share.samples < time.first_size:
+            out.append((segment.node_group, share.samples, time.first_size, "below"))
+    return out
+
+
+def curve_warnings(layout: Layout, shares: tuple[Share, ...], timing: Timing) -> list[str]:
+    """Where a prediction rests on more than the measured points: micro-batches outside them,
+    and points measured faster than a smaller micro-batch (kept at the smaller one's time)."""
+    out = []
+    outside = outside_measured(layout, shares, timing)
+    above = [(n, b, m) for n, b, m, side in outside if side == "above"]
+    below = [(n, b, m) for n, b, m, side in outside if side == "below"]
+    if above:
+        out.append(
+            "micro-batches past the largest measured point are predicted at that point's samples/s: "
+            + _listed(f"{n} takes {b}, measured up to {m}" for n, b, m in above)
+            + "; measure the curve up to the micro-batch the plan gives (POST /v1/checks with "
+            "throughput.micro_batch_sizes) to know"
+        )
+    if below:
+        out.append(
+            "micro-batches below the smallest measured point are predicted no faster than it: "
+            + _listed(f"{n} takes {b}, measured from {m}" for n, b, m in below)
+            + "; add smaller micro-batches to the curve to know"
+        )
+    noisy = sorted(
+        {s.node_group for s in layout.segments if s.curve is not None and timing.of(s).slower_points}
+    )
+    if noisy:
+        out.append(
+            "a measured micro-step is shorter than a smaller micro-batch's in the curves of "
+            + _listed(noisy)
+            + " (measurement noise?): the smaller one's time is kept there, so that a larger "
+            "micro-batch is never predicted faster; remeasure with more repeats"
+        )
+    return out
+
+
+def _listed(items: Iterable[str]) -> str:
+    names = list(items)
+    more = f", and {len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else ""
+    return ", ".join(map(str, names[:_MAX_LISTED])) + more
