@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.core.batch_problem import BatchProblem, BatchSolution, NoFit, moved_warning
-from app.core.curve_split import CurveSplit, best_accumulation
+from app.core.curve_split import best_accumulation
 from app.core.integers import ceil_div, smallest_divisor_at_least
 from app.core.plan_types import MAX_SAFE_INTEGER, Divisibility
 from app.core.split import proportional_shares
@@ -108,7 +108,7 @@ def solve_proportional(p: BatchProblem, with_shares: bool) -> BatchSolution:
         return BatchSolution(G, g, tuple(proportional_shares(G // g, layout.segments)), warnings)
     # Measured curves: the accumulation with the shortest predicted step, unless the request
     # fixed it, and the split that minimises the slowest replica's micro-step (curve_split).
-    split = CurveSplit(layout.segments)
+    split = layout.curve_split
     if p.gradient_accumulation_steps is None:
         g = best_accumulation(split, G, g, G // D)
     return BatchSolution(G, g, tuple(split.split(G // g)[0]), warnings)

@@ -26,6 +26,7 @@ def validate_curves(topology: Topology, request_cap: int | None) -> None:
     with_curve = next((g for g in groups if g.throughput_curve is not None), None)
     if with_curve is None:
         return
+    valid: set[Curve] = set()  # curves already checked: a cluster of a few GPU kinds repeats them
     for i, group in enumerate(groups):
         if group.throughput_curve is None:
             _refuse_scalar(topology, i, group, with_curve)
@@ -36,7 +37,31 @@ def validate_curves(topology: Topology, request_cap: int | None) -> None:
                 f"relative_throughput out",
                 pointer=_pointer(topology, i, "relative_throughput"),
             )
-        _check_points(topology, i, group, request_cap)
+        curve = group.throughput_curve
+        assert curve is not None
+        if curve not in valid:
+            if not _plainly_valid(curve):
+                _check_points(topology, i, group)
+            valid.add(curve)
+        _check_cap(topology, i, group, curve, request_cap)
+
+
+def _plainly_valid(curve: Curve) -> bool:
+    """The usual curve, in a few C-level passes; the field-by-field look names the one at fault."""
+    sizes, rates = curve.micro_batch_sizes, curve.samples_per_s
+    return (
+        0 < len(sizes) == len(rates)
+        and set(map(type, sizes)) == _INT
+        and sizes[0] >= 1
+        and all(map(int.__lt__, sizes, sizes[1:]))
+        and set(map(type, rates)) == _FLOAT
+        and not any(map(math.isnan, rates))
+        and 0 < min(rates)
+        and max(rates) < math.inf
+    )
+
+
+_INT, _FLOAT = {int}, {float}
 
 
 def _refuse_scalar(topology: Topology, index: int, group: NodeGroup, other: NodeGroup) -> None:
@@ -52,7 +77,7 @@ def _refuse_scalar(topology: Topology, index: int, group: NodeGroup, other: Node
     )
 
 
-def _check_points(topology: Topology, index: int, group: NodeGroup, request_cap: int | None) -> None:
+def _check_points(topology: Topology, index: int, group: NodeGroup) -> None:
     curve = group.throughput_curve
     assert curve is not None
     base = _pointer(topology, index, "throughput_curve")
@@ -79,12 +104,17 @@ def _check_points(topology: Topology, index: int, group: NodeGroup, request_cap:
                 f"samples_per_s must be a finite number > 0 (a measured rate); point {j} has {rate!r}",
                 pointer=f"{base}/{j}/samples_per_s",
             )
-    _check_cap(topology, index, group, curve, request_cap, base)
 
 
 def _check_cap(
-    topology: Topology, index: int, group: NodeGroup, curve: Curve, request_cap: int | None, base: str
+    topology: Topology, index: int, group: NodeGroup, curve: Curve, request_cap: int | None
 ) -> None:
+    largest = curve.micro_batch_sizes[-1]
+    if (request_cap is None or largest <= request_cap) and (
+        group.max_micro_batch_size is None or largest <= group.max_micro_batch_size
+    ):
+        return
+    base = _pointer(topology, index, "throughput_curve")
     caps = [
         (c, p)
         for c, p in (
@@ -93,12 +123,7 @@ def _check_cap(
         )
         if c is not None
     ]
-    if not caps:
-        return
     cap, cap_pointer = min(caps, key=lambda c: c[0])
-    largest = curve.micro_batch_sizes[-1]
-    if largest <= cap:
-        return
     j = next(j for j, b in enumerate(curve.micro_batch_sizes) if b > cap)
     raise InvalidValue(
         f"the curve's point {j} (micro-batch {curve.micro_batch_sizes[j]}) is past the cap of {cap} "

@@ -23,11 +23,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from itertools import accumulate
 
 from app.core.integers import divisors
 from app.core.split import Share
-from app.core.throughput_curve import Curve, StepTime
-from app.core.topology import Layout, Segment
+from app.core.throughput_curve import StepTime
+from app.core.topology import Layout
 
 _TIE = 1e-9  # relative: accumulation counts whose predicted steps differ less are a tie
 
@@ -41,60 +42,55 @@ class _Pool:
 
 
 class CurveSplit:
-    """The min-max split over `segments`, each with a curve, for any micro-step total."""
+    """The min-max split over a layout's segments, each with a curve, for any micro-step total."""
 
-    def __init__(self, segments: tuple[Segment, ...], times: dict[Curve, StepTime] | None = None) -> None:
-        self.segments = segments
-        self.times = times if times is not None else {}
-        pools: dict[tuple[Curve, int | None], _Pool] = {}
-        for i, s in enumerate(segments):
-            assert s.curve is not None
-            pool = pools.get((s.curve, s.cap))
+    def __init__(self, layout: Layout) -> None:
+        self.segments = layout.segments
+        pools: dict[tuple[int, int | None], _Pool] = {}
+        # Layout.step_times holds one StepTime per distinct curve: pooled by its identity.
+        for i, (s, time) in enumerate(zip(layout.segments, layout.step_times, strict=True)):
+            assert time is not None
+            pool = pools.get((id(time), s.cap))
             if pool is None:
-                time = self.times.get(s.curve)
-                if time is None:
-                    time = self.times[s.curve] = StepTime.of(s.curve)
-                pool = pools[(s.curve, s.cap)] = _Pool(time, s.cap)
+                pool = pools[(id(time), s.cap)] = _Pool(time, s.cap)
             pool.count += s.stop - s.start
             pool.segments.append(i)
         self.pools = list(pools.values())
         self.replicas = sum(p.count for p in self.pools)
+        self._solved: dict[int, tuple[list[int], list[int], float]] = {}
         self._sweep()
 
     def _sweep(self) -> None:
-        """The relaxation's sum as a line A + C*T between consecutive knot times."""
-        events: list[tuple[float, float, float]] = []  # (T, change of A, change of C)
+        """The relaxation's sum as a line A + C*T between consecutive knot times: the changes
+        of A and C at every knot, sorted by time and summed up (flat lists: 10,000 curves make
+        some 100,000 knots)."""
+        times: list[float] = []
+        changes_a: list[float] = []
+        changes_c: list[float] = []
         for pool in self.pools:
             knots, tail = pool.time.knots(pool.cap)
             n = pool.count
             a, c = 1.0, 0.0  # every replica holds one sample below its first knot
-            for k in range(len(knots)):
-                t0, b0 = knots[k]
-                if k + 1 < len(knots):
+            last = len(knots) - 1
+            for k, (t0, b0) in enumerate(knots):
+                if k < last:
                     t1, b1 = knots[k + 1]
                     if t1 == t0:
                         continue  # a jump: the next piece starts at b1, at the same time
                     slope = (b1 - b0) / (t1 - t0)
                 else:
                     slope = tail
-                new_a, new_c = b0 - slope * t0, slope
-                events.append((t0, n * (new_a - a), n * (new_c - c)))
-                a, c = new_a, new_c
-        events.sort()
-        self._at: list[float] = []
-        self._a: list[float] = []
-        self._c: list[float] = []
-        self._held: list[float] = []  # the relaxation's total at each knot time
-        A, C = float(self.replicas), 0.0
-        for i, (t, da, dc) in enumerate(events):
-            A += da
-            C += dc
-            if i + 1 < len(events) and events[i + 1][0] == t:
-                continue
-            self._at.append(t)
-            self._a.append(A)
-            self._c.append(C)
-            self._held.append(A + C * t)
+                new_a = b0 - slope * t0
+                times.append(t0)
+                changes_a.append(n * (new_a - a))
+                changes_c.append(n * (slope - c))
+                a, c = new_a, slope
+        order = sorted(range(len(times)), key=times.__getitem__)
+        self._at = [times[i] for i in order]
+        self._a = list(accumulate([changes_a[i] for i in order], initial=float(self.replicas)))[1:]
+        self._c = list(accumulate([changes_c[i] for i in order], initial=0.0))[1:]
+        # The relaxation's total just after each knot: non-decreasing, each pool's B(T) being so.
+        self._held = [a + c * t for a, c, t in zip(self._a, self._c, self._at, strict=True)]
 
     def relaxed_time(self, total: int) -> float:
         """The least T at which the continuous relaxation holds `total` samples."""
@@ -102,17 +98,33 @@ class CurveSplit:
             return 0.0
         k = bisect_left(self._held, total)
         if k == len(self._held):
-            a, c = self._a[-1], self._c[-1]
-            return (total - a) / c if c > 0 else math.inf
+            c = self._c[-1]
+            return self._at[-1] + (total - self._held[-1]) / c if c > 0 else math.inf
         if k == 0:
             return self._at[0]
-        a, c = self._a[k - 1], self._c[k - 1]
+        c = self._c[k - 1]
         if c > 0:
-            return min((total - a) / c, self._at[k])
+            return min(self._at[k - 1] + (total - self._held[k - 1]) / c, self._at[k])
         return self._at[k]
 
     def split(self, total: int) -> tuple[list[Share], float]:
         """Each replica's samples (at most two shares per segment) and the slowest time."""
+        levels, extra, slowest = self._solve(total)
+        return self._shares(levels, extra), slowest
+
+    def slowest(self, total: int) -> float:
+        """The least possible slowest micro-step for `total` samples."""
+        return self._solve(total)[2]
+
+    def _solve(self, total: int) -> tuple[list[int], list[int], float]:
+        """Each pool's level, how many of its replicas take one more, and the slowest time;
+        remembered, as the accumulation search, the split and the plan's comparison ask again."""
+        solved = self._solved.get(total)
+        if solved is None:
+            solved = self._solved[total] = self._solve_anew(total)
+        return solved
+
+    def _solve_anew(self, total: int) -> tuple[list[int], list[int], float]:
         limit = self.relaxed_time(total)
         levels = self._levels_within(limit)
         held = sum(p.count * b for p, b in zip(self.pools, levels, strict=True))
@@ -126,7 +138,7 @@ class CurveSplit:
         slowest = max(
             p.time.at(b + (1 if e else 0)) for p, b, e in zip(self.pools, levels, extra, strict=True)
         )
-        return self._shares(levels, extra), slowest
+        return levels, extra, slowest
 
     def _levels_within(self, limit: float) -> list[int]:
         return [max(p.time.most_within(limit, p.cap), 1) for p in self.pools]
@@ -188,7 +200,7 @@ def best_accumulation(split: CurveSplit, global_batch: int, low: int, high: int)
     for bound, g in bounds:
         if bound * (1 - _TIE) > best:
             break
-        step = g * split.split(global_batch // g)[1]
+        step = g * split.slowest(global_batch // g)
         if step < best * (1 - _TIE) or (step <= best * (1 + _TIE) and g < best_g):
             best_g, best = g, step
     return best_g
@@ -198,10 +210,9 @@ def fastest_even_accumulation(layout: Layout, per_replica: int, fewest: int) -> 
     """On an even split from one curve (every replica alike), the accumulation g dividing each
     replica's samples per step, at least `fewest` (the cap's), whose step g x t(per_replica / g)
     is the shortest; ties: the fewest micro-steps. Without a curve, `fewest`."""
-    curve = layout.segments[0].curve
-    if curve is None:
+    time = layout.step_times[0]
+    if time is None:
         return fewest
-    time = StepTime.of(curve)
     best_g, best = fewest, fewest * time.at(per_replica // fewest)
     for g in divisors(per_replica):
         if g > fewest:

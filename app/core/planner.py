@@ -132,9 +132,7 @@ def _replica_groups(
                 relative_throughput=segment.throughput,
                 max_micro_batch_size=segment.cap,
                 num_samples_per_replica=per_replica,
-                predicted_micro_step_s=(
-                    timing.of(timing.layout.segments[share.segment]).at(share.samples) if timing else None
-                ),
+                predicted_micro_step_s=timing.of(share.segment).at(share.samples) if timing else None,
             )
         )
     return tuple(groups)
@@ -254,7 +252,7 @@ def _plan(request: PlanRequest) -> Plan:
     )
     if throughput is not None:
         fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
-        one_curve = len({s.curve for s in layout.segments}) == 1
+        one_curve = len({id(t) for t in layout.step_times}) == 1
         explanation += throughput_sentences(throughput, G, groups, one_curve, fixed)
     mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation += mesh_sentences(mesh, dp)

@@ -6,49 +6,40 @@ micro-batches outside the measured points."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
 from app.core.batch_problem import BatchProblem, BatchSolution
 from app.core.batch_proportional import capped_layout
-from app.core.curve_split import CurveSplit
 from app.core.integers import ceil_div, smallest_divisor_at_least
 from app.core.plan_types import SplitPrediction, ThroughputPlan
 from app.core.split import Share, proportional_shares
-from app.core.throughput_curve import Curve, StepTime
-from app.core.topology import Layout, Segment
+from app.core.throughput_curve import StepTime
+from app.core.topology import Layout
 
 _MAX_LISTED = 4
 
 
 class Timing:
-    """Predicted micro-step times of a layout's replicas, one StepTime per distinct curve."""
+    """Predicted micro-step times of a layout's replicas (Layout.step_times)."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self.times: dict[Curve, StepTime] = {}
+        self.times = layout.step_times
 
-    def of(self, segment: Segment) -> StepTime:
-        assert segment.curve is not None
-        time = self.times.get(segment.curve)
-        if time is None:
-            time = self.times[segment.curve] = StepTime.of(segment.curve)
+    def of(self, segment: int) -> StepTime:
+        time = self.times[segment]
+        assert time is not None
         return time
 
     def predict(self, shares: list[Share] | tuple[Share, ...], accumulation: int) -> SplitPrediction:
-        segments = self.layout.segments
         slowest, busy, replicas = 0.0, 0.0, 0
         for share in shares:
-            t = self.of(segments[share.segment]).at(share.samples)
+            t = self.of(share.segment).at(share.samples)
             n = share.stop - share.start
             slowest = max(slowest, t)
             busy += n * t
             replicas += n
         idle = 1 - busy / (replicas * slowest) if slowest > 0 else 0.0
         return SplitPrediction(accumulation, accumulation * slowest, slowest, max(idle, 0.0))
-
-
-def _weighted(segments: tuple[Segment, ...], weight: dict[Curve | None, float]) -> tuple[Segment, ...]:
-    return tuple(replace(s, throughput=weight[s.curve]) for s in segments)
 
 
 def throughput_plan(problem: BatchProblem, solution: BatchSolution) -> tuple[ThroughputPlan, Timing]:
@@ -59,15 +50,19 @@ def throughput_plan(problem: BatchProblem, solution: BatchSolution) -> tuple[Thr
     chosen = timing.predict(solution.shares, g)
     total = G // g
     segments = layout.segments
-    even = _weighted(segments, {s.curve: 1.0 for s in segments})
-    peak = _weighted(segments, {s.curve: timing.of(s).peak_samples_per_s for s in segments})
+    peaks: dict[int, float] = {}  # by StepTime, one per distinct curve
+    for i in range(len(segments)):
+        time = timing.of(i)
+        if id(time) not in peaks:
+            peaks[id(time)] = time.peak_samples_per_s
+    peak = [peaks[id(timing.of(i))] for i in range(len(segments))]
     return (
         ThroughputPlan(
             predicted_step_s=chosen.predicted_step_s,
             predicted_micro_step_s=chosen.predicted_micro_step_s,
             idle_fraction=chosen.idle_fraction,
-            even=timing.predict(proportional_shares(total, even), g),
-            proportional=timing.predict(proportional_shares(total, peak), g),
+            even=timing.predict(proportional_shares(total, segments, [1.0] * len(segments)), g),
+            proportional=timing.predict(proportional_shares(total, segments, peak), g),
             fewest_accumulation=_fewest(problem, solution, layout, timing, chosen),
             extrapolated=bool(outside_measured(layout, solution.shares, timing)),
         ),
@@ -94,8 +89,7 @@ def _fewest(
     assert g is not None
     if g == solution.gradient_accumulation_steps:
         return chosen
-    split = CurveSplit(layout.segments, timing.times)
-    return timing.predict(split.split(G // g)[0], g)
+    return timing.predict(layout.curve_split.split(G // g)[0], g)
 
 
 def outside_measured(
@@ -106,7 +100,7 @@ def outside_measured(
     out = []
     for share in shares:
         segment = layout.segments[share.segment]
-        time = timing.of(segment)
+        time = timing.of(share.segment)
         if share.samples > time.last_size:
             out.append((segment.node_group, share.samples, time.last_size, "above"))
         elif share.samples < time.first_size:
@@ -135,7 +129,7 @@ def curve_warnings(layout: Layout, shares: tuple[Share, ...], timing: Timing) ->
             + "; add smaller micro-batches to the curve to know"
         )
     noisy = sorted(
-        {s.node_group for s in layout.segments if s.curve is not None and timing.of(s).slower_points}
+        {s.node_group for s, t in zip(layout.segments, timing.times, strict=True) if t and t.slower_points}
     )
     if noisy:
         out.append(

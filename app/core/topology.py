@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
 from app.core.records import record
-from app.core.throughput_curve import Curve, slowest_of
+from app.core.throughput_curve import Curve, StepTime, slowest_of
+
+if TYPE_CHECKING:
+    from app.core.curve_split import CurveSplit
 
 
 @record
@@ -76,6 +79,30 @@ class Layout:
     def uniform_cap(self) -> int | None:
         caps = [s.cap for s in self.segments if s.cap is not None]
         return min(caps) if caps else None
+
+    @cached_property
+    def step_times(self) -> list[StepTime | None]:
+        """Each segment's predicted micro-step time from its curve (None without one), one
+        StepTime per distinct curve: the split pools replicas by it, the plan times its shares."""
+        made: dict[Curve, StepTime] = {}
+        out: list[StepTime | None] = []
+        for s in self.segments:
+            if s.curve is None:
+                out.append(None)
+                continue
+            time = made.get(s.curve)
+            if time is None:
+                time = made[s.curve] = StepTime.of(s.curve)
+            out.append(time)
+        return out
+
+    @cached_property
+    def curve_split(self) -> CurveSplit:
+        """The split from the segments' curves, built once per layout: the accumulation search,
+        the split and the plan's comparisons all ask it."""
+        from app.core.curve_split import CurveSplit  # here: app.core.curve_split imports this module
+
+        return CurveSplit(self)
 
     @cached_property
     def capacity(self) -> int | None:
