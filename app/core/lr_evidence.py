@@ -22,9 +22,10 @@ PLAN_RULES = {"linear": LRRule.LINEAR, "sqrt": LRRule.SQRT, "none": LRRule.NONE}
 WARMUP_FACTOR = 4.0  # a scale-up from which a missing warmup is warned about
 _LR = "/learning_rate/"
 HOW_TO_MEASURE = (
-    "POST /v1/checks with lr_scaling (batchplan check --lr-scaling SAMPLES) trains the base run and "
-    "each rule's run at this global batch for the same samples; then plan with learning_rate.rule "
-    '"measured" and the probe\'s check id (lr_scaling_check) or its result (lr_scaling)'
+    "send POST /v1/checks with lr_scaling (batchplan check --lr-scaling SAMPLES), which trains the "
+    "base run and each rule's run at this global batch for the same samples, then plan with "
+    'learning_rate.rule "measured" and the probe\'s check id (lr_scaling_check) or its result '
+    "(lr_scaling)"
 )
 
 
@@ -51,8 +52,8 @@ def measured_rule(spec: LearningRateSpec) -> tuple[LRRule, MeasuredRule, list[st
                 pointer=_LR + "lr_scaling_check",
             )
         raise InvalidValue(
-            f'rule "measured" takes an lr-scaling probe\'s result: {HOW_TO_MEASURE}. Or name a rule '
-            f"(linear, sqrt, none, auto)",
+            f'rule "measured" takes an lr-scaling probe\'s result: to measure one, {HOW_TO_MEASURE}. Or '
+            f"name a rule (linear, sqrt, none, auto)",
             pointer=_LR + "rule",
         )
     best = probe.best_rule

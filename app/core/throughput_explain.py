@@ -56,8 +56,8 @@ def throughput_sentences(
             f"Of the accumulation counts that keep the global batch of {global_batch}, {g} gives the "
             f"shortest predicted step, {g} x {_s(t.predicted_micro_step_s)} = {_s(t.predicted_step_s)}; "
             f"the largest micro-batches that fit (accumulation {fewest.gradient_accumulation_steps}) "
-            f"would take {_s(fewest.predicted_step_s)}: samples per second stops growing before "
-            f"memory runs out."
+            f"would take {_s(fewest.predicted_step_s)}: samples per second peaks before memory "
+            f"runs out."
         )
     else:
         out.append(
