@@ -160,8 +160,11 @@ def lr_evidence_sentences(lr: LearningRatePlan, global_batch: int, sequence_leng
         base, batch = f"{lr.base_batch_size} samples", global_batch / lr.base_batch_size
     if batch == 1:
         return []  # the base batch itself: nothing is scaled
+    rule = {"none": "Keeping the lr unscaled (rule none)", "sqrt": "The square-root rule"}.get(
+        lr.rule, f"The {lr.rule} rule"
+    )
     return [
-        f"The {lr.rule} rule is an assumption, not a measurement on this model: whether the scaled lr "
+        f"{rule} is an assumption, not a measurement on this model: whether the scaled lr "
         f"trains as well as the base batch of {base} did depends on the model and its gradient noise "
         f"(McCandlish et al. 2018, Shallue et al. 2019). To measure it, {HOW_TO_MEASURE}."
     ]
