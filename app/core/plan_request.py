@@ -10,6 +10,7 @@ here, so that a JSON `2` plans (and serialises) exactly as pydantic's `2.0` does
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any, TypeVar, cast
@@ -79,6 +80,28 @@ def _curve(points: Any) -> core.Curve | None:
         rate = fields.get("samples_per_s")
         rates.append(float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate)
     return core.Curve(tuple(sizes), tuple(rates))
+
+
+def curve_json(curve: core.Curve) -> list[dict[str, Any]]:
+    """A curve as the request writes it: a list of {micro_batch_size, samples_per_s}."""
+    return [
+        {"micro_batch_size": b, "samples_per_s": r}
+        for b, r in zip(curve.micro_batch_sizes, curve.samples_per_s, strict=True)
+    ]
+
+
+def lr_scaling_json(probe: core.LrScaling) -> dict[str, Any]:
+    """What the plan read of a probe's result, as the request writes it (`_lr_scaling` reads it)."""
+    out: dict[str, Any] = {
+        "best_rule": probe.best_rule,
+        "rules": [{k: v for k, v in dataclasses.asdict(r).items() if v is not None} for r in probe.rules],
+    }
+    if probe.base_batch_size is not None and probe.base_lr is not None:
+        out["base"] = {"batch_size": probe.base_batch_size, "lr": probe.base_lr}
+    for key in ("plan_rule_holds", "regime", "verdict"):
+        if getattr(probe, key) is not None:
+            out[key] = getattr(probe, key)
+    return out
 
 
 def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateSpec | None:
