@@ -147,7 +147,8 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
         per_replica = G // D
         g = smallest_divisor_at_least(per_replica, ceil_div(per_replica, cap) if cap else 1)
         assert g is not None  # per_replica itself always qualifies
-        g = fastest_even_accumulation(p.layout, per_replica, g)
+        if p.layout.segments[0].curve is not None:  # one curve for all: its fastest micro-batch
+            g = fastest_even_accumulation(p.layout, per_replica, g)
         m = per_replica // g
     return BatchSolution(G, g, _even_shares(p.layout, m), warnings)
 

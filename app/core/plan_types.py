@@ -102,7 +102,10 @@ class Topology:
     def curves(self) -> bool:
         """Whether the split is planned from measured curves (every group has one, or the
         request is refused: app.core.topology.validate_topology)."""
-        return any(g.throughput_curve is not None for g in self.node_groups)
+        groups = self.node_groups
+        if len(groups) == 1:  # the usual request, without a generator
+            return groups[0].throughput_curve is not None
+        return any(g.throughput_curve is not None for g in groups)
 
     @property
     def world_size(self) -> int:

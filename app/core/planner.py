@@ -132,7 +132,7 @@ def _replica_groups(
                 relative_throughput=segment.throughput,
                 max_micro_batch_size=segment.cap,
                 num_samples_per_replica=per_replica,
-                predicted_micro_step_s=timing.of(share.segment).at(share.samples) if timing else None,
+                predicted_micro_step_s=timing.at(share.segment, share.samples) if timing else None,
             )
         )
     return tuple(groups)
@@ -194,7 +194,9 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     _check_counts(request)
-    validate_curves(request.topology, request.max_micro_batch_size)
+    curves = request.topology.curves
+    if curves:
+        validate_curves(request.topology, request.max_micro_batch_size)
     layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
@@ -214,7 +216,7 @@ def _plan(request: PlanRequest) -> Plan:
 
     warnings = list(layout.warnings) + list(solution.warnings)
     throughput, timing = None, None
-    if request.topology.curves:
+    if curves:
         throughput, timing = throughput_plan(problem, solution)
         warnings += curve_warnings(timing.layout, solution.shares, timing)
     sampler = None
@@ -252,7 +254,8 @@ def _plan(request: PlanRequest) -> Plan:
     )
     if throughput is not None:
         fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
-        one_curve = len({id(t) for t in layout.step_times}) == 1
+        times = layout.step_times  # one StepTime per distinct curve: alike when all are the first
+        one_curve = times.count(times[0]) == len(times)
         explanation += throughput_sentences(throughput, G, groups, one_curve, fixed)
     mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation += mesh_sentences(mesh, dp)

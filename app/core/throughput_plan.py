@@ -5,6 +5,7 @@ micro-batches outside the measured points."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from app.core.batch_problem import BatchProblem, BatchSolution
@@ -24,16 +25,28 @@ class Timing:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self.times = layout.step_times
+        # (StepTime's id, micro-batch) -> time: a cluster of a few GPU kinds asks the same
+        # few thousand times (the split, the comparisons, every replica group).
+        self._memo: dict[tuple[int, int], float] = {}
 
     def of(self, segment: int) -> StepTime:
         time = self.times[segment]
         assert time is not None
         return time
 
+    def at(self, segment: int, samples: int) -> float:
+        """The predicted micro-step of `samples` on the segment's replicas."""
+        time = self.of(segment)
+        key = (id(time), samples)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = time.at(samples)
+        return found
+
     def predict(self, shares: list[Share] | tuple[Share, ...], accumulation: int) -> SplitPrediction:
         slowest, busy, replicas = 0.0, 0.0, 0
         for share in shares:
-            t = self.of(share.segment).at(share.samples)
+            t = self.at(share.segment, share.samples)
             n = share.stop - share.start
             slowest = max(slowest, t)
             busy += n * t
@@ -54,7 +67,10 @@ def throughput_plan(problem: BatchProblem, solution: BatchSolution) -> tuple[Thr
     for i in range(len(segments)):
         time = timing.of(i)
         if id(time) not in peaks:
-            peaks[id(time)] = time.peak_samples_per_s
+            # 24 significant bits: the comparison's weights stay small integers
+            # (app.core.split scales every weight to one binary denominator).
+            mantissa, exponent = math.frexp(time.peak_samples_per_s)
+            peaks[id(time)] = math.ldexp(round(mantissa * 2**24), exponent - 24)
     peak = [peaks[id(timing.of(i))] for i in range(len(segments))]
     return (
         ThroughputPlan(

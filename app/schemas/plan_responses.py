@@ -9,9 +9,11 @@ from pydantic import Field, TypeAdapter
 
 from app.core import plan_types as core
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
+from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
 
-__all__ = ["AdamOut", "LearningRateOut"]  # where they were first defined; still named here
+# Where they were first defined, or defined beside: still named here.
+__all__ = ["AdamOut", "LearningRateOut", "SplitPredictionOut", "ThroughputOut"]
 
 
 class ReplicaGroupOut(ResponseModel):
@@ -159,65 +161,6 @@ class EfficiencyOut(ResponseModel):
         description="near_critical while the batch is within 2x of the critical batch either way."
     )
     recommendation: str
-
-
-class SplitPredictionOut(ResponseModel):
-    gradient_accumulation_steps: int
-    predicted_step_s: float = Field(
-        description="gradient_accumulation_steps x predicted_micro_step_s: an optimizer step's compute."
-    )
-    predicted_micro_step_s: float = Field(description="The slowest replica's micro-step, in seconds.")
-    idle_fraction: float = Field(
-        description="The replicas' mean wait for the slowest, as a fraction of the step (0: none waits)."
-    )
-
-
-class ThroughputOut(ResponseModel):
-    model_config = with_examples(
-        {
-            "predicted_step_s": 0.1183,
-            "predicted_micro_step_s": 0.0592,
-            "idle_fraction": 0.0084,
-            "even": {
-                "gradient_accumulation_steps": 2,
-                "predicted_step_s": 0.2,
-                "predicted_micro_step_s": 0.1,
-                "idle_fraction": 0.3236,
-            },
-            "proportional": {
-                "gradient_accumulation_steps": 2,
-                "predicted_step_s": 0.1342,
-                "predicted_micro_step_s": 0.0671,
-                "idle_fraction": 0.112,
-            },
-            "fewest_accumulation": {
-                "gradient_accumulation_steps": 1,
-                "predicted_step_s": 0.1412,
-                "predicted_micro_step_s": 0.1412,
-                "idle_fraction": 0.021,
-            },
-            "extrapolated": False,
-        }
-    )
-
-    predicted_step_s: float = Field(description="The plan's optimizer step, predicted from the curves.")
-    predicted_micro_step_s: float = Field(description="The plan's slowest replica's micro-step.")
-    idle_fraction: float = Field(description="The replicas' mean wait for the slowest, as a fraction.")
-    even: SplitPredictionOut = Field(
-        description="The same samples per micro-step shared out equally (as even as the caps allow)."
-    )
-    proportional: SplitPredictionOut = Field(
-        description="The same samples shared out in proportion to each curve's peak samples/s: the "
-        "best one relative_throughput per group can say."
-    )
-    fewest_accumulation: SplitPredictionOut = Field(
-        description="The best split at the fewest accumulation steps that fit (the largest "
-        "micro-batches): the plan without curves would take that count. The plan's own when the "
-        "request fixed the accumulation or the micro-batch."
-    )
-    extrapolated: bool = Field(
-        description="Some replica's micro-batch lies outside its measured points (a warning says which)."
-    )
 
 
 class MeshDimensionOut(ResponseModel):

@@ -14,11 +14,12 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import cache
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, replica_micro_batches, try_plan
 
-from app.core.plan_types import Curve, Divisibility, NodeGroup, Plan, PlanRequest, Topology
+from app.core.plan_types import Curve, Divisibility, NodeGroup, Parallelism, Plan, PlanRequest, Topology
 
 Point = tuple[int, float]
 
@@ -133,3 +134,34 @@ def test_the_curve_split_is_exact_and_no_split_is_faster(
         assert group.predicted_micro_step_s is not None
         expected = exact_time(points, group.micro_batch_size)
         assert abs(Fraction(group.predicted_micro_step_s) - expected) <= expected * Fraction(1, 10**12)
+
+
+def test_a_model_parallel_block_across_two_groups_runs_at_the_slower_curve() -> None:
+    """Tensor parallel 2 over groups of 3 GPUs: one replica straddles both groups and is
+    predicted, at every micro-batch either group measured, at the slower group's time."""
+    fast = [(4, 400.0), (8, 700.0), (16, 900.0)]
+    slow = [(4, 300.0), (8, 450.0), (12, 500.0)]
+
+    def group(name: str, points: list[Point]) -> NodeGroup:
+        curve = Curve(tuple(b for b, _ in points), tuple(r for _, r in points))
+        return NodeGroup(name, 1, 3, throughput_curve=curve)
+
+    request = PlanRequest(
+        topology=Topology((group("fast", fast), group("slow", slow)), listed_groups=True),
+        global_batch_size=36,
+        parallelism=Parallelism(tensor=2),
+    )
+    result = try_plan(request)
+    assert result is not None and result.throughput is not None
+    by_group = {g.node_group: g for g in result.replica_groups}
+    straddling = by_group["fast+slow"]
+    b = straddling.micro_batch_size
+    expected = max(exact_time(fast, b), exact_time(slow, b))
+    if b in {p for p, _ in fast} | {p for p, _ in slow}:  # at a measured point: exactly the slower
+        assert Fraction(straddling.predicted_micro_step_s or 0) == pytest.approx(expected, rel=1e-12)
+    else:  # between points: no faster than either group
+        assert Fraction(straddling.predicted_micro_step_s or 0) >= expected * (1 - Fraction(1, 10**12))
+    assert (
+        sum(g.count * g.micro_batch_size for g in result.replica_groups) * result.gradient_accumulation_steps
+        == 36
+    )
