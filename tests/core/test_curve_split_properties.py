@@ -17,7 +17,7 @@ from functools import cache
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from plan_helpers import examples, replica_micro_batches, try_plan
+from plan_helpers import ddp_gradient, examples, replica_micro_batches, try_plan
 
 from app.core.plan_types import Curve, Divisibility, NodeGroup, Parallelism, Plan, PlanRequest, Topology
 
@@ -126,6 +126,9 @@ def test_the_curve_split_is_exact_and_no_split_is_faster(
     for other in feasible:
         step = best_slowest(replicas, G // other, even)
         assert step is not None and _close(g * slowest, other * step), (g, other)
+    # Loss scales as for any uneven split: DDP's average is the gradient of the mean loss.
+    per_sample = [Fraction(k * 7919 % 101 - 50, 1 + k % 5) for k in range(G)]
+    assert ddp_gradient(result, per_sample, request.loss_reduction) == sum(per_sample, Fraction(0)) / G
     # What the plan states is what the curves predict for its split.
     assert result.throughput is not None
     assert abs(Fraction(result.throughput.predicted_micro_step_s) - slowest) <= slowest * Fraction(1, 10**12)
