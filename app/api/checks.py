@@ -14,6 +14,7 @@ from app.api.chart_response import chart_response
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.exposure import exposure
 from app.api.json_body import JsonBodyRoute
+from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.contract.jobs import Job, JobStatus
@@ -191,10 +192,12 @@ def _job_response(job: Job, status_code: int = 200, headers: dict[str, str] | No
 async def create_check(
     body: Annotated[CheckRequestIn, Body(openapi_examples=CHECK_EXAMPLES)],
     service: Service,
+    http: Request,
 ) -> Response:
     """Plan the request, run one data-parallel training step with `torch.distributed` on the
     warm ranks, and compare its gradient with a single-process gradient over the same
     global batch, next to deliberately wrong setups that the check must tell apart."""
+    body = body.model_copy(update={"plan": await with_measured_lr(body.plan, http, "/plan")})
     submission = await asyncio.to_thread(service.prepare, body.to_core(), body.model_dump(mode="json"))
     job = await service.submit(submission)
     return _job_response(job, 202, {"Location": f"/v1/checks/{job.id}"})

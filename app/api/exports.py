@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from app.api.chart_response import WARNINGS_HEADER, chart_response
 from app.api.json_body import JsonBodyRoute
+from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.elastic import elastic_plan
@@ -106,6 +107,7 @@ async def export_plan(
     ],
     request: Annotated[PlanRequestIn, Body(openapi_examples=EXAMPLES)],
     options: Annotated[ExportOptionsIn, Query()],
+    http: Request,
 ) -> Response:
     """The same body as POST /v1/plans; the answer is text to paste: `torchrun` and `slurm`
     scripts, a Kubeflow `kubernetes` PyTorchJob, a `deepspeed` config, an `accelerate` config,
@@ -117,6 +119,7 @@ async def export_plan(
     """
     if format not in EXPORTERS:
         raise unknown_format(format)
+    request = await with_measured_lr(request, http)
     out = plan_and_export(format, request.to_core(), options.to_core())
     return Response(
         out.text,
@@ -189,12 +192,14 @@ async def plan_schedule(
             }
         ),
     ],
+    http: Request,
     format: Annotated[Literal["json", "png", "svg"], Query(description="json, or a chart")] = "json",
 ) -> Any:
     """Step by step: the global batch and accumulation under Megatron-style ramp-up
     (`--rampup-batch-size start increment samples`) and the lr (linear warmup from the plan's
     `warmup_start_lr`, then cosine or linear decay to `min_lr`). The series is downsampled to
     at most `max_points` points, keeping the steps where the batch changes."""
+    body = body.model_copy(update={"plan": await with_measured_lr(body.plan, http, "/plan")})
     the_plan, result = _scheduled(body)
     if format == "json":
         return ScheduleOut.model_validate(result)
@@ -240,11 +245,13 @@ async def plan_elastic(
             }
         ),
     ],
+    http: Request,
 ) -> ElasticOut:
     """DeepSpeed's elasticity v0.1 search: the candidate global batch (at most
     `max_global_batch_size`) that the most data-parallel GPU counts in [min_gpus, max_gpus]
     divide into whole micro-batches; for each count, the largest allowed micro-batch and the
     accumulation. The lr stays fixed across counts because the global batch does."""
+    body = await with_measured_lr(body, http)
     result = await run_in_threadpool(elastic_plan, body.to_core())
     lr = result.learning_rate
     return ElasticOut(

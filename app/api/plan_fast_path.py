@@ -23,6 +23,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.measured_lr import needs_lookup
 from app.api.plans import plan_answer
 from app.core.errors import DomainError
 from app.schemas.plan_requests import SCREEN, PlanRequestIn
@@ -32,9 +33,16 @@ _VALIDATE_JSON = PlanRequestIn.__pydantic_validator__.validate_json
 _JSON = (b"content-type", b"application/json")
 
 
+class _LooksUp(Exception):
+    """The body names an lr-scaling probe by id: the route looks it up in the check store."""
+
+
 def answer(body: bytes) -> bytes:
     """The 200 body for a plan request's bytes; a ValidationError when they are not one."""
-    return plan_answer(_VALIDATE_JSON(body, context=SCREEN))
+    request = _VALIDATE_JSON(body, context=SCREEN)
+    if needs_lookup(request):
+        raise _LooksUp
+    return plan_answer(request)
 
 
 def _json_length(headers: list[tuple[bytes, bytes]]) -> int | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Request, Response
 from fastapi.routing import APIRoute
 
 from app.api.json_body import JsonBodyRoute
+from app.api.measured_lr import with_measured_lr
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors import PlanError
 from app.core.planner import plan
@@ -68,6 +69,7 @@ PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
 )
 async def create_plan(
     request: Annotated[PlanRequestIn, Body(openapi_examples=PLAN_EXAMPLES)],
+    http: Request,
 ) -> Response:
     """Turn a cluster and a wanted global batch into per-replica micro-batches,
     gradient-accumulation steps, sampler settings, loss scales and a scaled learning rate;
@@ -79,7 +81,9 @@ async def create_plan(
     dataclass (`plan_json`), the hot path's largest saving (bench/bench_http.py).
     """
     # Most valid bodies never get here: app.api.plan_fast_path answers them first, with
-    # plan_answer and this response's headers (tests/api/test_plan_fast_path.py).
+    # plan_answer and this response's headers (tests/api/test_plan_fast_path.py). A body that
+    # names an lr-scaling probe by id does: its numbers are looked up first.
+    request = await with_measured_lr(request, http)
     return Response(plan_answer(request), media_type="application/json")
 
 

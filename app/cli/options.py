@@ -21,6 +21,11 @@ NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "
     "(e.g. h100:2:8:2.0:64). Replaces --num-nodes and --gpus-per-node."
 )
+CURVE_HELP = (
+    "A measured throughput curve, MICRO:SAMPLES_PER_S pairs (e.g. 8:960,16:1840,32:2600); with "
+    "--node-group, one flag per group: NAME=8:960,16:1840. The split and the accumulation are then "
+    "planned from the curves (docs/throughput-curves.md)."
+)
 DIVISIBILITY_HELP = (
     "When the numbers do not divide: exact refuses (with suggestions), round_down/round_up move "
     "the global batch, balance gives replicas different micro-batches."
@@ -31,6 +36,10 @@ GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8
 NodeGroups = Annotated[
     list[str] | None,
     typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP, show_default=False),
+]
+ThroughputCurves = Annotated[
+    list[str] | None,
+    typer.Option("--throughput-curve", metavar="[GROUP=]MICRO:RATE,...", help=CURVE_HELP, show_default=False),
 ]
 GlobalBatch = Annotated[
     int | None,
@@ -104,6 +113,21 @@ TrainSteps = Annotated[int | None, typer.Option(help="The run's optimizer steps 
 Momentum = Annotated[float | None, typer.Option(help="SGD's momentum (default 0.9).")]
 WeightDecay = Annotated[float | None, typer.Option(help="Weight decay, on every parameter (default 0).")]
 MaxGradNorm = Annotated[float | None, typer.Option(help="Clip the gradient's norm (default: no clipping).")]
+LrScalingResult = Annotated[
+    Path | None,
+    typer.Option(
+        help="An lr-scaling probe's result, a JSON file (the check as GET /v1/checks/ID answers it, "
+        "its result, or result.lr_scaling): the lr scales by the rule it measured best (rule measured).",
+        show_default=False,
+    ),
+]
+LrScalingCheck = Annotated[
+    str | None,
+    typer.Option(
+        help="With --url: the id of a finished lr-scaling probe on that server (rule measured).",
+        show_default=False,
+    ),
+]
 RequestFile = Annotated[
     Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)
 ]
@@ -124,6 +148,7 @@ class BatchFlags:
     num_nodes: NumNodes = None
     gpus_per_node: GpusPerNode = None
     node_groups: NodeGroups = None
+    throughput_curves: ThroughputCurves = None
     global_batch_size: GlobalBatch = None
     micro_batch_size: MicroBatch = None
     gradient_accumulation_steps: Accumulation = None
@@ -164,6 +189,8 @@ class PlanFlags(BatchFlags):
     momentum: Momentum = None
     weight_decay: WeightDecay = None
     max_grad_norm: MaxGradNorm = None
+    lr_scaling_result: LrScalingResult = None
+    lr_scaling_check: LrScalingCheck = None
 
 
 @dataclass(frozen=True)

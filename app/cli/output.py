@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from app.cli.flag_names import in_flags
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
+from app.cli.throughput_table import measured_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.problems import validation_problem
 from app.schemas.field_hints import with_field_hints
@@ -115,6 +116,7 @@ def table(result: Json) -> str:
             f"micro-batch per replica, {tokens['tokens_per_step']} per step; loss normalised per "
             f"{tokens['loss_normalization']}"
         )
+    lines += measured_lines(result)
     lines += mesh_lines(result)
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]

@@ -13,7 +13,7 @@ from app.cli.options import BatchFlags, PlanFlags
 from app.cli.output import fail
 from app.client import Json
 from app.core.json_text import parse
-from app.core.plan_types import LossNormalization
+from app.core.plan_types import LossNormalization, LRRule
 
 
 def node_group(text: str) -> Json:
@@ -44,6 +44,63 @@ def node_group(text: str) -> Json:
     return group
 
 
+def curve_points(text: str) -> tuple[str | None, list[Json]]:
+    """One --throughput-curve [GROUP=]MICRO:RATE,... as (group name or None, the curve's points);
+    the planner checks the numbers, as it does a request's."""
+    name, _, pairs = text.rpartition("=")
+    points: list[Json] = []
+    try:
+        for pair in pairs.split(","):
+            micro, _, rate = pair.partition(":")
+            points.append({"micro_batch_size": int(micro), "samples_per_s": float(rate)})
+    except ValueError as err:
+        raise typer.BadParameter(
+            f"{text!r}: expected [GROUP=]MICRO:SAMPLES_PER_S,... (e.g. 8:960,16:1840), MICRO a whole "
+            f"number and SAMPLES_PER_S a number ({err})",
+            param_hint="--throughput-curve",
+        ) from None
+    return name or None, points
+
+
+def _with_curves(topology: Json, curves: list[str]) -> None:
+    groups = topology.get("node_groups")
+    for text in curves:
+        name, points = curve_points(text)
+        if groups is None:
+            if name is not None:
+                raise typer.BadParameter(
+                    f"{text!r}: a GROUP= curve needs --node-group; without node groups give "
+                    f"MICRO:SAMPLES_PER_S,... alone",
+                    param_hint="--throughput-curve",
+                )
+            topology["throughput_curve"] = points
+            continue
+        names = [g.get("name") or f"group{i}" for i, g in enumerate(groups)]
+        if name not in names:
+            raise typer.BadParameter(
+                f"{text!r}: with --node-group, name the group (NAME=MICRO:RATE,...): one of "
+                + ", ".join(names),
+                param_hint="--throughput-curve",
+            )
+        groups[names.index(name)]["throughput_curve"] = points
+
+
+def _measured_lr(flags: PlanFlags, lr: Json) -> None:
+    """--lr-scaling-result or --lr-scaling-check: the probe's numbers, or its id for a server."""
+    if flags.lr_scaling_result is None and flags.lr_scaling_check is None:
+        return
+    if flags.rule is LRRule.AUTO:  # a measurement given is the rule asked for
+        lr["rule"] = LRRule.MEASURED.value
+    if flags.lr_scaling_check is not None:
+        lr["lr_scaling_check"] = flags.lr_scaling_check
+    if flags.lr_scaling_result is not None:
+        data = read_json(flags.lr_scaling_result)
+        for key in ("result", "lr_scaling"):  # a check as GET /v1/checks/ID answers it, or its result
+            if isinstance(data, dict) and isinstance(data.get(key), dict):
+                data = data[key]
+        lr["lr_scaling"] = data
+
+
 def plan_body(flags: BatchFlags) -> Json:
     """The plan request the flags describe (the topology defaults to one node of 8 GPUs)."""
     topology: Json = {}
@@ -54,6 +111,8 @@ def plan_body(flags: BatchFlags) -> Json:
     else:
         topology["num_nodes"] = 1 if flags.num_nodes is None else flags.num_nodes
         topology["gpus_per_node"] = 8 if flags.gpus_per_node is None else flags.gpus_per_node
+    if flags.throughput_curves:
+        _with_curves(topology, flags.throughput_curves)
     body: Json = {
         "topology": topology,
         **_given(
@@ -92,6 +151,7 @@ def plan_body(flags: BatchFlags) -> Json:
             **_given(flags, "min_lr", "train_steps", "momentum", "weight_decay", "max_grad_norm"),
             **({"decay": flags.decay.value} if flags.decay is not None else {}),
         }
+        _measured_lr(flags, body["learning_rate"])
     return body
 
 

@@ -21,6 +21,7 @@ from app.core.batch_problem import BatchProblem as BatchProblem  # noqa: PLC0414
 from app.core.batch_problem import BatchSolution as BatchSolution  # noqa: PLC0414  (re-exported)
 from app.core.batch_problem import NoFit, moved_warning
 from app.core.batch_proportional import capped_layout, nearest_total, solve_proportional
+from app.core.curve_split import fastest_even_accumulation
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
 from app.core.plan_types import MAX_SAFE_INTEGER, Divisibility
@@ -146,6 +147,8 @@ def _solve_even(p: BatchProblem) -> BatchSolution:
         per_replica = G // D
         g = smallest_divisor_at_least(per_replica, ceil_div(per_replica, cap) if cap else 1)
         assert g is not None  # per_replica itself always qualifies
+        if p.layout.segments[0].curve is not None:  # one curve for all: its fastest micro-batch
+            g = fastest_even_accumulation(p.layout, per_replica, g)
         m = per_replica // g
     return BatchSolution(G, g, _even_shares(p.layout, m), warnings)
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from app.core.batch_problem import BatchProblem, BatchSolution, NoFit, moved_warning
+from app.core.curve_split import best_accumulation
 from app.core.integers import ceil_div, smallest_divisor_at_least
 from app.core.plan_types import MAX_SAFE_INTEGER, Divisibility
 from app.core.split import proportional_shares
@@ -21,7 +22,7 @@ def capped_layout(p: BatchProblem) -> Layout:
     if m is None:
         return p.layout
     segments = tuple(
-        Segment(s.start, s.stop, s.node_group, s.throughput, m if s.cap is None else min(m, s.cap))
+        Segment(s.start, s.stop, s.node_group, s.throughput, m if s.cap is None else min(m, s.cap), s.curve)
         for s in p.layout.segments
     )
     return replace(p.layout, segments=segments)
@@ -101,5 +102,13 @@ def solve_proportional(p: BatchProblem, with_shares: bool) -> BatchSolution:
             found = _fits_total(G, D, C)
         assert found is not None
         g = found
-    shares = proportional_shares(G // g, layout.segments) if with_shares else []
-    return BatchSolution(G, g, tuple(shares), warnings)
+    if not with_shares:
+        return BatchSolution(G, g, (), warnings)
+    if layout.segments[0].curve is None:
+        return BatchSolution(G, g, tuple(proportional_shares(G // g, layout.segments)), warnings)
+    # Measured curves: the accumulation with the shortest predicted step, unless the request
+    # fixed it, and the split that minimises the slowest replica's micro-step (curve_split).
+    split = layout.curve_split
+    if p.gradient_accumulation_steps is None:
+        g = best_accumulation(split, G, g, G // D)
+    return BatchSolution(G, g, tuple(split.split(G // g)[0]), warnings)

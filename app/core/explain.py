@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.core.lr_evidence import lr_evidence_sentences
 from app.core.noise_scale import readable
 from app.core.plan_types import (
     BatchEfficiency,
@@ -55,6 +56,7 @@ def explain(
     )
     if lr is not None:
         out += _learning_rate_sentences(lr, global_batch, sequence_length)
+        out += lr_evidence_sentences(lr, global_batch, sequence_length)  # measured or assumed (issue 39)
     if sampler is not None and sampler.shuffle:
         out.append(
             f"Call sampler.set_epoch(epoch) before every epoch: the sampler shuffles with "

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from app.core import recipe
 from app.core.errors import InvalidValue
+from app.core.lr_evidence import lr_warnings, measured_rule
 from app.core.plan_types import AdamAdjustment, LearningRatePlan, LearningRateSpec, LRRule, Optimizer
 
 # kappa = global batch / base batch
@@ -92,13 +93,14 @@ def plan_learning_rate(
     """The scaled lr and the whole recipe (app.core.recipe). `global_batch_size` is what kappa
     is taken against (tokens under base_batch_tokens); `samples_per_step` the global batch in
     samples, which train_samples counts in (default: `global_batch_size`)."""
-    rule = resolve_rule(spec)
+    found = measured_rule(spec)  # rule "measured": an lr-scaling probe's best (app.core.lr_evidence)
+    rule, measured, warnings = found if found is not None else (resolve_rule(spec), None, [])
     kappa = global_batch_size / spec.base_batch_size
     factor = SCALING_RULES[rule](kappa)
-    warnings: list[str] = []
     adam = None
     if spec.optimizer in ADAM_LIKE and rule is LRRule.SQRT:
-        adam, warnings = adam_adjustment(spec, kappa)
+        adam, adam_warnings = adam_adjustment(spec, kappa)
+        warnings += adam_warnings
     if spec.optimizer in ADAM_LIKE and rule is LRRule.LINEAR and kappa > 1:
         warnings.append(
             f"linear scaling with {spec.optimizer.value} tends to diverge at large "
@@ -112,6 +114,7 @@ def plan_learning_rate(
             f"the scaled learning rate {lr!r} is not a finite positive number",
             pointer="/learning_rate/base_lr",
         )
+    warnings += lr_warnings(spec, rule, factor, lr, warmup)
     recipe_fields, recipe_warnings = recipe.complete(
         spec,
         lr=lr,
@@ -134,6 +137,7 @@ def plan_learning_rate(
         adam=adam,
         betas=betas,
         eps=eps,
+        measured=measured,
         **recipe_fields,
     )
     return plan, warnings + recipe_warnings

@@ -10,6 +10,7 @@ here, so that a JSON `2` plans (and serialises) exactly as pydantic's `2.0` does
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import fields as dataclass_fields
 from dataclasses import is_dataclass
@@ -49,7 +50,8 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
 def topology(data: Mapping[str, Any]) -> core.Topology:
     groups = data.get("node_groups")
     if not groups:
-        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"])
+        curve = _curve(data.get("throughput_curve"))
+        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"], curve)
     return core.Topology(
         tuple(
             core.NodeGroup(
@@ -59,11 +61,49 @@ def topology(data: Mapping[str, Any]) -> core.Topology:
                 g["gpus_per_node"],
                 float(g.get("relative_throughput", 1.0)),
                 g.get("max_micro_batch_size"),
+                _curve(g.get("throughput_curve")),
             )
             for i, g in enumerate(map(_fields, groups))
         ),
         listed_groups=True,
     )
+
+
+def _curve(points: Any) -> core.Curve | None:
+    """A throughput curve's points as the core's two tuples; app.core.curve_checks checks them.
+    A value that is not a list of objects is left for those checks to name."""
+    if points is None:
+        return None
+    sizes: list[Any] = []
+    rates: list[Any] = []
+    for point in points:
+        fields = _fields(point)
+        sizes.append(fields.get("micro_batch_size"))
+        rate = fields.get("samples_per_s")
+        rates.append(float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate)
+    return core.Curve(tuple(sizes), tuple(rates))
+
+
+def curve_json(curve: core.Curve) -> list[dict[str, Any]]:
+    """A curve as the request writes it: a list of {micro_batch_size, samples_per_s}."""
+    return [
+        {"micro_batch_size": b, "samples_per_s": r}
+        for b, r in zip(curve.micro_batch_sizes, curve.samples_per_s, strict=True)
+    ]
+
+
+def lr_scaling_json(probe: core.LrScaling) -> dict[str, Any]:
+    """What the plan read of a probe's result, as the request writes it (`_lr_scaling` reads it)."""
+    out: dict[str, Any] = {
+        "best_rule": probe.best_rule,
+        "rules": [{k: v for k, v in dataclasses.asdict(r).items() if v is not None} for r in probe.rules],
+    }
+    if probe.base_batch_size is not None and probe.base_lr is not None:
+        out["base"] = {"batch_size": probe.base_batch_size, "lr": probe.base_lr}
+    for key in ("plan_rule_holds", "regime", "verdict"):
+        if getattr(probe, key) is not None:
+            out[key] = getattr(probe, key)
+    return out
 
 
 def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateSpec | None:
@@ -94,6 +134,34 @@ def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateS
         nesterov=bool(data.get("nesterov", _LR_DEFAULTS.nesterov)),
         weight_decay=float(data.get("weight_decay", _LR_DEFAULTS.weight_decay)),
         max_grad_norm=_float_or_none(data.get("max_grad_norm")),
+        lr_scaling=_lr_scaling(data.get("lr_scaling")),
+        lr_scaling_check=data.get("lr_scaling_check"),
+    )
+
+
+def _lr_scaling(body: Mapping[str, Any] | object | None) -> core.LrScaling | None:
+    """What the plan reads of an lr-scaling probe's result (its curves and noise scale are
+    for people and charts)."""
+    if body is None:
+        return None
+    data = _fields(body)
+    base = _fields(data.get("base") or {})
+    return core.LrScaling(
+        best_rule=data.get("best_rule"),
+        rules=tuple(
+            core.ProbeRun(
+                rule=r["rule"],
+                lr=_float_or_none(r.get("lr")),
+                final_loss_ratio=_float_or_none(r.get("final_loss_ratio")),
+                holds=r.get("holds"),
+            )
+            for r in map(_fields, data.get("rules") or ())
+        ),
+        base_batch_size=base.get("batch_size"),
+        base_lr=_float_or_none(base.get("lr")),
+        plan_rule_holds=data.get("plan_rule_holds"),
+        regime=data.get("regime"),
+        verdict=data.get("verdict"),
     )
 
 

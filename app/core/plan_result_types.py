@@ -29,6 +29,9 @@ class ReplicaGroup:
     relative_throughput: float
     max_micro_batch_size: int | None
     num_samples_per_replica: int | None = None
+    # From the group's measured throughput curve: the time of one of its micro-steps (forward and
+    # backward of micro_batch_size samples); None without curves.
+    predicted_micro_step_s: float | None = None
 
     @property
     def count(self) -> int:
@@ -68,6 +71,18 @@ class AdamAdjustment:
 
 
 @record
+class MeasuredRule:
+    """The rule an lr-scaling probe measured best, as the plan took it. Field for field the
+    plan's `learning_rate.measured`."""
+
+    check: str | None  # the probe's check id, when the request gave it
+    best_rule: str
+    holds: bool | None  # the best rule's run stayed within tolerance of the base run
+    final_loss_ratio: float | None
+    verdict: str | None
+
+
+@record
 class LearningRatePlan:
     optimizer: str
     rule: str  # the rule applied ("auto" resolved)
@@ -96,6 +111,8 @@ class LearningRatePlan:
     # Adam-like: the betas and eps that run (the square-root rule's when it applies and holds).
     betas: tuple[float, float] | None = None
     eps: float | None = None
+    # rule "measured": the probe's finding the rule came from (app.core.lr_evidence).
+    measured: MeasuredRule | None = None
 
 
 @record
@@ -114,6 +131,30 @@ class BatchEfficiency:
     sample_efficiency: float  # E_min / E
     verdict: str  # "near_critical", "above_critical" or "below_critical"
     recommendation: str
+
+
+@record
+class SplitPrediction:
+    """A split of the plan's global batch, timed by the measured curves."""
+
+    gradient_accumulation_steps: int
+    predicted_step_s: float  # accumulation x the slowest replica's micro-step
+    predicted_micro_step_s: float  # the slowest replica's
+    idle_fraction: float  # the replicas' mean wait for the slowest, as a fraction of the step
+
+
+@record
+class ThroughputPlan:
+    """The plan's split as the measured curves time it (app.core.throughput_plan), beside the
+    splits it was chosen over. Field for field the plan's `throughput`."""
+
+    predicted_step_s: float
+    predicted_micro_step_s: float
+    idle_fraction: float
+    even: SplitPrediction  # the same samples per micro-step shared out equally
+    proportional: SplitPrediction  # shared out by each curve's peak samples/s, as a scalar would
+    fewest_accumulation: SplitPrediction  # the best split at the largest micro-batches that fit
+    extrapolated: bool  # some replica's micro-batch lies outside its measured points
 
 
 @record
@@ -156,6 +197,7 @@ class Plan:
     efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale
     tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
     device_mesh: DeviceMeshPlan | None = None  # always set by the planner
+    throughput: ThroughputPlan | None = None  # with throughput curves
 
 
 @record

@@ -16,15 +16,19 @@ from app.core.plan_result_types import (
     LearningRatePlan,
     LossNormalizationName,
     LossReductionName,
+    MeasuredRule,
     MeshDimension,
     Plan,
     ReplicaGroup,
     SamplerPlan,
     Split,
+    SplitPrediction,
+    ThroughputPlan,
     TokenPlan,
     Wrapper,
 )
 from app.core.records import record
+from app.core.throughput_curve import Curve
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
 MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
@@ -61,6 +65,7 @@ class LRRule(StrEnum):
     SQRT = "sqrt"
     NONE = "none"
     AUTO = "auto"
+    MEASURED = "measured"  # the best rule of an lr-scaling probe (app.core.lr_evidence)
 
 
 class Decay(StrEnum):
@@ -79,6 +84,9 @@ class NodeGroup:
     gpus_per_node: int
     relative_throughput: float = 1.0
     max_micro_batch_size: int | None = None
+    # Measured samples/s per micro-batch of one replica (app.core.throughput_curve): the split is
+    # then planned from curves, and relative_throughput is not used.
+    throughput_curve: Curve | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -92,8 +100,18 @@ class Topology:
     listed_groups: bool = False
 
     @classmethod
-    def homogeneous(cls, num_nodes: int, gpus_per_node: int) -> Topology:
-        return cls((NodeGroup("default", num_nodes, gpus_per_node),), listed_groups=False)
+    def homogeneous(cls, num_nodes: int, gpus_per_node: int, curve: Curve | None = None) -> Topology:
+        group = NodeGroup("default", num_nodes, gpus_per_node, throughput_curve=curve)
+        return cls((group,), listed_groups=False)
+
+    @property
+    def curves(self) -> bool:
+        """Whether the split is planned from measured curves (every group has one, or the
+        request is refused: app.core.topology.validate_topology)."""
+        groups = self.node_groups
+        if len(groups) == 1:  # the usual request, without a generator
+            return groups[0].throughput_curve is not None
+        return any(g.throughput_curve is not None for g in groups)
 
     @property
     def world_size(self) -> int:
@@ -124,6 +142,29 @@ class DatasetSpec:
 
 
 @record
+class ProbeRun:
+    """One rule's run in an lr-scaling probe (`POST /v1/checks` with `lr_scaling`)."""
+
+    rule: str
+    lr: float | None = None
+    final_loss_ratio: float | None = None  # its final loss over the base run's
+    holds: bool | None = None  # it stayed within the probe's tolerance of the base run
+
+
+@record
+class LrScaling:
+    """What the plan reads of an lr-scaling probe's result (`lr_scaling`)."""
+
+    best_rule: str | None
+    rules: tuple[ProbeRun, ...] = ()
+    base_batch_size: int | None = None  # the probe's base run
+    base_lr: float | None = None
+    plan_rule_holds: bool | None = None
+    regime: str | None = None
+    verdict: str | None = None
+
+
+@record
 class LearningRateSpec:
     base_lr: float
     base_batch_size: int = 256
@@ -147,6 +188,10 @@ class LearningRateSpec:
     nesterov: bool = False
     weight_decay: float = 0.0  # torch's: L2 in SGD and Adam, decoupled in AdamW; every parameter
     max_grad_norm: float | None = None  # None: no clipping
+    # rule "measured": the probe's numbers, or the id of its check (looked up by the server,
+    # which then fills lr_scaling in and keeps the id to cite it).
+    lr_scaling: LrScaling | None = None
+    lr_scaling_check: str | None = None
 
 
 @record
@@ -177,6 +222,7 @@ __all__ = [
     "AdamAdjustment",
     "BatchEfficiency",
     "BatchUnit",
+    "Curve",
     "DatasetSpec",
     "Decay",
     "DeviceMeshPlan",
@@ -189,15 +235,20 @@ __all__ = [
     "LossNormalizationName",
     "LossReduction",
     "LossReductionName",
+    "LrScaling",
+    "MeasuredRule",
     "MeshDimension",
     "NodeGroup",
     "Optimizer",
     "Parallelism",
     "Plan",
     "PlanRequest",
+    "ProbeRun",
     "ReplicaGroup",
     "SamplerPlan",
     "Split",
+    "SplitPrediction",
+    "ThroughputPlan",
     "TokenPlan",
     "Topology",
     "Wrapper",

@@ -6,6 +6,7 @@ import dataclasses
 
 from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
+from app.core.curve_checks import validate_curves
 from app.core.errors import InvalidValue, PlanError, passes
 from app.core.explain import explain, mesh_sentences
 from app.core.field_suggestions import with_request_fields
@@ -21,12 +22,18 @@ from app.core.plan_types import (
 )
 from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
+from app.core.throughput_explain import throughput_sentences
+from app.core.throughput_plan import Timing, curve_warnings, throughput_plan
 from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
 from app.core.topology import Layout, resolve_layout, validate_topology
 
 
 def _replica_groups(
-    request: PlanRequest, layout: Layout, solution: BatchSolution, sampler: SamplerPlan | None
+    request: PlanRequest,
+    layout: Layout,
+    solution: BatchSolution,
+    sampler: SamplerPlan | None,
+    timing: Timing | None,
 ) -> tuple[ReplicaGroup, ...]:
     dp, G, g = layout.data_parallel_size, solution.global_batch_size, solution.gradient_accumulation_steps
     groups = []
@@ -56,6 +63,7 @@ def _replica_groups(
                 relative_throughput=segment.throughput,
                 max_micro_batch_size=segment.cap,
                 num_samples_per_replica=per_replica,
+                predicted_micro_step_s=timing.at(share.segment, share.samples) if timing else None,
             )
         )
     return tuple(groups)
@@ -123,25 +131,30 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
 
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
+from app.core.curve_checks import validate_curves
+from app.core.errors import InvalidValue, PlanError, passes
     layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
         layout, request.global_batch_size, request.micro_batch_size, request.divisibility
     )
-    solution = solve(
-        BatchProblem(
-            layout,
-            request.global_batch_size,
-            request.micro_batch_size,
-            request.gradient_accumulation_steps,
-            request.divisibility,
-            proportional,
-        )
+    problem = BatchProblem(
+        layout,
+        request.global_batch_size,
+        request.micro_batch_size,
+        request.gradient_accumulation_steps,
+        request.divisibility,
+        proportional,
     )
+    solution = solve(problem)
     G, g, dp = solution.global_batch_size, solution.gradient_accumulation_steps, layout.data_parallel_size
     common = solution.shares[0].samples if solution.even else None
 
     warnings = list(layout.warnings) + list(solution.warnings)
+    throughput, timing = None, None
+    if curves:
+        throughput, timing = throughput_plan(problem, solution)
+        warnings += curve_warnings(timing.layout, solution.shares, timing)
     sampler = None
     if request.dataset is not None:
         if common is not None:
@@ -159,8 +172,8 @@ def _plan(request: PlanRequest) -> Plan:
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
     warnings += scale_warnings(g, sampler)
-    groups = _replica_groups(request, layout, solution, sampler)
-    mesh = device_mesh.device_mesh(request.parallelism, dp)
+from app.core.curve_checks import validate_curves
+from app.core.errors import InvalidValue, PlanError, passes
     explanation = explain(
         world=layout.world_size,
         parallelism=request.parallelism,
@@ -177,6 +190,8 @@ def _plan(request: PlanRequest) -> Plan:
         sequence_length=request.sequence_length,
         wrapper=mesh.wrapper,
     )
+from app.core.curve_checks import validate_curves
+from app.core.errors import InvalidValue, PlanError, passes
     explanation += mesh_sentences(mesh, dp)
     planned = Plan(
         world_size=layout.world_size,
@@ -196,6 +211,7 @@ def _plan(request: PlanRequest) -> Plan:
         explanation=tuple(explanation),
         efficiency=batch_efficiency,
         device_mesh=mesh,
+        throughput=throughput,
     )
     tokens, token_warnings, token_lines = token_plan(request, planned)
     if tokens is None:

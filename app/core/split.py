@@ -26,8 +26,8 @@ class Share:
     samples: int
 
 
-def _integer_weights(segments: tuple[Segment, ...]) -> list[int]:
-    ratios = [s.throughput.as_integer_ratio() for s in segments]
+def _integer_weights(throughputs: list[float]) -> list[int]:
+    ratios = [t.as_integer_ratio() for t in throughputs]
     denominator = max(q for _, q in ratios)  # all are powers of two
     return [p * (denominator // q) for p, q in ratios]
 
@@ -74,16 +74,19 @@ def _solve_mu(total: int, segments: tuple[Segment, ...], weights: list[int]) -> 
     return events[-1][1], events[-1][2]
 
 
-def proportional_shares(total: int, segments: tuple[Segment, ...]) -> list[Share]:
+def proportional_shares(
+    total: int, segments: tuple[Segment, ...], throughputs: list[float] | None = None
+) -> list[Share]:
     """Whole per-replica sample counts that add up to `total`; needs
-    replicas <= total <= sum of caps. Returns at most two shares per segment."""
+    replicas <= total <= sum of caps. Returns at most two shares per segment. `throughputs`:
+    each segment's weight instead of its own throughput."""
     counts = [s.stop - s.start for s in segments]
     caps = [s.cap for s in segments]
     replicas = sum(counts)
     capacity = None if None in caps else sum(n * (c or 0) for n, c in zip(counts, caps, strict=True))
     if not replicas <= total <= (capacity if capacity is not None else total):
         raise ValueError(f"{total} samples cannot give {replicas} replicas 1..cap each")
-    weights = _integer_weights(segments)
+    weights = _integer_weights(throughputs or [s.throughput for s in segments])
     num, den = _solve_mu(total, segments, weights)
 
     base: list[int] = []

@@ -10,11 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from app.core.errors import InvalidValue, TopologyError, field_key
 from app.core.plan_types import MAX_WORLD_SIZE, Parallelism, Topology
 from app.core.records import record
+from app.core.throughput_curve import Curve, StepTime, slowest_of
+
+if TYPE_CHECKING:
+    from app.core.curve_split import CurveSplit
 
 
 @record
@@ -26,6 +30,7 @@ class Segment:
     node_group: str
     throughput: float
     cap: int | None  # None: no cap
+    curve: Curve | None = None  # measured samples/s per micro-batch (app.core.throughput_curve)
 
     @property
     def count(self) -> int:
@@ -67,12 +72,37 @@ class Layout:
     @cached_property
     def heterogeneous(self) -> bool:
         first = self.segments[0]
-        return any((s.throughput, s.cap) != (first.throughput, first.cap) for s in self.segments)
+        here = (first.throughput, first.cap, first.curve)
+        return any((s.throughput, s.cap, s.curve) != here for s in self.segments)
 
     @cached_property
     def uniform_cap(self) -> int | None:
         caps = [s.cap for s in self.segments if s.cap is not None]
         return min(caps) if caps else None
+
+    @cached_property
+    def step_times(self) -> list[StepTime | None]:
+        """Each segment's predicted micro-step time from its curve (None without one), one
+        StepTime per distinct curve: the split pools replicas by it, the plan times its shares."""
+        made: dict[Curve, StepTime] = {}
+        out: list[StepTime | None] = []
+        for s in self.segments:
+            if s.curve is None:
+                out.append(None)
+                continue
+            time = made.get(s.curve)
+            if time is None:
+                time = made[s.curve] = StepTime.of(s.curve)
+            out.append(time)
+        return out
+
+    @cached_property
+    def curve_split(self) -> CurveSplit:
+        """The split from the segments' curves, built once per layout: the accumulation search,
+        the split and the plan's comparisons all ask it."""
+        from app.core.curve_split import CurveSplit  # here: app.core.curve_split imports this module
+
+        return CurveSplit(self)
 
     @cached_property
     def capacity(self) -> int | None:
@@ -94,6 +124,12 @@ def _min_cap(a: int | None, b: int | None) -> int | None:
     if b is None:
         return a
     return min(a, b)
+
+
+def _slower(a: Curve | None, b: Curve | None) -> Curve | None:
+    if a is None or b is None or a == b:
+        return a if b is None or a == b else b
+    return slowest_of(a, b)
 
 
 def _group_pointer(topology: Topology, index: int, name: str) -> str:
@@ -146,38 +182,45 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
         )
 
     segments: list[Segment] = []
-    pending: tuple[str, float, int | None, int] | None = None  # name, tput, cap, gpus so far
+    # A block of GPUs not yet a whole model-parallel group: name, throughput, cap, curve, GPUs.
+    pending: tuple[str, float, int | None, Curve | None, int] | None = None
     replica = 0
 
-    def emit(name: str, throughput: float, cap: int | None, count: int) -> None:
+    def emit(name: str, throughput: float, cap: int | None, curve: Curve | None, count: int) -> None:
         nonlocal replica
         last = segments[-1] if segments else None
-        if last and (last.node_group, last.throughput, last.cap) == (name, throughput, cap):
-            segments[-1] = Segment(last.start, replica + count, name, throughput, cap)
+        if (
+            last
+            and (last.node_group, last.throughput, last.cap) == (name, throughput, cap)
+            and last.curve == curve
+        ):
+            segments[-1] = Segment(last.start, replica + count, name, throughput, cap, curve)
         else:
-            segments.append(Segment(replica, replica + count, name, throughput, cap))
+            segments.append(Segment(replica, replica + count, name, throughput, cap, curve))
         replica += count
 
     for group in topology.node_groups:
         gpus = group.num_gpus
         cap = _min_cap(request_cap, group.max_micro_batch_size)
+        curve = group.throughput_curve
         if pending is not None:
-            name, tput, pcap, have = pending
+            name, tput, pcap, pcurve, have = pending
             take = min(mp - have, gpus)
             gpus -= take
             pending = (
                 f"{name}+{group.name}",
                 min(tput, group.relative_throughput),
                 _min_cap(pcap, cap),
+                _slower(pcurve, curve),
                 have + take,
             )
-            if pending[3] == mp:
-                emit(pending[0], pending[1], pending[2], 1)
+            if pending[4] == mp:
+                emit(pending[0], pending[1], pending[2], pending[3], 1)
                 pending = None
         if gpus >= mp:
-            emit(group.name, group.relative_throughput, cap, gpus // mp)
+            emit(group.name, group.relative_throughput, cap, curve, gpus // mp)
         if gpus % mp:
-            pending = (group.name, group.relative_throughput, cap, gpus % mp)
+            pending = (group.name, group.relative_throughput, cap, curve, gpus % mp)
 
     warnings = _tensor_warnings(topology, parallelism)
     straddling = [s.node_group for s in segments if "+" in s.node_group]

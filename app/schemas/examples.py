@@ -54,6 +54,67 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             "dataset": {"num_samples": 100000},
         },
     },
+    "mixed_curves": {
+        "summary": "Mixed H100 and A100 nodes, split by their measured throughput curves",
+        "value": {
+            "topology": {
+                "node_groups": [
+                    {
+                        "name": "h100",
+                        "num_nodes": 2,
+                        "gpus_per_node": 8,
+                        "max_micro_batch_size": 64,
+                        "throughput_curve": [
+                            {"micro_batch_size": 8, "samples_per_s": 960.0},
+                            {"micro_batch_size": 16, "samples_per_s": 1840.0},
+                            {"micro_batch_size": 32, "samples_per_s": 2600.0},
+                            {"micro_batch_size": 64, "samples_per_s": 2700.0},
+                        ],
+                    },
+                    {
+                        "name": "a100",
+                        "num_nodes": 1,
+                        "gpus_per_node": 4,
+                        "max_micro_batch_size": 32,
+                        "throughput_curve": [
+                            {"micro_batch_size": 8, "samples_per_s": 520.0},
+                            {"micro_batch_size": 16, "samples_per_s": 880.0},
+                            {"micro_batch_size": 32, "samples_per_s": 1000.0},
+                        ],
+                    },
+                ]
+            },
+            "global_batch_size": 1024,
+            "dataset": {"num_samples": 100000},
+        },
+    },
+    "measured_lr": {
+        "summary": "The lr scaled by the rule an lr-scaling probe measured best",
+        "value": {
+            "topology": {"num_nodes": 1, "gpus_per_node": 8},
+            "global_batch_size": 512,
+            "learning_rate": {
+                "base_lr": 0.1,
+                "base_batch_size": 64,
+                "warmup_steps": 100,
+                "train_steps": 2000,
+                "rule": "measured",
+                "lr_scaling": {
+                    "base": {"batch_size": 64, "lr": 0.1},
+                    "rules": [
+                        {"rule": "none", "lr": 0.1, "final_loss_ratio": 1.09, "holds": False},
+                        {"rule": "sqrt", "lr": 0.282842712474619, "final_loss_ratio": 1.031, "holds": False},
+                        {"rule": "linear", "lr": 0.8, "final_loss_ratio": 1.012, "holds": True},
+                    ],
+                    "best_rule": "linear",
+                    "plan_rule_holds": True,
+                    "regime": "linear",
+                    "verdict": "at 512, linear scaling to 0.8 keeps the loss within 1.2 % of the 64-sample "
+                    "run over 50,000 samples; sqrt lags by 3.1 %",
+                },
+            },
+        },
+    },
     "megatron": {
         "summary": "Tensor and pipeline parallel, capped micro-batch, Adam",
         "value": {

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from app.core import plan_types as core
 from app.core.plan_types import MAX_SAFE_INTEGER
+from app.schemas.lr_scaling_in import LrScalingIn
 from app.schemas.types import WHOLE, Count, PositiveFloat, RequestModel, with_examples
 
 Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
@@ -56,7 +57,12 @@ class LearningRateIn(RequestModel):
 
     base_lr: PositiveFloat
     base_batch_size: Count = 256
-    rule: core.LRRule = core.LRRule.AUTO
+    rule: core.LRRule = Field(
+        core.LRRule.AUTO,
+        description="linear (Goyal et al.), sqrt (Krizhevsky; Malladi et al. for Adam), none, auto "
+        "(linear for sgd/lars, sqrt for adam-like), or measured: the best rule of an lr-scaling probe "
+        "(`POST /v1/checks` with `lr_scaling`), given as lr_scaling_check or lr_scaling.",
+    )
     optimizer: core.Optimizer = core.Optimizer.SGD
     warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
     warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
@@ -150,4 +156,19 @@ class LearningRateIn(RequestModel):
         description="Clip the all-reduced gradient to this global L2 norm (torch's "
         "clip_grad_norm_) before each optimizer step; default none: no clipping.",
         examples=[1.0],
+    )
+    lr_scaling: LrScalingIn | None = Field(
+        None,
+        description="With rule \"measured\": an lr-scaling probe's result (its check's result.lr_scaling, "
+        "as it is); the plan scales by its best_rule. Its base must be this plan's base_lr and "
+        "base_batch_size.",
+    )
+    lr_scaling_check: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description='With rule "measured": the id of a finished lr-scaling probe on this server '
+        "(`POST /v1/checks` with `lr_scaling`), instead of lr_scaling; the plan names it.",
+        examples=["4f9c2b7e0d1a4c6b8e3f5a7c9d2e1b0a"],
     )

@@ -20,6 +20,14 @@ class AdamOut(ResponseModel):
     valid: bool
 
 
+class MeasuredRuleOut(ResponseModel):
+    check: str | None = Field(description="The probe's check id, when the request gave it.")
+    best_rule: str = Field(description="The rule the probe measured best; the plan's rule.")
+    holds: bool | None = Field(description="Its run stayed within the probe's tolerance of the base run.")
+    final_loss_ratio: float | None = Field(description="Its final loss over the base run's.")
+    verdict: str | None = Field(description="The probe's verdict sentence.")
+
+
 class LearningRateOut(ResponseModel):
     model_config = with_examples(
         {
@@ -87,3 +95,8 @@ class LearningRateOut(ResponseModel):
         description="Adam-like: the betas that run (adam's when the square-root rule holds); null for SGD.",
     )
     eps: float | None = Field(None, description="Adam-like: the eps that runs; null for SGD.")
+    measured: MeasuredRuleOut | None = Field(
+        None,
+        description='Under rule "measured": the lr-scaling probe\'s finding the rule came from; null '
+        "when the rule is an assumption (the explanation says how to measure it).",
+    )

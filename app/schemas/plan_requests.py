@@ -35,8 +35,10 @@ from app.schemas.types import (
 
 # LearningRateIn lives in plan_recipe_in; app.schemas.exports (and users) name it here.
 __all__ = [
+    "MAX_CURVE_POINTS",
     "MAX_NODE_GROUPS",
     "SCREEN",
+    "CurvePointIn",
     "DatasetIn",
     "LearningRateIn",
     "NodeGroupIn",
@@ -51,6 +53,41 @@ SCREEN = {"screen": True}
 """Validation context for a caller that only asks whether a body is valid and leaves the
 answer to an invalid one to the route (app.api.plan_fast_path): a schema error is then raised
 without its checked suggestions, which cost up to a dozen plans."""
+
+
+MAX_CURVE_POINTS = 64
+CURVE_HELP = (
+    "Measured samples per second of one data-parallel replica at each micro-batch it ran "
+    "(`POST /v1/checks` with `throughput` gives it in this form), micro-batch sizes strictly "
+    "increasing and within the cap. With curves the split minimises the slowest replica's "
+    "predicted micro-step time, and the accumulation count is the one with the shortest "
+    "predicted step (docs/throughput-curves.md)."
+)
+
+
+class CurvePointIn(RequestModel):
+    model_config = with_examples({"micro_batch_size": 16, "samples_per_s": 1840.0})
+
+    micro_batch_size: Count
+    samples_per_s: StrictPositiveFloat = Field(description="Samples per second at this micro-batch.")
+
+
+Curve = Annotated[
+    list[CurvePointIn],
+    Field(
+        min_length=1,
+        max_length=MAX_CURVE_POINTS,
+        description=CURVE_HELP,
+        examples=[
+            [
+                {"micro_batch_size": 8, "samples_per_s": 960.0},
+                {"micro_batch_size": 16, "samples_per_s": 1840.0},
+                {"micro_batch_size": 32, "samples_per_s": 2400.0},
+                {"micro_batch_size": 64, "samples_per_s": 2500.0},
+            ]
+        ],
+    ),
+]
 
 
 class NodeGroupIn(RequestModel):
@@ -80,6 +117,9 @@ class NodeGroupIn(RequestModel):
     max_micro_batch_size: Count | None = Field(
         None, description="Largest micro-batch one GPU of this group holds."
     )
+    throughput_curve: Curve | None = Field(
+        None, description="Instead of relative_throughput: this group's measured curve. " + CURVE_HELP
+    )
 
 
 class TopologyIn(RequestModel):
@@ -100,7 +140,13 @@ class TopologyIn(RequestModel):
                 {"required": ["num_nodes", "gpus_per_node"], "not": {"required": ["node_groups"]}},
                 {
                     "required": ["node_groups"],
-                    "not": {"anyOf": [{"required": ["num_nodes"]}, {"required": ["gpus_per_node"]}]},
+                    "not": {
+                        "anyOf": [
+                            {"required": ["num_nodes"]},
+                            {"required": ["gpus_per_node"]},
+                            {"required": ["throughput_curve"]},
+                        ]
+                    },
                 },
             ],
         },
@@ -108,6 +154,9 @@ class TopologyIn(RequestModel):
 
     num_nodes: GpuCount | None = None
     gpus_per_node: GpuCount | None = None
+    throughput_curve: Curve | None = Field(
+        None, description="With num_nodes and gpus_per_node: the replicas' measured curve. " + CURVE_HELP
+    )
     node_groups: list[NodeGroupIn] | None = Field(
         None,
         min_length=1,
@@ -120,6 +169,8 @@ class TopologyIn(RequestModel):
         homogeneous = self.num_nodes is not None or self.gpus_per_node is not None
         if homogeneous and self.node_groups is not None:
             raise ValueError("give num_nodes and gpus_per_node, or node_groups, not both")
+        if self.throughput_curve is not None and self.node_groups is not None:
+            raise ValueError("with node_groups, give each group its own throughput_curve")
         if self.node_groups is None and (self.num_nodes is None or self.gpus_per_node is None):
             raise ValueError("give num_nodes and gpus_per_node (or node_groups)")
         return self

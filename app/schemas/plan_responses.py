@@ -9,9 +9,11 @@ from pydantic import Field, TypeAdapter
 
 from app.core import plan_types as core
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
+from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
 
-__all__ = ["AdamOut", "LearningRateOut"]  # where they were first defined; still named here
+# Where they were first defined, or defined beside: still named here.
+__all__ = ["AdamOut", "LearningRateOut", "SplitPredictionOut", "ThroughputOut"]
 
 
 class ReplicaGroupOut(ResponseModel):
@@ -41,6 +43,11 @@ class ReplicaGroupOut(ResponseModel):
     relative_throughput: float
     max_micro_batch_size: int | None
     num_samples_per_replica: int | None
+    predicted_micro_step_s: float | None = Field(
+        None,
+        description="With throughput curves: one micro-step of this group (micro_batch_size samples, "
+        "forward and backward), in seconds, read off its curve; null without curves.",
+    )
 
 
 class SamplerOut(ResponseModel):
@@ -230,6 +237,12 @@ class PlanOut(ResponseModel):
         None, description="The plan in tokens; null without sequence_length and loss_normalization token."
     )
     device_mesh: DeviceMeshOut | None = Field(None, description="The mesh the plan runs on.")
+    throughput: ThroughputOut | None = Field(
+        None,
+        description="With throughput curves: the split's predicted step and idle fraction, beside "
+        "the even split's, the split by peak samples/s and the split at the fewest accumulation "
+        "steps; null without curves.",
+    )
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.

@@ -35,8 +35,9 @@ def call_kwargs(text: str, name: str) -> dict[str, Any]:
 
 
 # Request bodies the export tests plan: the documented examples, by how their clusters split.
-EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if name != "mixed"}
+EVEN = {name: ex["value"] for name, ex in EXAMPLES.items() if not name.startswith("mixed")}
 MIXED = EXAMPLES["mixed"]["value"]
+MIXED_CURVES = EXAMPLES["mixed_curves"]["value"]  # the same cluster split by measured curves
 # Two node groups of the same shape, split unevenly by throughput: ranks must be pinned.
 PINNED = {
     "topology": node_groups(("h100", 2, 8, 2.0), ("a100", 1, 8, 1.0)),

@@ -97,6 +97,8 @@ UNEVEN = {
         "global_batch_size": 1000,
         "divisibility": "balance",
     },
+    # Split by measured throughput curves (issue 38): refused alike, suggestions that export.
+    "mixed_curves": EXAMPLES["mixed_curves"]["value"],
 }
 # Formats that also need one node shape refuse MIXED (8- and 4-GPU nodes) whatever the batch.
 NEEDS_ONE_SHAPE = {"accelerate", "lightning"}
@@ -187,7 +189,9 @@ def test_lightning_trainer_and_loader() -> None:
     assert call_kwargs(text, "DataLoader")["batch_size"] == x.plan.micro_batch_size
 
 
-@pytest.mark.parametrize("name", ["homogeneous", "dataset_and_lr", "round_down", "mixed"])
+@pytest.mark.parametrize(
+    "name", ["homogeneous", "dataset_and_lr", "round_down", "mixed", "mixed_curves", "measured_lr"]
+)
 def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
     x = export_input(EXAMPLES[name]["value"])
     text = export("python", x).text
@@ -204,6 +208,10 @@ def test_python_skeleton_compiles_and_holds_the_plan(name: str) -> None:
     assert sum(
         (stop - start) * micro for start, stop, micro, _ in groups
     ) * x.plan.gradient_accumulation_steps == (x.plan.global_batch_size)
+    # Each replica group's own micro-batch (a curve's split too), rank for rank.
+    assert [(s, e, m) for s, e, m, _ in groups] == [
+        (g.start, g.stop, g.micro_batch_size) for g in x.plan.replica_groups
+    ]
     # Self-contained: a file users copy, so the sampler is written into it, never imported.
     assert "import app" not in text and "from app" not in text
     assert ("class ProportionalSampler" in text) == (x.plan.split == "proportional")

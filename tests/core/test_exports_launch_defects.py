@@ -18,7 +18,7 @@ import yaml
 from export_helpers import export_input
 
 from app.core.exports import ExportInput, export
-from app.core.exports.preflight import plan_json
+from app.core.exports.preflight import check_request, plan_json
 from app.core.plan_request import plan_request
 from app.ports import free_port
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
@@ -126,6 +126,17 @@ def test_the_preflight_request_is_the_plan_request(body: dict[str, Any]) -> None
         x.request, learning_rate=None, gradient_noise_scale=None, gradient_noise_scale_stderr=None
     )
     assert plan_request(json.loads(json.dumps(plan_json(x.request)))) == checked
+
+
+@pytest.mark.parametrize("name", ["measured_lr", "mixed_curves", "dataset_and_lr"])
+def test_a_preflight_run_carries_the_whole_request_curves_and_measured_rule_included(name: str) -> None:
+    """A run (preflight_steps above 1) trains the recipe: the rank program reads back the very
+    request, a throughput curve and an lr-scaling probe's numbers included."""
+    x = with_options(EXAMPLES[name]["value"], preflight_steps=3)
+    sent = json.loads(check_request(x))["plan"]
+    assert plan_request(sent) == replace(
+        x.request, gradient_noise_scale=None, gradient_noise_scale_stderr=None
+    )
 
 
 def test_torchrun_preflight_runs_the_check_on_the_same_launcher_line_and_stops_on_failure(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from export_helpers import EVEN, MIXED, PINNED, SINGLE, export_input
+from export_helpers import EVEN, MIXED, MIXED_CURVES, PINNED, SINGLE, export_input
 from torch.distributed.run import get_args_parser
 
 from app.core.exports import export
@@ -60,8 +60,13 @@ def test_multi_node_torchrun_refuses_to_start_without_master_addr(tmp_path: Path
     assert "MASTER_ADDR" in caught.value.stderr
 
 
-def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
-    text = export("torchrun", export_input(MIXED)).text
+@pytest.mark.parametrize("body", [MIXED, MIXED_CURVES], ids=["throughput", "curves"])
+def test_uneven_torchrun_pins_node_ranks_in_group_order(body: dict[str, Any], tmp_path: Path) -> None:
+    x = export_input(body)
+    text = export("torchrun", x).text
+    # The plan's own per-group micro-batches, in the script's summary of the plan.
+    for group in x.plan.replica_groups:
+        assert f"micro-batch {group.micro_batch_size}," in text
     parser = get_args_parser()
     for node_rank, nproc in [(0, "8"), (1, "8"), (2, "4")]:
         [argv] = _run_launcher(text, tmp_path, {"MASTER_ADDR": "h0", "NODE_RANK": str(node_rank)})
@@ -74,7 +79,9 @@ def test_uneven_torchrun_pins_node_ranks_in_group_order(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
-    "body", [SINGLE, EVEN["homogeneous"], MIXED, PINNED], ids=["single", "even", "mixed", "pinned"]
+    "body",
+    [SINGLE, EVEN["homogeneous"], MIXED, PINNED, MIXED_CURVES],
+    ids=["single", "even", "mixed", "pinned", "curves"],
 )
 def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> None:
     out = export("slurm", export_input(body))
@@ -85,7 +92,7 @@ def test_sbatch_script_passes_bash_n(body: dict[str, Any], tmp_path: Path) -> No
     assert "#SBATCH --ntasks-per-node=1" in directives
     if body is EVEN["homogeneous"]:
         assert {"#SBATCH --nodes=2", "#SBATCH --gpus-per-node=8"} <= set(directives)
-    if body is MIXED:
+    if body is MIXED or body is MIXED_CURVES:
         assert "#SBATCH hetjob" in directives
 
 

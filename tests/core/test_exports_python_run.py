@@ -30,6 +30,38 @@ UNEVEN = {
     "learning_rate": {"base_lr": 0.01, "optimizer": "adamw"},
 }
 
+# Split by measured curves (issue 38): the fast group's rate saturates, so its share is not 2:1.
+CURVES = {
+    "topology": {
+        "node_groups": [
+            {
+                "name": "fast",
+                "num_nodes": 1,
+                "gpus_per_node": 1,
+                "max_micro_batch_size": 16,
+                "throughput_curve": [
+                    {"micro_batch_size": 2, "samples_per_s": 400.0},
+                    {"micro_batch_size": 8, "samples_per_s": 900.0},
+                    {"micro_batch_size": 16, "samples_per_s": 950.0},
+                ],
+            },
+            {
+                "name": "slow",
+                "num_nodes": 1,
+                "gpus_per_node": 1,
+                "max_micro_batch_size": 8,
+                "throughput_curve": [
+                    {"micro_batch_size": 2, "samples_per_s": 300.0},
+                    {"micro_batch_size": 8, "samples_per_s": 500.0},
+                ],
+            },
+        ]
+    },
+    "global_batch_size": 36,
+    "dataset": {"num_samples": 200},
+    "learning_rate": {"base_lr": 0.05, "base_batch_size": 36},
+}
+
 
 def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[str]:
     request = PlanRequestIn.model_validate(body).to_core()
@@ -92,7 +124,7 @@ def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) ->
     # three times then; now once (6 torchruns cost 60 CPU-s of CI's two cores), beside the
     # other runs of the same skeleton under torchrun that fail on a non-zero exit
     # (test_recipe_runs.py's python cases, the token and mesh skeletons).
-    plans = (("even", EVEN), ("uneven", UNEVEN))
+    plans = (("even", EVEN), ("uneven", UNEVEN), ("curves", CURVES))
     runs = {name: _start(body, tmp_path, name) for name, body in plans}
     outputs = {}
     try:

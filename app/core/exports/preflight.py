@@ -17,7 +17,8 @@ from dataclasses import asdict
 from typing import Any
 
 from app.core.exports.common import ExportInput
-from app.core.plan_types import PlanRequest
+from app.core.plan_request import curve_json, lr_scaling_json
+from app.core.plan_types import LearningRateSpec, NodeGroup, PlanRequest
 
 # Reads the check's output (argv[1]), prints what it found and exits 1 unless it passed. The
 # node without rank 0 sees no result: the node that has it decides.
@@ -61,11 +62,12 @@ def plan_json(request: PlanRequest) -> dict[str, Any]:
     """The plan request as POST /v1/plans takes it (`app.core.plan_request` reads it back)."""
     topology = request.topology
     data: dict[str, Any] = {
-        "topology": {"node_groups": [asdict(g) for g in topology.node_groups]}
+        "topology": {"node_groups": [_group_json(g) for g in topology.node_groups]}
         if topology.listed_groups
         else {
             "num_nodes": topology.node_groups[0].num_nodes,
             "gpus_per_node": topology.node_groups[0].gpus_per_node,
+            **_curve_of(topology.node_groups[0]),
         },
         "global_batch_size": request.global_batch_size,
         "micro_batch_size": request.micro_batch_size,
@@ -83,6 +85,23 @@ def plan_json(request: PlanRequest) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
+def _curve_of(group: NodeGroup) -> dict[str, Any]:
+    curve = group.throughput_curve
+    return {"throughput_curve": curve_json(curve)} if curve is not None else {}
+
+
+def _group_json(group: NodeGroup) -> dict[str, Any]:
+    out = {k: v for k, v in asdict(group).items() if k != "throughput_curve"}
+    return out | _curve_of(group)
+
+
+def _learning_rate_json(spec: LearningRateSpec) -> dict[str, Any]:
+    out = {k: v for k, v in asdict(spec).items() if v is not None and k != "lr_scaling"}
+    if spec.lr_scaling is not None:
+        out["lr_scaling"] = lr_scaling_json(spec.lr_scaling)
+    return out
+
+
 def check_request(x: ExportInput) -> str:
     """The check request (the body of POST /v1/checks) as one line of JSON; a run of
     preflight_steps trains the plan's recipe, so its learning_rate goes with it."""
@@ -91,7 +110,7 @@ def check_request(x: ExportInput) -> str:
         return json.dumps({"plan": plan_json(x.request)}, separators=(",", ":"))
     plan = plan_json(x.request)
     if x.request.learning_rate is not None:
-        plan["learning_rate"] = {k: v for k, v in asdict(x.request.learning_rate).items() if v is not None}
+        plan["learning_rate"] = _learning_rate_json(x.request.learning_rate)
     return json.dumps({"plan": plan, "steps": steps}, separators=(",", ":"))
 
 

@@ -1,0 +1,77 @@
+"""An lr-scaling probe's result as a plan request takes it back (`learning_rate.lr_scaling`,
+under `rule: "measured"`): the object `POST /v1/checks` with `lr_scaling` answers, as it is.
+
+Its models ignore keys they do not name, unlike the rest of the request: the object is the
+probe's own answer, passed back whole, and a newer probe may say more than this plan reads."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.types import Count, PositiveFloat, with_examples
+
+_Ratio = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+_MAX_POINTS = 1000
+
+
+class _ProbePart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class LossPointIn(_ProbePart):
+    samples: int
+    loss: float
+
+
+class ProbeBaseIn(_ProbePart):
+    batch_size: Count = Field(description="The base run's batch (the plan's base_batch_size).")
+    lr: PositiveFloat = Field(description="The base run's lr (the plan's base_lr).")
+    curve: list[LossPointIn] | None = Field(None, max_length=_MAX_POINTS)
+
+
+class ProbeRunIn(_ProbePart):
+    rule: str = Field(min_length=1, max_length=32, examples=["linear"])
+    lr: PositiveFloat | None = Field(None, description="The lr this rule gave the plan's global batch.")
+    curve: list[LossPointIn] | None = Field(None, max_length=_MAX_POINTS)
+    final_loss_ratio: _Ratio | None = Field(None, description="Its final held-out loss over the base run's.")
+    holds: bool | None = Field(None, description="It stayed within the probe's tolerance of the base run.")
+
+
+class NoiseScaleIn(_ProbePart):
+    start: float | None = None
+    end: float | None = None
+
+
+class LrScalingIn(_ProbePart):
+    """The probe's result (`result.lr_scaling` of its check): the plan reads best_rule, each
+    rule's run and the base; the rest is kept for what the probe says."""
+
+    model_config = with_examples(
+        {
+            "base": {"batch_size": 64, "lr": 0.1},
+            "rules": [
+                {"rule": "none", "lr": 0.1, "final_loss_ratio": 1.09, "holds": False},
+                {"rule": "sqrt", "lr": 0.2828, "final_loss_ratio": 1.031, "holds": False},
+                {"rule": "linear", "lr": 0.8, "final_loss_ratio": 1.012, "holds": True},
+            ],
+            "best_rule": "linear",
+            "plan_rule_holds": True,
+            "regime": "linear",
+            "verdict": "at 512, linear scaling to 0.8 keeps the loss within 1.2 % of the 64-sample run "
+            "over 50,000 samples; sqrt lags by 3.1 %",
+        }
+    )
+
+    base: ProbeBaseIn | None = None
+    rules: list[ProbeRunIn] = Field(default_factory=list, max_length=16)
+    best_rule: str | None = Field(
+        description="The rule whose run came closest to the base run: the plan scales by it.",
+        max_length=32,
+        examples=["linear"],
+    )
+    plan_rule_holds: bool | None = None
+    noise_scale: NoiseScaleIn | None = None
+    regime: str | None = Field(None, max_length=64)
+    verdict: str | None = Field(None, max_length=2000)
