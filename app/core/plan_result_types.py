@@ -4,6 +4,7 @@ app.core.plan_types re-exports them beside the inputs."""
 from __future__ import annotations
 
 from app.core.records import record
+from app.core.resume_types import ResumePlan
 
 
 @record
@@ -146,6 +147,7 @@ class Plan:
     efficiency: BatchEfficiency | None = None  # when the request gives gradient_noise_scale
     tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
     device_mesh: DeviceMeshPlan | None = None  # always set by the planner
+    resume: ResumePlan | None = None  # with the request's resume (app.core.resume)
 
 
 @record

@@ -19,6 +19,7 @@ from app.core.plan_result_types import (
     TokenPlan,
 )
 from app.core.records import record
+from app.core.resume_types import ResumePlan, ResumeSpec
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
 MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
@@ -163,6 +164,8 @@ class PlanRequest:
     global_batch_tokens: int | None = None
     micro_batch_tokens: int | None = None
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
+    # Where a checkpointed run goes on, and on how many replicas (app.core.resume).
+    resume: ResumeSpec | None = None
 
 
 __all__ = [
@@ -186,6 +189,8 @@ __all__ = [
     "Plan",
     "PlanRequest",
     "ReplicaGroup",
+    "ResumePlan",
+    "ResumeSpec",
     "SamplerPlan",
     "TokenPlan",
     "Topology",

@@ -21,6 +21,7 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.resume import resumed
 from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
@@ -168,9 +169,23 @@ def plan(request: PlanRequest) -> Plan:
     request it cannot plan raises a PlanError whose suggestions name request fields and work
     (app.core.field_suggestions)."""
     try:
-        return _plan_or_raise(request)
+        return _planned(request, suggest=True)
     except PlanError as err:
         raise with_request_fields(request, err, _plans) from None
+
+
+def _planned(request: PlanRequest, *, suggest: bool) -> Plan:
+    """The plan, and its resume when the request asks for one (app.core.resume): the resumed
+    run's plan is planned here too, and with `suggest`, the nearest data-parallel sizes that
+    resume exactly are tried."""
+    planned = _plan_or_raise(request)
+    if request.resume is None:
+        return planned
+    return resumed(request, planned, _plan_or_raise, _quietly if suggest else None)
+
+
+def _quietly(request: PlanRequest) -> Plan:
+    return _planned(request, suggest=False)
 
 
 def _plan_or_raise(request: PlanRequest) -> Plan:
@@ -270,4 +285,4 @@ def _plan(request: PlanRequest) -> Plan:
     )
 
 
-_plans = passes(_plan_or_raise, PlanError)  # whether a request plans: how a suggestion is tried
+_plans = passes(_quietly, PlanError)  # whether a request plans: how a suggestion is tried

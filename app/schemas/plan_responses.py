@@ -9,6 +9,7 @@ from pydantic import Field, TypeAdapter
 
 from app.core import plan_types as core
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
+from app.schemas.resume import ResumeOut
 from app.schemas.types import ResponseModel, with_examples
 
 __all__ = ["AdamOut", "LearningRateOut"]  # where they were first defined; still named here
@@ -227,6 +228,7 @@ class PlanOut(ResponseModel):
         None, description="The plan in tokens; null without sequence_length and loss_normalization token."
     )
     device_mesh: DeviceMeshOut | None = Field(None, description="The mesh the plan runs on.")
+    resume: ResumeOut | None = Field(None, description="With the request's resume: where the run goes on.")
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.
