@@ -119,7 +119,7 @@ def _topology(request: PlanRequest, gpus: int) -> Topology:
     return Topology.homogeneous(1, gpus)
 
 
-def _resumed_plan(request: PlanRequest, plan: Plan, replicas: int, replan: Replan) -> Plan:
+def resumed_plan(request: PlanRequest, plan: Plan, replicas: int, replan: Replan) -> Plan:
     """The plan the resumed run trains: the same global batch on `replicas` replicas."""
     if replicas == plan.data_parallel_size:
         return plan
@@ -196,7 +196,7 @@ def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | No
     tail = _check_position(plan, step, spec)
     replicas = spec.data_parallel_size or plan.data_parallel_size
     try:
-        new = _resumed_plan(request, plan, replicas, replan)
+        new = resumed_plan(request, plan, replicas, replan)
     except InvalidValue as err:
         if err.pointer == _DP and whole is not None and not err.suggestions:
             found = _nearest_sizes(request, plan, passes(whole, PlanError))

@@ -93,8 +93,22 @@ class ExportOptionsIn(BaseModel):
         "POST /v1/plans/schedule); warmup and run length are then written in samples.",
     )
 
+    elastic_nodes: str | None = Field(
+        None,
+        pattern=r"^[1-9][0-9]{0,4}:[1-9][0-9]{0,4}$",
+        examples=["1:4"],
+        description="torchrun, slurm: an elastic launch on MIN:MAX nodes (--nnodes MIN:MAX, a c10d "
+        "rendezvous, --max-restarts): when a node is lost the workers restart on the rest, and the python "
+        "export resumes from its checkpoint with the plan for the new world size (docs/resume.md). Every "
+        "node count in the range must keep the global batch; only even plans.",
+    )
+    max_restarts: int = Field(
+        3, ge=0, le=100, description="torchrun, slurm: --max-restarts of an elastic launch (elastic_nodes)."
+    )
+
     def to_core(self) -> ExportOptions:
         ramp = self.rampup_batch_size
+        nodes = self.elastic_nodes
         start, increment, samples = (int(v) for v in ramp.split(",")) if ramp else (0, 0, 0)
         return ExportOptions(
             script=self.script,
@@ -107,6 +121,8 @@ class ExportOptionsIn(BaseModel):
             model_factory=self.model_factory,
             setup=self.setup,
             cpus_per_gpu=self.cpus_per_gpu,
+            elastic=(int(nodes.split(":")[0]), int(nodes.split(":")[1])) if nodes else None,
+            max_restarts=self.max_restarts,
         )
 
 
