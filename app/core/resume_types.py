@@ -58,3 +58,20 @@ class ResumePlan:
     why: str | None  # when not
     # When not: the nearest values (request fields, dotted) with which it is, each re-planned.
     suggestions: dict[str, list[int]]
+
+
+@record
+class ScheduleResume:
+    optimizer_step: int
+    consumed_samples: int
+    global_batch_size: int  # at that step (the ramp's)
+    data_parallel_size: int
+    micro_batch_size: int | None
+    gradient_accumulation_steps: int  # at that step, on data_parallel_size replicas
+    skip_micro_batches: int  # from the start of the data (ramp) or of the epoch (no ramp)
+    lr: float | None
+    remaining_steps: int
+    same_global_batches: bool
+    why: str | None
+    epoch: int | None  # None under a ramp-up: Megatron's samplers count samples, not epochs
+    step_in_epoch: int | None
