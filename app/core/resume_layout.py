@@ -14,7 +14,7 @@ sees the uninterrupted run's global batches from a step to the run's end.
 
 from __future__ import annotations
 
-from app.core.plan_types import Plan
+from app.core.plan_types import Plan, SamplerPlan
 from app.core.resume_types import EpochTail
 
 
@@ -22,12 +22,16 @@ def epoch_tail(plan: Plan) -> EpochTail:
     """The plan's epoch: its whole optimizer steps and the end of the last one. Step k < S - 1
     reads the full block [k B, (k + 1) B); the last reads [(S - 1) B, min(S B, total_size)),
     short when the epoch's last micro-step is (an even split's short micro-batch)."""
-    sampler = plan.sampler
-    assert sampler is not None
+    assert plan.sampler is not None
+    return sampler_tail(plan.global_batch_size, plan.sampler)
+
+
+def sampler_tail(batch: int, sampler: SamplerPlan) -> EpochTail:
+    """`epoch_tail` of a plan with this global batch and sampler."""
     steps = sampler.optimizer_steps_per_epoch
     return EpochTail(
         optimizer_steps=steps,
-        last_step_end=min(steps * plan.global_batch_size, sampler.total_size),
+        last_step_end=min(steps * batch, sampler.total_size),
         total_size=sampler.total_size,
         padded_samples=sampler.padded_samples,
         dropped_samples=sampler.dropped_samples,
