@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.elastic_run import (
+    PLAN,
     RUN_TOLERANCE,
     elastic_run,
     environment,
@@ -46,6 +47,34 @@ def test_the_skeleton_resumes_its_checkpoint_on_half_the_processes(tmp_path: Pat
     assert code == 0, log[-4000:]
     assert "world size 1: micro-batch 2 x accumulation 2" in log
     assert "resumed at optimizer step 5 (epoch 0, step 5 of it) from a checkpoint of 2 processes on 1" in log
+    assert "done: 12 optimizer steps" in log
+    off = relative(torch.load(out), reference_params(plan))
+    assert off < RUN_TOLERANCE, off
+
+
+def test_the_fsdp_skeleton_resumes_its_sharded_checkpoint_on_another_mesh(tmp_path: Path) -> None:
+    # FSDP over 2 processes (each holds half of every parameter and its optimizer state), saved
+    # with torch.distributed.checkpoint, loaded resharded onto 1 process.
+    path, plan = skeleton(tmp_path, {**PLAN, "parallelism": {"data_parallel_shard": 2}})
+    env, out = environment(tmp_path), tmp_path / "params.pt"
+    ckpt = ["--checkpoint", str(tmp_path / "ckpt")]
+    first = [
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        *program(path, out, *ckpt, "--max-steps", "5", log_every=False),
+    ]
+    code = finish(torchrun(first, env, tmp_path / "first.log", tmp_path), 120)
+    assert code == 0, (tmp_path / "first.log").read_text()[-4000:]
+    second = ["--standalone", "--nproc-per-node", "1", *program(path, out, *ckpt, log_every=False)]
+    code = finish(torchrun(second, env, tmp_path / "second.log", tmp_path), 120)
+    log = (tmp_path / "second.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "world size 1: micro-batch 2 x accumulation 2" in log
+    assert (
+        "resumed at optimizer step 5 (epoch 0, step 5 of it) from a checkpoint of 2 data-parallel ranks on 1"
+        in log
+    )
     assert "done: 12 optimizer steps" in log
     off = relative(torch.load(out), reference_params(plan))
     assert off < RUN_TOLERANCE, off

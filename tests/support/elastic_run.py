@@ -78,19 +78,11 @@ def skeleton(tmp_path: Path, body: dict[str, Any] = PLAN) -> tuple[Path, Plan]:
     return path, planned
 
 
-def program(path: Path, out: Path, *skeleton_args: str) -> list[str]:
-    """The runner's arguments: the skeleton, the toy's samples, where rank 0 writes its parameters."""
-    return [
-        str(RUNNER),
-        str(path),
-        "24",
-        str(out),
-        "--log-every",
-        "1",
-        "--checkpoint-every",
-        "1",
-        *skeleton_args,
-    ]
+def program(path: Path, out: Path, *skeleton_args: str, log_every: bool = True) -> list[str]:
+    """The runner's arguments: the skeleton, the toy's samples, where rank 0 writes its parameters
+    (the DDP skeleton logs every step with --log-every 1; the mesh skeleton always does)."""
+    logs = ["--log-every", "1"] if log_every else []
+    return [str(RUNNER), str(path), "24", str(out), *logs, "--checkpoint-every", "1", *skeleton_args]
 
 
 def torchrun(args: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:

@@ -31,11 +31,16 @@ class TableEntry:
     micro_batch_size: int | None  # None: the plan's own uneven replica groups
     gradient_accumulation_steps: int
     exact: bool | None  # None: the plan has no dataset, so the epoch's end is unknown
+    data_parallel_shard: int = 1  # FSDP's shard group there (the mesh skeleton's)
 
 
 def _ends(p: Plan) -> tuple[int, int]:
     tail = epoch_tail(p)
     return tail.optimizer_steps, tail.last_step_end
+
+
+def _shard(p: Plan) -> int:
+    return p.device_mesh.data_parallel_shard if p.device_mesh is not None else 1
 
 
 def largest_data_parallel_size(x: ExportInput) -> int:
@@ -52,7 +57,11 @@ def elastic_table(x: ExportInput) -> list[TableEntry]:
     """The sizes the run may go on with, ascending; the plan's own always among them."""
     p = x.plan
     own = TableEntry(
-        p.data_parallel_size, p.micro_batch_size, p.gradient_accumulation_steps, True if p.sampler else None
+        p.data_parallel_size,
+        p.micro_batch_size,
+        p.gradient_accumulation_steps,
+        True if p.sampler else None,
+        _shard(p),
     )
     if p.split != "even":
         return [own]  # its shares follow throughputs: no other count resumes it (app.core.resume)
@@ -68,7 +77,9 @@ def elastic_table(x: ExportInput) -> list[TableEntry]:
         except DomainError:
             continue  # the mesh or the cap does not allow it: the skeleton refuses that size
         exact = _ends(p) == _ends(new) if p.sampler is not None else None
-        out.append(TableEntry(size, new.micro_batch_size, new.gradient_accumulation_steps, exact))
+        out.append(
+            TableEntry(size, new.micro_batch_size, new.gradient_accumulation_steps, exact, _shard(new))
+        )
     if own not in out:
         out.append(own)
     return sorted(out, key=lambda e: e.data_parallel_size)
@@ -81,10 +92,12 @@ def run_id(x: ExportInput) -> str:
     return hashlib.sha256(repr((*facts, r.sequence_length)).encode()).hexdigest()[:12]
 
 
-def table_source(entries: list[TableEntry]) -> str:
-    """The table as a Python dict literal: {size: (micro-batch, accumulation, exact)}."""
+def table_source(entries: list[TableEntry], shards: bool = False) -> str:
+    """The table as a Python dict literal: {size: (micro-batch, accumulation, exact)}, and each
+    size's FSDP shard group last with `shards`."""
     items = ", ".join(
-        f"{e.data_parallel_size}: ({e.micro_batch_size!r}, {e.gradient_accumulation_steps}, {e.exact!r})"
+        f"{e.data_parallel_size}: ({e.micro_batch_size!r}, {e.gradient_accumulation_steps}, {e.exact!r}"
+        + (f", {e.data_parallel_shard})" if shards else ")")
         for e in entries
     )
     return "{" + items + "}"
