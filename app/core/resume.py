@@ -24,6 +24,7 @@ from app.core.integers import divisors
 from app.core.plan_types import MAX_WORLD_SIZE, Plan, PlanRequest, Topology
 from app.core.recipe import lr_of
 from app.core.resume_layout import describe, epoch_tail, tail_difference
+from app.core.resume_text import resume_sentence, resume_warnings
 from app.core.resume_types import EpochTail, ResumeGroup, ResumePlan, ResumeSpec
 
 Replan = Callable[[PlanRequest], Plan]
@@ -245,54 +246,6 @@ def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | No
     return dataclasses.replace(
         plan,
         resume=resume,
-        warnings=plan.warnings + tuple(_warnings(plan, resume, tail, new_tail, ends_here)),
-        explanation=(*plan.explanation, _sentence(resume)),
-    )
-
-
-def _warnings(
-    plan: Plan, resume: ResumePlan, tail: EpochTail, new_tail: EpochTail, ends_here: bool
-) -> list[str]:
-    out = []
-    replicas, dp = resume.data_parallel_size, plan.data_parallel_size
-    if resume.why is not None:
-        near = resume.suggestions.get("resume.data_parallel_size")
-        out.append(
-            f"resume on {replicas} replicas is not the uninterrupted run: {resume.why}"
-            + (f"; data-parallel sizes that resume exactly: {near}" if near else "")
-        )
-    elif (tail.optimizer_steps, tail.last_step_end) != (new_tail.optimizer_steps, new_tail.last_step_end):
-        out.append(
-            f"the epoch's end depends on the replicas ({describe(new_tail, replicas)}, where "
-            f"{describe(tail, dp)}), but the run ends before it: the resumed steps are the same"
-        )
-    batch = plan.global_batch_size
-    held = tail.last_step_end - (tail.optimizer_steps - 1) * batch
-    short = held < batch
-    reached = not ends_here or (resume.remaining_steps or 0) + resume.step_in_epoch >= tail.optimizer_steps
-    if replicas != dp and short and reached and plan.loss_reduction == "mean" and plan.tokens is None:
-        out.append(
-            f"each epoch's last optimizer step holds a short micro-batch ({held} of {batch} samples): "
-            f"on {replicas} replicas its samples are the same but each replica's mean "
-            f"over its short micro-batch weighs them otherwise than on {dp}, so that step's gradient "
-            f"differs (loss_reduction sum, or a dataset that fills the step, keeps it)"
-        )
-    return out
-
-
-def _sentence(resume: ResumePlan) -> str:
-    samples = (
-        f"{resume.replica_groups[0].skip_samples} samples"
-        if resume.micro_batch_size is not None
-        else "of its own micro-batch size each"
-    )
-    skip = f"skips its first {resume.skip_micro_batches} micro-batches ({samples})"
-    lr = ""
-    if resume.lr is not None:
-        lr = f"; the lr there is {resume.lr!r}, the schedule's step {resume.optimizer_step}"
-    return (
-        f"Resume at optimizer step {resume.optimizer_step} ({resume.consumed_samples} samples consumed): "
-        f"epoch {resume.epoch}, step {resume.step_in_epoch} of it. On {resume.data_parallel_size} replicas "
-        f"(micro-batch {resume.micro_batch_size} x accumulation {resume.gradient_accumulation_steps}), each "
-        f"rank calls sampler.set_epoch({resume.epoch}) and {skip} of that epoch{lr}."
+        warnings=plan.warnings + tuple(resume_warnings(plan, resume, tail, new_tail, ends_here)),
+        explanation=(*plan.explanation, resume_sentence(resume)),
     )

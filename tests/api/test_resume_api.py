@@ -82,6 +82,14 @@ def test_a_resume_on_the_plans_own_replicas_is_exact_and_by_samples_the_same(cli
     assert by_step["data_parallel_size"] == 4 and by_step["why"] is None and by_step["suggestions"] == {}
 
 
+def test_a_loaders_own_saved_state_is_a_warning_only_on_another_size(client: TestClient) -> None:
+    def warned(**resume: Any) -> bool:
+        answer = client.post("/v1/plans", json=_with(BODY, **resume)).json()
+        return any("StatefulDataLoader" in w for w in answer["warnings"])
+
+    assert warned(optimizer_step=4, data_parallel_size=2) and not warned(optimizer_step=4)
+
+
 def test_the_epochs_tail_is_a_warning_where_the_run_ends_before_it(client: TestClient) -> None:
     body = {**BODY, "learning_rate": {**BODY["learning_rate"], "train_steps": 7}}
     answer = client.post("/v1/plans", json=_with(body, optimizer_step=3, data_parallel_size=2)).json()
