@@ -23,6 +23,7 @@ from app.core.exports.common import (
     summary,
 )
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
+from app.core.exports.resume_notes import resume_notes
 from app.core.exports.training import leftover_sentence
 
 
@@ -134,6 +135,7 @@ def export_hf_trainer(x: ExportInput) -> Export:
     }.items():
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
+    header += resume_notes(x, "hf-trainer")
     text = "\n".join(
         [
             comment(header),
