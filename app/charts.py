@@ -7,8 +7,8 @@ Kept out of app.core: matplotlib is a heavy, optional dependency, and the core i
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
 import textwrap
+from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any
 

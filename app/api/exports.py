@@ -5,6 +5,7 @@ Thin: every number comes from app.core (exports, schedule, elastic); charts from
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request
@@ -22,6 +23,7 @@ from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, plan_and
 from app.core.plan_types import Plan
 from app.core.planner import plan
 from app.core.problems import Problem
+from app.core.resume_ramp import with_resume
 from app.core.schedule import Schedule, schedule
 from app.schemas.checked_options import checked_option_errors
 from app.schemas.elastic import (
@@ -137,11 +139,14 @@ SUGGESTION_CHECKS["/v1/plans/export/{format}"] = _checked_options
 
 
 def _scheduled(body: ScheduleRequestIn) -> tuple[Plan, Schedule]:
+    request, spec = body.plan.to_core(), body.to_core()
+    # A ramp-up run resumes by consumed samples along the ramp (app.core.resume_ramp), not as
+    # the plan alone would count them.
     try:
-        the_plan = plan(body.plan.to_core())
+        the_plan = plan(dataclasses.replace(request, resume=None) if spec.rampup else request)
     except PlanError as err:
         raise err.under("/plan") from None
-    return the_plan, schedule(the_plan, body.to_core())
+    return the_plan, with_resume(schedule(the_plan, spec), the_plan, spec, request.resume)
 
 
 _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -128,6 +128,20 @@ LrScalingCheck = Annotated[
         show_default=False,
     ),
 ]
+ResumeStep = Annotated[
+    int | None,
+    typer.Option(help="Resume after this many optimizer steps (the plan's resume).", show_default=False),
+]
+ResumeSamples = Annotated[
+    int | None,
+    typer.Option(
+        help="Resume after this many consumed samples, instead of --resume-step.", show_default=False
+    ),
+]
+ResumeReplicas = Annotated[
+    int | None,
+    typer.Option(help="Resume on this data-parallel size (default: the plan's).", show_default=False),
+]
 RequestFile = Annotated[
     Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)
 ]
@@ -191,6 +205,9 @@ class PlanFlags(BatchFlags):
     max_grad_norm: MaxGradNorm = None
     lr_scaling_result: LrScalingResult = None
     lr_scaling_check: LrScalingCheck = None
+    resume_step: ResumeStep = None
+    resume_samples: ResumeSamples = None
+    resume_replicas: ResumeReplicas = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +239,15 @@ class ExportFlags:
     cpus_per_gpu: Annotated[
         int | None, typer.Option(help="slurm: CPU cores per GPU process (default: 4).")
     ] = None
+    elastic_nodes: Annotated[
+        str | None,
+        typer.Option(
+            help="torchrun, slurm: an elastic launch on MIN:MAX nodes (restarts on the nodes left)."
+        ),
+    ] = None
+    max_restarts: Annotated[
+        int | None, typer.Option(help="torchrun, slurm: --max-restarts of an elastic launch (default: 3).")
+    ] = None
 
     def query(self) -> Json:
         """The export options as the API takes them (query parameters): only those given."""
@@ -235,6 +261,8 @@ class ExportFlags:
             "model_factory": self.model_factory,
             "setup": self.setup,
             "cpus_per_gpu": self.cpus_per_gpu,
+            "elastic_nodes": self.elastic_nodes,
+            "max_restarts": self.max_restarts,
         }
         return {k: v for k, v in given.items() if v is not None}
 

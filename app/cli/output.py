@@ -118,6 +118,7 @@ def table(result: Json) -> str:
         )
     lines += measured_lines(result)
     lines += mesh_lines(result)
+    lines += resume_lines(result.get("resume"))
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]
     lines += [f"- {e}" for e in result["explanation"]]
     return "\n".join(lines).rstrip()
@@ -126,6 +127,29 @@ def table(result: Json) -> str:
 def _asked(requested: int | None) -> str:
     """The global batch the request asked for; none where it gave the micro-batch alone."""
     return "" if requested is None else f" (asked {requested})"
+
+
+def resume_lines(resume: Json | None) -> list[str]:
+    if not resume:
+        return []
+    micro = resume["micro_batch_size"] if resume["micro_batch_size"] is not None else "per group"
+    lines = [
+        "",
+        f"resume at step {resume['optimizer_step']} ({resume['consumed_samples']} samples): epoch "
+        f"{resume['epoch']}, step {resume['step_in_epoch']} of it, on {resume['data_parallel_size']} "
+        f"replicas (micro {micro}, "
+        f"accumulation {resume['gradient_accumulation_steps']})",
+        f"{'dp ranks':>15}  {'skip micro-batches':>18} {'skip samples':>13}",
+    ]
+    for g in resume["replica_groups"]:
+        ranks = f"{g['start']}-{g['stop'] - 1}"
+        lines.append(f"{ranks:>15}  {g['skip_micro_batches']:>18} {g['skip_samples']:>13}")
+    lr = f"lr there {resume['lr']:.6g}; " if resume["lr"] is not None else ""
+    same = "yes" if resume["same_global_batches"] else f"no: {resume['why']}"
+    lines.append(f"{lr}the uninterrupted run's global batches: {same}")
+    for field, values in (resume.get("suggestions") or {}).items():
+        lines.append(f"  exact with {field}: {', '.join(map(str, values))}")
+    return lines
 
 
 def emit(text: str, output: Path | None) -> None:

@@ -152,6 +152,14 @@ def plan_body(flags: BatchFlags) -> Json:
             **({"decay": flags.decay.value} if flags.decay is not None else {}),
         }
         _measured_lr(flags, body["learning_rate"])
+    if isinstance(flags, PlanFlags):
+        resume = {
+            "optimizer_step": flags.resume_step,
+            "consumed_samples": flags.resume_samples,
+            "data_parallel_size": flags.resume_replicas,
+        }
+        if any(value is not None for value in resume.values()):
+            body["resume"] = {k: v for k, v in resume.items() if v is not None}
     return body
 
 

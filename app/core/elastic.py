@@ -16,13 +16,21 @@ wide range costs no more than a narrow one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 
+from app.core.elastic_resume import CountResume, ElasticResumeSpec, count_resumes
 from app.core.errors import DomainError, InfeasiblePlan, InvalidValue, passes
 from app.core.field_suggestions import keep_working, nearest_working
 from app.core.learning_rate import plan_learning_rate
-from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, LearningRatePlan, LearningRateSpec
+from app.core.plan_types import (
+    MAX_SAFE_INTEGER,
+    MAX_WORLD_SIZE,
+    DatasetSpec,
+    LearningRatePlan,
+    LearningRateSpec,
+)
 from app.core.records import record
 
 # The 38 smallest highly composite numbers, as DeepSpeed lists them (enough for 720K x base).
@@ -46,6 +54,9 @@ class ElasticRequest:
     max_global_batch_size: int
     prefer_larger: bool = True
     learning_rate: LearningRateSpec | None = None
+    # The resume on every count (app.core.elastic_resume): the data and where the run stopped.
+    dataset: DatasetSpec | None = None
+    resume: ElasticResumeSpec | None = None
 
 
 @record
@@ -53,6 +64,7 @@ class ElasticCount:
     gpus: int
     micro_batch_size: int
     gradient_accumulation_steps: int
+    resume: CountResume | None = None
 
 
 @record
@@ -214,6 +226,10 @@ def _elastic_plan(request: ElasticRequest) -> ElasticPlan:
     listed = tuple(
         ElasticCount(gpus, micro, best_batch // (gpus * micro)) for gpus, micro in sorted(best_counts.items())
     )
+    if request.resume is not None:
+        shapes = [(c.gpus, c.micro_batch_size, c.gradient_accumulation_steps) for c in listed]
+        resumes = count_resumes(shapes, best_batch, request.dataset, request.resume)
+        listed = tuple(dataclasses.replace(c, resume=r) for c, r in zip(listed, resumes, strict=True))
     warnings = []
     if best_batch < request.max_global_batch_size:
         warnings.append(

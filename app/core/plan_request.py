@@ -44,6 +44,18 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
         loss_normalization=_member(
             core.LossNormalization, data.get("loss_normalization", core.LossNormalization.SAMPLE)
         ),
+        resume=resume(data.get("resume")),
+    )
+
+
+def resume(body: Mapping[str, Any] | object | None) -> core.ResumeSpec | None:
+    if body is None:  # an empty object is a resume that names no step: the planner says so
+        return None
+    data = _fields(body)
+    return core.ResumeSpec(
+        optimizer_step=data.get("optimizer_step"),
+        consumed_samples=data.get("consumed_samples"),
+        data_parallel_size=data.get("data_parallel_size"),
     )
 
 

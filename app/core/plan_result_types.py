@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from app.core.records import record
+from app.core.resume_types import ResumePlan
 
 # The enumerated values of the answer's fields (the request's enums' values, in plan_types).
 Split = Literal["even", "proportional"]  # DistributedSampler, or micro-batches that differ by replica
@@ -198,6 +199,7 @@ class Plan:
     tokens: TokenPlan | None = None  # with sequence_length or loss_normalization token
     device_mesh: DeviceMeshPlan | None = None  # always set by the planner
     throughput: ThroughputPlan | None = None  # with throughput curves
+    resume: ResumePlan | None = None  # with the request's resume (app.core.resume)
 
 
 @record

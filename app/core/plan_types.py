@@ -28,6 +28,7 @@ from app.core.plan_result_types import (
     Wrapper,
 )
 from app.core.records import record
+from app.core.resume_types import ResumePlan, ResumeSpec
 from app.core.throughput_curve import Curve
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
@@ -214,6 +215,8 @@ class PlanRequest:
     global_batch_tokens: int | None = None
     micro_batch_tokens: int | None = None
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
+    # Where a checkpointed run goes on, and on how many replicas (app.core.resume).
+    resume: ResumeSpec | None = None
 
 
 __all__ = [
@@ -245,6 +248,8 @@ __all__ = [
     "PlanRequest",
     "ProbeRun",
     "ReplicaGroup",
+    "ResumePlan",
+    "ResumeSpec",
     "SamplerPlan",
     "Split",
     "SplitPrediction",

@@ -20,6 +20,7 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.resume import resumed
 from app.core.run_scale import scale_warnings
 from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.throughput_explain import throughput_sentences
@@ -107,9 +108,23 @@ def plan(request: PlanRequest) -> Plan:
     request it cannot plan raises a PlanError whose suggestions name request fields and work
     (app.core.field_suggestions)."""
     try:
-        return _plan_or_raise(request)
+        return _planned(request, suggest=True)
     except PlanError as err:
         raise with_request_fields(request, err, _plans) from None
+
+
+def _planned(request: PlanRequest, *, suggest: bool) -> Plan:
+    """The plan, and its resume when the request asks for one (app.core.resume): the resumed
+    run's plan is planned here too, and with `suggest`, the nearest data-parallel sizes that
+    resume exactly are tried."""
+    planned = _plan_or_raise(request)
+    if request.resume is None:
+        return planned
+    return resumed(request, planned, _plan_or_raise, _quietly if suggest else None)
+
+
+def _quietly(request: PlanRequest) -> Plan:
+    return _planned(request, suggest=False)
 
 
 def _plan_or_raise(request: PlanRequest) -> Plan:
@@ -131,8 +146,9 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
 
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
-from app.core.curve_checks import validate_curves
-from app.core.errors import InvalidValue, PlanError, passes
+    curves = request.topology.curves
+    if curves:
+        validate_curves(request.topology, request.max_micro_batch_size)
     layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
     proportional = choose_split(
@@ -172,8 +188,8 @@ from app.core.errors import InvalidValue, PlanError, passes
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
     warnings += scale_warnings(g, sampler)
-from app.core.curve_checks import validate_curves
-from app.core.errors import InvalidValue, PlanError, passes
+    groups = _replica_groups(request, layout, solution, sampler, timing)
+    mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation = explain(
         world=layout.world_size,
         parallelism=request.parallelism,
@@ -190,8 +206,11 @@ from app.core.errors import InvalidValue, PlanError, passes
         sequence_length=request.sequence_length,
         wrapper=mesh.wrapper,
     )
-from app.core.curve_checks import validate_curves
-from app.core.errors import InvalidValue, PlanError, passes
+    if throughput is not None:
+        fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
+        times = layout.step_times  # one StepTime per distinct curve: alike when all are the first
+        one_curve = times.count(times[0]) == len(times)
+        explanation += throughput_sentences(throughput, G, groups, one_curve, fixed)
     explanation += mesh_sentences(mesh, dp)
     planned = Plan(
         world_size=layout.world_size,
@@ -224,4 +243,4 @@ from app.core.errors import InvalidValue, PlanError, passes
     )
 
 
-_plans = passes(_plan_or_raise, PlanError)  # whether a request plans: how a suggestion is tried
+_plans = passes(_quietly, PlanError)  # whether a request plans: how a suggestion is tried

@@ -29,6 +29,7 @@ from app.core import recipe
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.plan_types import MAX_SAFE_INTEGER, Decay, LearningRatePlan, Plan
 from app.core.records import record
+from app.core.resume_types import ScheduleResume
 
 __all__ = ["Decay", "Rampup", "Schedule", "ScheduleSpec", "schedule"]
 
@@ -85,6 +86,7 @@ class Schedule:
     warmup_start_lr: float | None = None
     milestones: tuple[int, ...] = ()
     schedule: str | None = None  # the recipe in one sentence (LearningRatePlan.schedule)
+    resume: ScheduleResume | None = None  # with the plan's resume (app.core.resume_ramp)
 
 
 def recipe_for(lr: LearningRatePlan, spec: ScheduleSpec, steps: int) -> LearningRatePlan:

@@ -8,8 +8,10 @@ from pydantic import Field
 
 from app.core import elastic as core_elastic
 from app.core import plan_request as core_request
+from app.core.elastic_resume import ElasticResumeSpec
+from app.core.plan_types import MAX_SAFE_INTEGER, DatasetSpec
 from app.schemas.checked_suggestions import checked_suggestions_validator
-from app.schemas.plan_requests import LearningRateIn
+from app.schemas.plan_requests import DatasetIn, LearningRateIn
 from app.schemas.types import WHOLE, Count, GpuCount, RequestModel, ResponseModel, with_examples
 
 ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {
@@ -45,6 +47,12 @@ class ElasticRequestIn(RequestModel):
     max_global_batch_size: Count = Field(description="The target: the global batch is at most this.")
     prefer_larger: bool = Field(True, strict=True, description="Break ties toward the larger batch.")
     learning_rate: LearningRateIn | None = None
+    dataset: DatasetIn | None = Field(None, description="The data the run reads; needed for resume.")
+    resume: ElasticResumeIn | None = Field(
+        None,
+        description="Where a run of this plan was checkpointed: each count then says where it goes on when "
+        "restarted there, and whether it sees the uninterrupted run's global batches (docs/resume.md).",
+    )
 
     # On a schema error, suggest only values with which the search succeeds.
     _checked = checked_suggestions_validator(core_elastic.elastic_plan)
@@ -58,13 +66,40 @@ class ElasticRequestIn(RequestModel):
             max_global_batch_size=self.max_global_batch_size,
             prefer_larger=self.prefer_larger,
             learning_rate=core_request.learning_rate(lr.model_dump() if lr else None),
+            dataset=DatasetSpec(**self.dataset.model_dump()) if self.dataset else None,
+            resume=ElasticResumeSpec(self.resume.optimizer_step, self.resume.data_parallel_size)
+            if self.resume
+            else None,
         )
+
+
+class ElasticResumeIn(RequestModel):
+    optimizer_step: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] = Field(
+        description="Optimizer steps taken before the checkpoint."
+    )
+    data_parallel_size: GpuCount = Field(
+        description="The count the run was checkpointed on: one of the counts."
+    )
+
+
+class CountResumeOut(ResponseModel):
+    epoch: int = Field(
+        description="The uninterrupted run's epoch at the step: call sampler.set_epoch(epoch)."
+    )
+    step_in_epoch: int
+    skip_micro_batches: int = Field(description="Each rank's, from the epoch's start, on this count.")
+    same_global_batches: bool = Field(
+        description="Every later step sees the uninterrupted run's global batch (the epoch ends alike here)."
+    )
 
 
 class ElasticCountOut(ResponseModel):
     gpus: int
     micro_batch_size: int
     gradient_accumulation_steps: int
+    resume: CountResumeOut | None = Field(
+        None, description="With the request's resume: the resume on this count."
+    )
 
 
 class ElasticLearningRateOut(ResponseModel):

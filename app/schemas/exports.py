@@ -93,8 +93,22 @@ class ExportOptionsIn(BaseModel):
         "POST /v1/plans/schedule); warmup and run length are then written in samples.",
     )
 
+    elastic_nodes: str | None = Field(
+        None,
+        pattern=r"^[1-9][0-9]{0,4}:[1-9][0-9]{0,4}$",
+        examples=["1:4"],
+        description="torchrun, slurm: an elastic launch on MIN:MAX nodes (--nnodes MIN:MAX, a c10d "
+        "rendezvous, --max-restarts): when a node is lost the workers restart on the rest, and the python "
+        "export resumes from its checkpoint with the plan for the new world size (docs/resume.md). Every "
+        "node count in the range must keep the global batch; only even plans.",
+    )
+    max_restarts: int = Field(
+        3, ge=0, le=100, description="torchrun, slurm: --max-restarts of an elastic launch (elastic_nodes)."
+    )
+
     def to_core(self) -> ExportOptions:
         ramp = self.rampup_batch_size
+        nodes = self.elastic_nodes
         start, increment, samples = (int(v) for v in ramp.split(",")) if ramp else (0, 0, 0)
         return ExportOptions(
             script=self.script,
@@ -107,6 +121,8 @@ class ExportOptionsIn(BaseModel):
             model_factory=self.model_factory,
             setup=self.setup,
             cpus_per_gpu=self.cpus_per_gpu,
+            elastic=(int(nodes.split(":")[0]), int(nodes.split(":")[1])) if nodes else None,
+            max_restarts=self.max_restarts,
         )
 
 
@@ -221,6 +237,29 @@ SCHEDULE_EXAMPLE: dict[str, Any] = {
 }
 
 
+class ScheduleResumeOut(ResponseModel):
+    optimizer_step: int = Field(description="The step the run goes on with.")
+    consumed_samples: int = Field(
+        description="Samples consumed before it (Megatron's consumed_train_samples)."
+    )
+    global_batch_size: int = Field(description="The global batch at that step (the ramp's).")
+    data_parallel_size: int
+    micro_batch_size: int | None
+    gradient_accumulation_steps: int = Field(description="At that step, on data_parallel_size replicas.")
+    skip_micro_batches: int = Field(
+        description="Micro-batches each rank skips: from the data's start under a ramp-up (consumed_samples "
+        "/ (micro x data_parallel_size), where Megatron's sampler starts), else from the epoch's start."
+    )
+    lr: float | None = Field(description="The schedule's lr at that step.")
+    remaining_steps: int
+    same_global_batches: bool
+    why: str | None
+    epoch: int | None = Field(
+        description="Null under a ramp-up: Megatron's samplers count samples, not epochs."
+    )
+    step_in_epoch: int | None
+
+
 class ScheduleOut(ResponseModel):
     model_config = with_examples(SCHEDULE_EXAMPLE)
 
@@ -242,4 +281,9 @@ class ScheduleOut(ResponseModel):
     milestones: list[int] = Field(default_factory=list, description="Step decay's milestones.")
     schedule: str | None = Field(
         None, description="The recipe in one sentence (the plan's learning_rate.schedule, with this run)."
+    )
+    resume: ScheduleResumeOut | None = Field(
+        None,
+        description="With the plan's resume: where the run goes on. Under a ramp-up by consumed samples only "
+        "(the batch follows them); without one, the plan's own resume (POST /v1/plans).",
     )

@@ -22,6 +22,7 @@ from app.core import plan_types as core
 from app.core.plan_types import MAX_SAFE_INTEGER
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
+from app.schemas.resume import ResumeIn
 from app.schemas.types import (
     WHOLE,
     Count,
@@ -269,6 +270,12 @@ class PlanRequestIn(RequestModel):
         "token of the step weighs the same; each rank sums its per-token losses, divides by the "
         "step's global valid-token count and multiplies by data_parallel_size (tokens."
         "loss_scale_formula), and replica_groups' loss_scale is null.",
+    )
+    resume: ResumeIn | None = Field(
+        None,
+        description="Resume a checkpointed run of this plan, perhaps on another data-parallel size: the "
+        "answer's `resume` says where in the data each rank goes on, the lr there, and whether every later "
+        "step sees the uninterrupted run's global batch (docs/resume.md).",
     )
 
     @model_validator(mode="wrap")

@@ -9,6 +9,7 @@ from pydantic import Field, TypeAdapter
 
 from app.core import plan_types as core
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
+from app.schemas.resume import ResumeOut
 from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
 
@@ -243,6 +244,7 @@ class PlanOut(ResponseModel):
         "the even split's, the split by peak samples/s and the split at the fewest accumulation "
         "steps; null without curves.",
     )
+    resume: ResumeOut | None = Field(None, description="With the request's resume: where the run goes on.")
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.

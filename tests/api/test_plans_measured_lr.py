@@ -23,10 +23,10 @@ from support.bodies import put
 from support.fake_runner import FakeRunner
 from support.problems import assert_field_error
 
+from app.contract.check_result import CheckResult
 from app.main import create_app
 from app.schemas.examples import plan_example
 from app.settings import Settings
-from app.contract.check_result import CheckResult
 from app.worker.service.runner import CheckOrder, RankError
 
 MEASURED = plan_example("measured_lr")  # 8 replicas, global 512, base 0.1 at 64, linear measured best

@@ -163,9 +163,10 @@ def test_skeletons_proportional_sampler_reads_the_workers_indices() -> None:
 
 
 @pytest.mark.slow
-def test_skeleton_refuses_a_world_size_the_plan_was_not_made_for(tmp_path: Path) -> None:
-    body = {**EVEN, "topology": {"num_nodes": 1, "gpus_per_node": 4}}
+def test_skeleton_refuses_a_world_size_that_cannot_keep_the_global_batch(tmp_path: Path) -> None:
+    # 9 samples a step on 3 processes: 1 and 3 keep it (the elastic table), 2 does not.
+    body = {**EVEN, "topology": {"num_nodes": 1, "gpus_per_node": 3}, "global_batch_size": 9}
     proc = _start(body, tmp_path, "wrong")
     out = _finish(proc)
     assert proc.returncode != 0
-    assert "this plan is for 4 processes, not 2" in out
+    assert "this plan keeps its global batch of 9 on [1, 3] processes, not 2" in out

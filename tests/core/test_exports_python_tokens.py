@@ -57,11 +57,12 @@ def test_the_skeletons_scales_weigh_every_valid_token_of_the_step_alike(
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # the rendezvous, not left behind for later tests
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
+    accumulation = namespace["GRADIENT_ACCUMULATION_STEPS"]
     try:
-        scaled = list(namespace["with_loss_scales"](loader, None, torch.device("cpu")))
+        # The world size the run has: the skeleton's elastic table may restart it on another.
+        scaled = list(namespace["with_loss_scales"](loader, None, accumulation, 1, torch.device("cpu")))
     finally:
         dist.destroy_process_group()
-    accumulation = namespace["GRADIENT_ACCUMULATION_STEPS"]
     assert accumulation == 4 and len(scaled) == len(loader) // accumulation * accumulation
     for first in range(0, len(scaled), accumulation):
         step = scaled[first : first + accumulation]

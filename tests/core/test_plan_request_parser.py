@@ -88,6 +88,8 @@ BODIES: dict[str, dict[str, Any]] = {
         "micro_batch_tokens": 512,
         "loss_normalization": "token",
         "learning_rate": {"base_lr": 0.1, "base_batch_tokens": 1024},
+        "dataset": {"num_samples": 320, "epochs": 2},
+        "resume": {"optimizer_step": 13, "data_parallel_size": 2},
     },
 }
 

@@ -160,7 +160,7 @@ def test_a_documented_number_that_is_not_what_the_app_answers_is_caught(planner:
     assert mismatches(first.answer.replace("2503", "2504"), real)
     assert mismatches(first.answer.replace('"lr": 0.2', '"lr": 0.21'), real)
     assert mismatches(first.answer.replace("pads 1281167", "pads 1281166"), real)
-    [elastic] = [e for e in PLANNER if e.path == "/v1/plans/elastic"]
+    [elastic] = [e for e in PLANNER if e.path == "/v1/plans/elastic" and "resume" not in e.body]
     real = planner.post(elastic.path, json=elastic.body).json()
     assert mismatches(elastic.answer.replace("[32, 34, 36, 48", "[32, 36, 34, 48"), real)
 

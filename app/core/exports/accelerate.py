@@ -25,6 +25,7 @@ from app.core.exports.common import (
 )
 from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
+from app.core.exports.resume_notes import resume_notes
 from app.core.exports.training import leftover_sentence
 from app.core.exports.yaml_writer import to_yaml
 
@@ -174,5 +175,6 @@ def export_accelerate(x: ExportInput) -> Export:
         *training_code(x),
     ]
     header = summary(x) + leftover_sentence(x, "train() stops each epoch before them")
+    header += resume_notes(x, "accelerate")
     text = comment(header + lines) + "\n" + to_yaml(config) + "\n"
     return Export("accelerate", "application/yaml", "accelerate_config.yaml", text)

@@ -27,6 +27,10 @@ class ExportOptions:
     preflight_steps: int = 1
     setup: str | None = None  # a shell line that activates the job's environment
     cpus_per_gpu: int = 4  # Slurm: CPU cores for each GPU's process (its DataLoader workers)
+    # torchrun, slurm: an elastic launch (--nnodes=MIN:MAX, c10d rendezvous, restarts) over this
+    # range of nodes; the python skeleton carries the plan for every size in it (elastic_table).
+    elastic: tuple[int, int] | None = None
+    max_restarts: int = 3  # torchrun's --max-restarts in an elastic launch
 
 
 @record

@@ -29,6 +29,7 @@ from app.core.exports.common import (
 from app.core.exports.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
 from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
+from app.core.exports.resume_notes import resume_notes
 from app.core.exports.training import leftover_sentence
 
 
@@ -176,6 +177,7 @@ def export_hf_trainer(x: ExportInput) -> Export:
     }.items():
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
+    header += resume_notes(x, "hf-trainer")
     text = "\n".join(
         [
             comment(header),

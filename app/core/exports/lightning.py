@@ -23,6 +23,7 @@ from app.core.exports.common import (
 )
 from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
+from app.core.exports.resume_notes import resume_notes
 from app.core.exports.training import leftover_micro_batches
 
 _HOOKS = '''
@@ -97,7 +98,7 @@ def export_lightning(x: ExportInput) -> Export:
     }.items():
         hooks = hooks.replace(token, value)
     lines = [
-        comment(summary(x)),
+        comment(summary(x) + resume_notes(x, "lightning")),
         "# Lightning divides the loss by accumulate_grad_batches and steps the optimizer once per",
         "# accumulation; the hooks below give it the plan's optimizer, lr schedule and sampler.",
         "import math",

@@ -45,18 +45,24 @@ class ProportionalSampler(Sampler):
 '''
 
 
-# The body of the skeleton's make_sampler(dataset, rank). An even split: every replica the same
-# micro-batch, torch's own sampler.
+# The body of the skeleton's make_sampler(dataset, rank, world). An even split: every replica
+# the same micro-batch, torch's own sampler, on the plan's world or any other the elastic table
+# allows.
 EVEN_SAMPLER_BODY = """\
-    return DistributedSampler(
-        dataset, num_replicas=DATA_PARALLEL_SIZE, rank=rank, shuffle=SHUFFLE, seed=SEED,
-        drop_last=DROP_LAST,
-    )
+    return SkipSampler(DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST,
+    ))
 """
+# An uneven split: on the plan's world the micro-batches differ by replica; any other world the
+# elastic table allows is an even split of its own.
 PROPORTIONAL_SAMPLER_BODY = """\
+    if world != DATA_PARALLEL_SIZE:
+        return SkipSampler(DistributedSampler(
+            dataset, num_replicas=world, rank=rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST,
+        ))
     # Each micro-step's samples are shared out by micro-batch size, rank by rank.
     micro_batch_sizes = [micro for first, stop, micro, _ in REPLICA_GROUPS for _ in range(first, stop)]
-    return ProportionalSampler(
+    return SkipSampler(ProportionalSampler(
         len(dataset), micro_batch_sizes, rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST
-    )
+    ))
 """

@@ -7,6 +7,8 @@ or shards its sequence: those plans are refused with what to use instead."""
 from __future__ import annotations
 
 from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
+from app.core.exports.elastic_table import elastic_table, run_id, table_source
+from app.core.exports.mesh_resume_source import MESH_RESUME_SOURCE
 from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, max_grad_norm, optimizer_call, scheduler_call
 
@@ -25,27 +27,29 @@ the loop first on CPU with a toy model and data set (gloo):
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 
 import torch
 import torch.distributed as dist
 from torch import nn
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 # ---- the plan: change it by planning again, not by hand --------------------------------
-WORLD_SIZE = __WORLD__
-MESH_DIM_NAMES = __NAMES__  # torchtitan's order: pp, dp_replicate, dp_shard, cp, tp
-MESH_SHAPE = __SHAPE__
+WORLD_SIZE = __WORLD__  # the plan's; other sizes: ELASTIC_TABLE below
+TENSOR_PARALLEL_SIZE = __TP__
+MODEL_PARALLEL_SIZE = __TP__  # tensor peers share their data: world = data-parallel size x this
 DATA_PARALLEL_SIZE = __DP__  # the sampler's num_replicas: dp_replicate x dp_shard, never the world
 DATA_PARALLEL_SHARD = __SHARD__  # 1: DDP, DATA_PARALLEL_SIZE: FSDP, else HSDP
 GLOBAL_BATCH_SIZE = __GLOBAL__
 MICRO_BATCH_SIZE = __MICRO__
 GRADIENT_ACCUMULATION_STEPS = __ACCUM__
-LOSS_SCALE = __SCALE__
 LOSS_REDUCTION = __REDUCTION__
 SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
 EPOCHS = __EPOCHS__
@@ -73,47 +77,66 @@ def build_model() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
-def parallelize(model: nn.Module, mesh) -> nn.Module:
+def parallelize(model: nn.Module, mesh, dp: int, shard: int) -> nn.Module:
     """Tensor parallel on mesh["tp"] (the toy's linear pair: column- then row-wise; give your
     model's own plan), then fully_shard over the data-parallel dimensions."""
-    if "tp" in MESH_DIM_NAMES:
+    if "tp" in mesh.mesh_dim_names:
         parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
-    if DATA_PARALLEL_SIZE > 1:
+    if dp > 1:
         # FSDP shards over dp_shard; HSDP (and DDP's arithmetic, with shards of one rank)
         # replicates over dp_replicate as well.
-        dims = ("dp_shard",) if DATA_PARALLEL_SHARD == DATA_PARALLEL_SIZE else ("dp_replicate", "dp_shard")
+        dims = ("dp_shard",) if shard == dp else ("dp_replicate", "dp_shard")
         fully_shard(model, mesh=mesh[dims] if len(dims) > 1 else mesh[dims[0]])
     return model
 
 
-def build_mesh(device_type: str):
-    """The plan's mesh; DDP beside tensor parallel keeps a dp_shard dimension of size 1 for fully_shard."""
-    names, shape = list(MESH_DIM_NAMES), list(MESH_SHAPE)
-    if DATA_PARALLEL_SIZE > 1 and "dp_shard" not in names:
-        at = names.index("dp_replicate") + 1
-        names.insert(at, "dp_shard")
-        shape.insert(at, 1)
-    return init_device_mesh(device_type, tuple(shape), mesh_dim_names=tuple(names))
+def build_mesh(device_type: str, dp: int, shard: int):
+    """The mesh in torchtitan's order; dp_shard stays (of size 1 for DDP beside tensor parallel)
+    wherever fully_shard needs it."""
+    sizes = {"dp_replicate": dp // shard, "dp_shard": shard, "tp": TENSOR_PARALLEL_SIZE}
+    keep = {"dp_replicate": dp // shard > 1, "dp_shard": dp > 1, "tp": TENSOR_PARALLEL_SIZE > 1}
+    names = [name for name in sizes if keep[name]] or ["dp_replicate"]
+    return init_device_mesh(device_type, tuple(sizes[n] for n in names), mesh_dim_names=tuple(names))
 
 
-def data_parallel_rank(mesh) -> int:
+def data_parallel_rank(mesh, shard: int) -> int:
     """This rank's coordinate in dp_replicate x dp_shard: tensor peers share it, and the data."""
     names = mesh.mesh_dim_names
     replicate = mesh["dp_replicate"].get_local_rank() if "dp_replicate" in names else 0
-    shard = mesh["dp_shard"].get_local_rank() if "dp_shard" in names else 0
-    return replicate * DATA_PARALLEL_SHARD + shard
+    shard_rank = mesh["dp_shard"].get_local_rank() if "dp_shard" in names else 0
+    return replicate * shard + shard_rank
 
 
-def optimizer_steps(loader, sampler, epochs):
-    """(epoch, the micro-batches of one optimizer step), epoch after epoch; a partial last
-    step is dropped, or its gradients would leak into the next epoch's first step."""
-    for epoch in range(epochs):
+__RESUME__
+
+
+class SkipSampler(DistributedSampler):
+    """DistributedSampler without its first `skip` indices: the samples of the steps a
+    checkpoint took in this epoch, never loaded."""
+
+    skip = 0
+
+    def __len__(self) -> int:
+        return max(super().__len__() - self.skip, 0)
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+
+def optimizer_steps(loader, sampler, epochs, accumulation, start_epoch, skip_steps):
+    """(epoch, step in it, the epoch's whole steps, the micro-batches of one optimizer step),
+    epoch after epoch from a checkpoint's position; a partial last step is dropped, or its
+    gradients would leak into the next epoch's first step."""
+    for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
-        step = []
+        taken = skip_steps if epoch == start_epoch else 0
+        sampler.skip = taken * accumulation * loader.batch_size
+        whole, step = taken + len(loader) // accumulation, []
         for batch in loader:
             step.append(batch)
-            if len(step) == GRADIENT_ACCUMULATION_STEPS:
-                yield epoch, step
+            if len(step) == accumulation:
+                taken += 1
+                yield epoch, taken, whole, step
                 step = []
 
 
@@ -121,40 +144,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps")
+    parser.add_argument("--checkpoint", default=f"checkpoint-{RUN_ID}",
+                        help="a directory: resume from it when it holds a checkpoint; every rank saves to it")
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: never")
     args = parser.parse_args()
 
     backend = "nccl" if torch.cuda.is_available() and not TOY else "gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    if world != WORLD_SIZE:
-        raise SystemExit(f"this plan's mesh has {WORLD_SIZE} ranks, not {world}: plan again for {world}")
+    dp, micro, accumulation, shard = mesh_settings(world)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    mesh = build_mesh(device.type)
-    dp_rank = data_parallel_rank(mesh)
+    mesh = build_mesh(device.type, dp, shard)
+    dp_rank = data_parallel_rank(mesh, shard)
 
     torch.manual_seed(SEED)  # the same initial weights on every rank
-    model = parallelize(build_model().to(device), mesh)
+    model = parallelize(build_model().to(device), mesh, dp, shard)
     dataset = build_dataset()
-    sampler = DistributedSampler(
-        dataset, num_replicas=DATA_PARALLEL_SIZE, rank=dp_rank, shuffle=SHUFFLE, seed=SEED,
-        drop_last=DROP_LAST,
+    sampler = SkipSampler(
+        dataset, num_replicas=dp, rank=dp_rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST,
     )
-    loader = DataLoader(dataset, batch_size=MICRO_BATCH_SIZE, sampler=sampler, drop_last=False)
+    loader = DataLoader(dataset, batch_size=micro, sampler=sampler, drop_last=False)
     optimizer = __OPTIMIZER_CALL__
     scheduler = __SCHEDULER__  # stepped once per optimizer step
-    print(f"rank {rank}: data-parallel rank {dp_rank} of {DATA_PARALLEL_SIZE}, mesh {mesh}", flush=True)
+    saved = load_checkpoint(args.checkpoint, model, optimizer, scheduler)
+    steps, epoch, skip = (saved["step"], saved["epoch"], saved["step_in_epoch"]) if saved else (0, 0, 0)
+    # As the plan's loss_scale: data_parallel_size x micro / global for a mean, x 1 / global for a sum.
+    loss_scale = dp * (micro if LOSS_REDUCTION == "mean" else 1) / GLOBAL_BATCH_SIZE
+    print(f"rank {rank}: data-parallel rank {dp_rank} of {dp}, world size {world}: micro-batch {micro} x "
+          f"accumulation {accumulation}, mesh {mesh}", flush=True)
+    if rank == 0 and saved:
+        print(f"resumed at optimizer step {steps} (epoch {epoch}, step {skip} of it) from a checkpoint of "
+              f"{saved['data_parallel_size']} data-parallel ranks on {dp}", flush=True)
 
-    steps = 0
-    for epoch, micro_batches in optimizer_steps(loader, sampler, args.epochs):
+    done = bool(args.max_steps and steps >= args.max_steps)
+    for epoch, taken, whole, micro_batches in optimizer_steps(
+        loader, sampler, args.epochs, accumulation, epoch, skip
+    ):
+        if done:
+            break
         for k, (inputs, targets) in enumerate(micro_batches):
-            if DATA_PARALLEL_SIZE > 1:  # reduce once per optimizer step, after its last micro-batch
+            if dp > 1:  # reduce once per optimizer step, after its last micro-batch
                 model.set_requires_gradient_sync(k == len(micro_batches) - 1)
             output = model(inputs.to(device))
             loss = nn.functional.mse_loss(output, targets.to(device), reduction=LOSS_REDUCTION)
-            (loss * LOSS_SCALE).backward()
+            (loss * loss_scale).backward()
         if MAX_GRAD_NORM is not None:  # one norm over the whole (reduced, sharded) gradient
             torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
         optimizer.step()
@@ -163,8 +199,12 @@ def main() -> None:
         steps += 1
         if rank == 0:
             print(f"epoch {epoch} step {steps} loss {loss.item():.6g}", flush=True)
-        if steps == args.max_steps:
-            break
+        done = bool(args.max_steps and steps >= args.max_steps)
+        if args.checkpoint_every and (steps % args.checkpoint_every == 0 or done):
+            last = taken == whole  # the position after this step: the next epoch's start
+            position = {"step": steps, "epoch": epoch + last, "step_in_epoch": 0 if last else taken,
+                        "data_parallel_size": dp}
+            save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
     if rank == 0:
         print(f"done: {steps} optimizer steps", flush=True)
     dist.barrier()
@@ -206,14 +246,12 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__NPROC__": str(shape if (shape := uniform_gpus_per_node(x)) is not None else "gpu"),
         "__SCRIPT__": x.options.script,
         "__WORLD__": str(p.world_size),
-        "__NAMES__": py_literal(tuple(d.name for d in mesh.dimensions)),
-        "__SHAPE__": py_literal(tuple(d.size for d in mesh.dimensions)),
+        "__TP__": str(p.model_parallel_size),
         "__DP__": str(p.data_parallel_size),
         "__SHARD__": str(mesh.data_parallel_shard),
         "__GLOBAL__": str(p.global_batch_size),
         "__MICRO__": str(p.micro_batch_size),
         "__ACCUM__": str(p.gradient_accumulation_steps),
-        "__SCALE__": py_literal(p.replica_groups[0].loss_scale),
         "__REDUCTION__": py_literal(p.loss_reduction),
         "__EPOCHS__": py_literal(sampler.epochs if sampler and sampler.epochs else 1),
         "__MAX_GRAD_NORM__": py_literal(max_grad_norm(x)),
@@ -223,6 +261,10 @@ def export_mesh_python(x: ExportInput) -> Export:
     }
     for name, default in (("shuffle", True), ("seed", 0), ("drop_last", False)):
         fields[f"__{name.upper()}__"] = py_literal(getattr(sampler, name) if sampler else default)
+    resume = MESH_RESUME_SOURCE.strip("\n").replace(
+        "__ELASTIC__", table_source(elastic_table(x), shards=True)
+    )
+    fields["__RESUME__"] = resume.replace("__RUN_ID__", py_literal(run_id(x)))
     text = _SKELETON
     for token, value in fields.items():
         text = text.replace(token, value)

@@ -91,3 +91,12 @@ def batch_env(x: ExportInput) -> list[str]:
         f"export GLOBAL_BATCH_SIZE={p.global_batch_size} MICRO_BATCH_SIZE={p.micro_batch_size} "
         f"GRADIENT_ACCUMULATION_STEPS={p.gradient_accumulation_steps}"
     ]
+
+
+def elastic_batch_env(x: ExportInput) -> list[str]:
+    """An elastic launch exports only the global batch: the micro-batch and accumulation follow
+    the world size the run is restarted on (the python skeleton's elastic table)."""
+    return [
+        "# Elastic: the micro-batch and accumulation follow the world size; the global batch is kept.",
+        f"export GLOBAL_BATCH_SIZE={x.plan.global_batch_size}",
+    ]

@@ -22,11 +22,13 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
+from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
 from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.preflight import check_args, preflight_lines
 from app.core.exports.shell import (
     batch_env,
     c10d_rendezvous,
+    elastic_batch_env,
     setup_lines,
     shell_line,
     shell_words,
@@ -41,11 +43,17 @@ def export_slurm(x: ExportInput) -> Export:
     groups = node_groups(x)
     shape = uniform_gpus_per_node(x)
     het = shape is None or pinned_ranks(x)
+    elastic = x.options.elastic is not None
+    if elastic:
+        elastic_range(x)  # refuses what cannot launch elastically, before anything is written
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={shlex.quote(x.options.job_name)}",
         "#SBATCH --output=%x-%j.out",
     ]
+    if elastic:
+        # Slurm would otherwise end the job when one of its nodes fails.
+        lines.append("#SBATCH --no-kill")
     for i, g in enumerate(groups if het else groups[:1]):
         if i:
             lines.append("#SBATCH hetjob")
@@ -64,8 +72,10 @@ def export_slurm(x: ExportInput) -> Export:
         "# One task per node runs torchrun, which starts one process per GPU.",
         "set -euo pipefail",
         *setup_lines(x),
-        *batch_env(x),
+        *(elastic_batch_env(x) if elastic else batch_env(x)),
         *mesh_export_lines(x.plan),
+        *(elastic_comment(x) if elastic else []),
+        *([f'ELASTIC_NNODES="{elastic_range(x)[0]}:$SLURM_NNODES"'] if elastic else []),
         "# A port per job: two jobs sharing a node must not meet in one rendezvous.",
         f"MASTER_PORT=$(( {x.options.port} + SLURM_JOB_ID % {span} ))",
         # sed reads the whole list: `head -n 1` would close the pipe early, and scontrol, killed
@@ -84,21 +94,22 @@ def _cpus(x: ExportInput, gpus: int) -> int:
     return gpus * x.options.cpus_per_gpu
 
 
-def _srun(x: ExportInput, gpus: int) -> str:
-    # --export=ALL: under `sbatch --export=NONE` srun would pass the steps no environment.
-    return f"--export=ALL --kill-on-bad-exit=1 --cpus-per-task={_cpus(x, gpus)}"
+def _srun(x: ExportInput, gpus: int, elastic: bool = False) -> str:
+    # --export=ALL: under `sbatch --export=NONE` srun would pass the steps no environment. An
+    # elastic step keeps running when one node's task dies: torchrun restarts on the rest.
+    kill = "" if elastic else " --kill-on-bad-exit=1"
+    return f"--export=ALL{kill} --cpus-per-task={_cpus(x, gpus)}"
 
 
 def _step(x: ExportInput, program: list[str]) -> str:
     shape = uniform_gpus_per_node(x) or 1
-    torchrun = torchrun_args(
-        x,
-        nnodes='"$SLURM_NNODES"',
-        nproc=str(shape),
-        rendezvous=c10d_rendezvous('"$SLURM_JOB_ID"'),
-        program=program,
-    )
-    return f"srun {_srun(x, shape)} " + shell_line(torchrun)
+    elastic = x.options.elastic is not None and program == [x.options.script]
+    if elastic:
+        nnodes, rendezvous = '"$ELASTIC_NNODES"', elastic_args(x, '"$SLURM_JOB_ID"')
+    else:
+        nnodes, rendezvous = '"$SLURM_NNODES"', c10d_rendezvous('"$SLURM_JOB_ID"')
+    torchrun = torchrun_args(x, nnodes=nnodes, nproc=str(shape), rendezvous=rendezvous, program=program)
+    return f"srun {_srun(x, shape, elastic)} " + shell_line(torchrun)
 
 
 def _heterogeneous_step(x: ExportInput, program: list[str]) -> str:

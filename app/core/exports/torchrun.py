@@ -17,6 +17,7 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
+from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
 from app.core.exports.mesh_env import mesh_export_lines
 from app.core.exports.preflight import check_args, preflight_lines
 from app.core.exports.shell import (
@@ -24,6 +25,7 @@ from app.core.exports.shell import (
     NODE_SHELLS,
     batch_env,
     c10d_rendezvous,
+    elastic_batch_env,
     setup_lines,
     shell_line,
     torchrun_args,
@@ -36,17 +38,20 @@ Launch = Callable[[list[str]], str]
 def export_torchrun(x: ExportInput) -> Export:
     groups = node_groups(x)
     nodes = num_nodes(x)
-    shells = LOCAL_SHELL if nodes == 1 else NODE_SHELLS
+    elastic = x.options.elastic is not None
+    shells = LOCAL_SHELL if nodes == 1 and not elastic else NODE_SHELLS
     head = [
         "#!/usr/bin/env bash",
         comment(summary(x)),
         "set -euo pipefail",
         *setup_lines(x, shells),
-        *batch_env(x),
+        *(elastic_batch_env(x) if elastic else batch_env(x)),
     ]
     head += mesh_export_lines(x.plan)
     launch: Launch
-    if nodes == 1:
+    if x.options.elastic is not None:
+        body, launch = _elastic(x, nodes)
+    elif nodes == 1:
         body = ["# Single node: every GPU of this machine, rendezvous on localhost."]
         nproc = str(groups[0].gpus_per_node)
         launch = lambda program: shell_line(  # noqa: E731
@@ -57,9 +62,38 @@ def export_torchrun(x: ExportInput) -> Export:
     else:
         body, launch = _node_group_order(x, groups, nodes)
     if x.options.preflight:
-        body += preflight_lines(x, launch(check_args(x, every_node=nodes > 1)))
+        body += preflight_lines(x, launch(check_args(x, every_node=nodes > 1 or elastic)))
     body.append(launch([x.options.script]))
     return Export("torchrun", "text/plain", "launch.sh", "\n".join(head + body) + "\n")
+
+
+def _elastic(x: ExportInput, nodes: int) -> tuple[list[str], Launch]:
+    low, high = elastic_range(x)
+    shape = uniform_gpus_per_node(x)
+    nproc = str(shape) if shape is not None else "gpu"
+    body = [
+        *elastic_comment(x),
+        f"# Run this same script on each node (the plan has {nodes}); MASTER_ADDR is the first node's.",
+        ': "${MASTER_ADDR:?set MASTER_ADDR to the address of the first node, the same on every node}"',
+        f'MASTER_PORT="${{MASTER_PORT:-{x.options.port}}}"',
+    ]
+    rendezvous = elastic_args(x, '"${RDZV_ID:-batchplan}"')
+    # The preflight checks the plan on its own nodes; training runs on whatever is left.
+    fixed = c10d_rendezvous('"${RDZV_ID:-batchplan}-preflight"')
+
+    def launch(program: list[str]) -> str:
+        training = program == [x.options.script]
+        return shell_line(
+            torchrun_args(
+                x,
+                nnodes=f"{low}:{high}" if training else str(nodes),
+                nproc=nproc,
+                rendezvous=rendezvous if training else fixed,
+                program=program,
+            )
+        )
+
+    return body, launch
 
 
 def _any_node_order(x: ExportInput, nodes: int) -> tuple[list[str], Launch]:

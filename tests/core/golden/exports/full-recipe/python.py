@@ -13,6 +13,10 @@ Launch one process per GPU with torchrun (see the torchrun export for multi-node
     torchrun --nproc-per-node 4 train.py
 Replace build_dataset() and build_model(). To try the loop first on CPU with a toy model and
 data set (gloo backend): BATCHPLAN_TOY=1 torchrun --nproc-per-node 8 train.py --max-steps 2
+
+Restarted (by torchrun's elastic agent, or by hand) on another number of processes that keeps the
+global batch, it resumes from its checkpoint (--checkpoint) with that size's micro-batch and
+accumulation and skips exactly the samples the steps before it consumed (docs/resume.md).
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
 
 # ---- the plan: change it by planning again, not by hand --------------------------------
-DATA_PARALLEL_SIZE = 8  # processes; the loop refuses to run with any other number
+DATA_PARALLEL_SIZE = 8  # the plan's processes; other sizes: ELASTIC_TABLE below
 GLOBAL_BATCH_SIZE = 256
 GRADIENT_ACCUMULATION_STEPS = 4
 # (first rank, stop rank, micro-batch size, loss scale) for data-parallel ranks [first, stop)
@@ -125,17 +129,10 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.mse_loss(output, target, reduction=LOSS_REDUCTION)
 
 
-def replica_settings(rank: int) -> tuple[int, float]:
-    for first, stop, micro, scale in REPLICA_GROUPS:
-        if first <= rank < stop:
-            return micro, scale
-    raise ValueError(f"rank {rank} is in no replica group")
-
-
-def with_loss_scales(loader, loss_scale: float, device: torch.device):
+def with_loss_scales(loader, loss_scale, accumulation: int, world: int, device: torch.device):
     """(inputs, targets, scale) per micro-batch. Under token normalisation a step's scale is
-    DATA_PARALLEL_SIZE / N, N its valid tokens over all micro-batches and ranks (an all-reduce
-    of the counts, as torchtitan does): DDP's mean over ranks then weighs every token 1/N.
+    world / N, N its valid tokens over all micro-batches and ranks (an all-reduce of the
+    counts, as torchtitan does): DDP's mean over ranks then weighs every token 1/N.
     A mean per micro-batch or per rank would weigh tokens unequally where lengths differ."""
     if LOSS_NORMALIZATION != "token":
         for inputs, targets in loader:
@@ -144,31 +141,106 @@ def with_loss_scales(loader, loss_scale: float, device: torch.device):
     step: list = []
     for batch in loader:
         step.append(batch)
-        if len(step) < GRADIENT_ACCUMULATION_STEPS:
+        if len(step) < accumulation:
             continue
         valid = sum((targets != IGNORE_INDEX).sum() for _, targets in step).to(device)
         dist.all_reduce(valid)
         for inputs, targets in step:
-            yield inputs, targets, DATA_PARALLEL_SIZE / valid.item()
+            yield inputs, targets, world / valid.item()
         step = []
 
 
-def make_sampler(dataset: Dataset, rank: int):
-    return DistributedSampler(
-        dataset, num_replicas=DATA_PARALLEL_SIZE, rank=rank, shuffle=SHUFFLE, seed=SEED,
-        drop_last=DROP_LAST,
-    )
+# ---- resuming: this script's own checkpoint, on whatever world size it starts with ---------
+# Data-parallel sizes the run may go on with after a restart, the global batch kept:
+# {size: (micro-batch, accumulation, exact)}; exact: every later step sees the global batch the
+# uninterrupted run would have seen (False: the epoch ends elsewhere on that size, where
+# padding or drop_last depend on it; None: the plan has no dataset to tell).
+ELASTIC_TABLE = {1: (8, 32, True), 2: (8, 16, True), 4: (8, 8, True), 8: (8, 4, True)}
+# The run's identity: its global batch, data and recipe, whatever the world size. A checkpoint
+# of another run is refused, and the default checkpoint file is named by it.
+RUN_ID = "572a4d0eb155"
 
 
-def check_launch_env(micro_batch_size: int) -> None:
+def replica_settings(rank: int, world: int):
+    """(micro-batch, accumulation, loss scale or None under token normalisation) of `rank`
+    when `world` processes run: the plan's own replica groups, or the elastic table's."""
+    if world == DATA_PARALLEL_SIZE:
+        for first, stop, micro, scale in REPLICA_GROUPS:
+            if first <= rank < stop:
+                return micro, GRADIENT_ACCUMULATION_STEPS, scale
+        raise ValueError(f"rank {rank} is in no replica group")
+    if world not in ELASTIC_TABLE:
+        raise SystemExit(
+            f"this plan keeps its global batch of {GLOBAL_BATCH_SIZE} on {sorted(ELASTIC_TABLE)} "
+            f"processes, not {world}: plan again for {world}"
+        )
+    micro, accumulation, _ = ELASTIC_TABLE[world]
+    if LOSS_NORMALIZATION == "token":
+        return micro, accumulation, None
+    # As the plan's loss_scale: data_parallel_size x micro / global for a mean, x 1 / global for a sum.
+    return micro, accumulation, world * (micro if LOSS_REDUCTION == "mean" else 1) / GLOBAL_BATCH_SIZE
+
+
+def check_launch_env(micro_batch_size: int, accumulation: int) -> None:
     """The launch script (torchrun, slurm, kubernetes exports) exports the plan's batch sizes: a
-    launch script from another plan would start a batch this loop's loss scales do not fit."""
+    launch script from another plan would start a batch this loop's loss scales do not fit. An
+    elastic launch exports only the global batch: the rest follows the world size."""
     planned = {"GLOBAL_BATCH_SIZE": GLOBAL_BATCH_SIZE, "MICRO_BATCH_SIZE": micro_batch_size,
-               "GRADIENT_ACCUMULATION_STEPS": GRADIENT_ACCUMULATION_STEPS}
+               "GRADIENT_ACCUMULATION_STEPS": accumulation}
     for name, value in planned.items():
         if os.environ.get(name, str(value)) != str(value):
             raise SystemExit(f"the launch script sets {name}={os.environ[name]}, this script's plan has "
                              f"{value}: export both from the same plan")
+
+
+class SkipSampler(Sampler):
+    """A sampler's indices after its first `skip` (the samples of the steps a checkpoint took),
+    so that the skipped micro-batches are never loaded."""
+
+    def __init__(self, sampler, skip: int = 0):
+        self.sampler, self.skip = sampler, skip
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return max(len(self.sampler) - self.skip, 0)
+
+    def __iter__(self):
+        return itertools.islice(iter(self.sampler), self.skip, None)
+
+
+def make_sampler(dataset: Dataset, rank: int, world: int) -> SkipSampler:
+    return SkipSampler(DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=SHUFFLE, seed=SEED, drop_last=DROP_LAST,
+    ))
+
+
+def save_checkpoint(path: str, model, optimizer, scheduler, position: dict) -> None:
+    """Rank 0's: written to a temporary file and renamed, so a process killed while saving
+    leaves the last whole checkpoint."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict(), "rng": torch.get_rng_state(), "run_id": RUN_ID, **position}
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)
+
+
+def load_checkpoint(path: str, model, optimizer, scheduler):
+    """The saved position (step, epoch, step_in_epoch, data_parallel_size), the states
+    restored; None without a checkpoint. The same rng state on every rank: the data order comes
+    from the sampler's seed + epoch, so nothing here depends on the old ranks' states."""
+    if not os.path.exists(path):
+        return None
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    if saved.get("run_id") != RUN_ID:
+        raise SystemExit(f"{path} is the checkpoint of another run ({saved.get('run_id')}, this one is "
+                         f"{RUN_ID}): give this run's own with --checkpoint")
+    model.load_state_dict(saved.pop("model"))
+    optimizer.load_state_dict(saved.pop("optimizer"))
+    scheduler.load_state_dict(saved.pop("scheduler"))
+    torch.set_rng_state(saved.pop("rng"))
+    return saved
 
 
 def build_optimizer(params) -> torch.optim.Optimizer:
@@ -182,46 +254,60 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=TRAIN_STEPS or 0,
                         help="stop after this many optimizer steps")
     parser.add_argument("--log-every", type=int, default=100)
+    parser.add_argument("--checkpoint", default=f"checkpoint-{RUN_ID}.pt",
+                        help="resume from this file when it exists; rank 0 saves to it (on shared storage)")
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: never")
     args = parser.parse_args()
 
     backend = "nccl" if torch.cuda.is_available() and not TOY else "gloo"
     dist.init_process_group(backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    if world != DATA_PARALLEL_SIZE:
-        raise SystemExit(
-            f"this plan is for {DATA_PARALLEL_SIZE} processes, not {world}: the global batch and the "
-            f"loss scales depend on it; plan again for {world}"
-        )
+    rank, world = dist.get_rank(), dist.get_world_size()  # torchrun's WORLD_SIZE: any in ELASTIC_TABLE
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    micro_batch_size, loss_scale = replica_settings(rank)
-    check_launch_env(micro_batch_size)
+    micro_batch_size, accumulation, loss_scale = replica_settings(rank, world)
+    check_launch_env(micro_batch_size, accumulation)
 
     torch.manual_seed(SEED)  # DDP also broadcasts rank 0's weights at construction
-    model = DDP(build_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
-    dataset = build_dataset()
-    sampler = make_sampler(dataset, rank)
-    # The sampler owns drop_last; the DataLoader keeps every index it is given.
-    loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
-    optimizer = build_optimizer(model.parameters())
+    net = build_model().to(device)
+    optimizer = build_optimizer(net.parameters())
     # Stepped once per optimizer step: planned_lr(step) is the lr of step `step`.
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: planned_lr(step) / 0.001)
+    saved = load_checkpoint(args.checkpoint, net, optimizer, scheduler)
+    step, epoch, skip_steps = (saved["step"], saved["epoch"], saved["step_in_epoch"]) if saved else (0, 0, 0)
+    if rank == 0:
+        print(f"world size {world}: micro-batch {micro_batch_size} x accumulation {accumulation} x {world} "
+              f"= global batch {GLOBAL_BATCH_SIZE}", flush=True)
+    if rank == 0 and saved:
+        exact = ELASTIC_TABLE.get(world, (0, 0, True))[2]
+        print(f"resumed at optimizer step {step} (epoch {epoch}, step {skip_steps} of it) from a checkpoint "
+              f"of {saved['data_parallel_size']} processes on {world}: each rank skips "
+              f"{skip_steps * accumulation} micro-batches" + ("" if exact is not False else
+              "; on this size the epoch ends elsewhere, so the global batches differ from its end on"),
+              flush=True)
+    model = DDP(net, device_ids=[local_rank] if device.type == "cuda" else None)
+    dataset = build_dataset()
+    sampler = make_sampler(dataset, rank, world)
+    # The sampler owns drop_last; the DataLoader keeps every index it is given.
+    loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
 
-    step, seen = 0, []  # seen: the size of every micro-batch this rank trained on
-    for epoch in range(args.epochs) if args.epochs else itertools.count():
+    seen = []  # the size of every micro-batch this rank trained on
+    while (not args.epochs or epoch < args.epochs) and not (args.max_steps and step >= args.max_steps):
         sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
+        # The samples of the steps a checkpoint took in this epoch are skipped (resume only).
+        sampler.skip, taken = skip_steps * accumulation * micro_batch_size, skip_steps
         optimizer.zero_grad(set_to_none=True)
         # Micro-batches past the last whole optimizer step are skipped: under no_sync their
         # gradients would stay local and leak, unscaled, into the next epoch's first step.
-        usable = len(loader) // GRADIENT_ACCUMULATION_STEPS * GRADIENT_ACCUMULATION_STEPS
-        for i, (inputs, targets, scale) in enumerate(with_loss_scales(loader, loss_scale, device)):
+        usable = len(loader) // accumulation * accumulation
+        steps = with_loss_scales(loader, loss_scale, accumulation, world, device)
+        for i, (inputs, targets, scale) in enumerate(steps):
             if i >= usable:
                 break
             inputs, targets = inputs.to(device), targets.to(device)
             seen.append(len(inputs))
-            sync = (i + 1) % GRADIENT_ACCUMULATION_STEPS == 0
+            sync = (i + 1) % accumulation == 0
             # Only the last micro-batch of a step all-reduces; the others accumulate locally.
             with contextlib.nullcontext() if sync else model.no_sync():
                 loss = loss_fn(model(inputs), targets)
@@ -238,24 +324,29 @@ def main() -> None:
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            step += 1
+            step, taken = step + 1, taken + 1
             if rank == 0 and (step == 1 or step % args.log_every == 0):
                 print(f"epoch {epoch} step {step} loss {loss.item():.6g} lr {scheduler.get_last_lr()[0]:.6g}",
                       flush=True)
-            if args.max_steps and step >= args.max_steps:
+            done = bool(args.max_steps and step >= args.max_steps)
+            if rank == 0 and args.checkpoint_every and (step % args.checkpoint_every == 0 or done):
+                last = i + 1 == usable  # the position after this step: the next epoch's start
+                position = {"step": step, "epoch": epoch + last, "step_in_epoch": 0 if last else taken,
+                            "data_parallel_size": world}
+                save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
+            if done:
                 break
-        if args.max_steps and step >= args.max_steps:
-            break
+        epoch, skip_steps = epoch + 1, 0
     if rank == 0:
         print(f"done: {step} optimizer steps", flush=True)
     print(f"rank {rank}/{world}: {step} optimizer steps, {len(seen)} micro-batches of sizes "
-          f"{sorted(set(seen))}, accumulation {GRADIENT_ACCUMULATION_STEPS}", flush=True)
+          f"{sorted(set(seen))}, accumulation {accumulation}", flush=True)
     # DDP's reducer holds the process group and its last work objects; left to interpreter
     # shutdown, gloo's threads free tensors after Python is gone and the rank aborts with
     # "terminate called without an active exception". Free them while Python is alive (DDP's
     # hooks form reference cycles, hence the collect), then let every rank arrive before any
     # tears the group down.
-    del model, optimizer, scheduler, loader, sampler
+    del model, net, optimizer, scheduler, loader, sampler
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()

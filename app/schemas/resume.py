@@ -1,0 +1,107 @@
+"""The plan request's `resume` and the plan's `resume` (app.core.resume), as HTTP validates and
+documents them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from app.core.plan_types import MAX_SAFE_INTEGER
+from app.schemas.types import WHOLE, GpuCount, RequestModel, ResponseModel, with_examples
+
+Steps = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE]
+
+
+class ResumeIn(RequestModel):
+    """Where a checkpointed run goes on: give optimizer_step or consumed_samples."""
+
+    model_config = with_examples({"optimizer_step": 1200, "data_parallel_size": 8})
+
+    optimizer_step: Steps | None = Field(
+        None, description="Optimizer steps taken before the checkpoint: the run goes on with this step."
+    )
+    consumed_samples: Steps | None = Field(
+        None,
+        description="Samples consumed before the checkpoint, as Megatron counts them (a whole number of "
+        "global batches; with a ramp-up, through POST /v1/plans/schedule).",
+    )
+    data_parallel_size: GpuCount | None = Field(
+        None,
+        description="The data-parallel size the run goes on with (default: the plan's). It must divide the "
+        "global batch, which a resume keeps; each replica takes the largest micro-batch that divides its "
+        "share within max_micro_batch_size (else the plan's micro-batch), and accumulates the rest.",
+    )
+
+
+class ResumeGroupOut(ResponseModel):
+    start: int = Field(description="First data-parallel rank of the resumed run (inclusive).")
+    stop: int = Field(description="Last data-parallel rank (exclusive).")
+    micro_batch_size: int
+    skip_micro_batches: int = Field(
+        description="Micro-batches each of these ranks skips from the epoch's start."
+    )
+    skip_samples: int = Field(description="The same in samples: indices of the rank's shard.")
+
+
+class ResumeOut(ResponseModel):
+    model_config = with_examples(
+        {
+            "optimizer_step": 5,
+            "consumed_samples": 60,
+            "epoch": 0,
+            "step_in_epoch": 5,
+            "data_parallel_size": 2,
+            "micro_batch_size": 3,
+            "gradient_accumulation_steps": 2,
+            "skip_micro_batches": 10,
+            "replica_groups": [
+                {"start": 0, "stop": 2, "micro_batch_size": 3, "skip_micro_batches": 10, "skip_samples": 30}
+            ],
+            "lr": 0.1,
+            "remaining_steps": 11,
+            "optimizer_steps_per_epoch": 8,
+            "same_global_batches": True,
+            "why": None,
+            "suggestions": {},
+        }
+    )
+
+    optimizer_step: int = Field(
+        description="The step the run goes on with (steps taken before the checkpoint)."
+    )
+    consumed_samples: int = Field(description="optimizer_step x global_batch_size.")
+    epoch: int = Field(
+        description="The uninterrupted run's epoch at that step: call sampler.set_epoch(epoch)."
+    )
+    step_in_epoch: int = Field(description="Optimizer steps of that epoch already taken.")
+    data_parallel_size: int = Field(description="The resumed run's replicas.")
+    micro_batch_size: int | None = Field(
+        description="The resumed run's; null when its replica groups differ."
+    )
+    gradient_accumulation_steps: int = Field(
+        description="The resumed run's: global batch / (micro x replicas)."
+    )
+    skip_micro_batches: int = Field(
+        description="Micro-batches each rank skips from the epoch's start (step_in_epoch x accumulation); "
+        "replica_groups has each group's, and its samples."
+    )
+    replica_groups: list[ResumeGroupOut]
+    lr: float | None = Field(
+        description="The schedule's lr at optimizer_step (not step 0); null without learning_rate."
+    )
+    remaining_steps: int | None = Field(
+        description="Optimizer steps left; null when the run's length is unknown."
+    )
+    optimizer_steps_per_epoch: int = Field(description="On the resumed run's replicas.")
+    same_global_batches: bool = Field(
+        description="Every later optimizer step sees, as a set, the global batch the uninterrupted run would "
+        "have seen (the epoch's tail, padding and drop_last depend on the replicas: see why)."
+    )
+    why: str | None = Field(
+        description="When same_global_batches is false: the step whose samples differ, and why."
+    )
+    suggestions: dict[str, list[int]] = Field(
+        description="When same_global_batches is false: the nearest values (request fields) with which it is "
+        "true, each planned before it is given."
+    )
