@@ -147,6 +147,8 @@ async def _start_worker(app: FastAPI, settings: Settings, runner: CheckRunner | 
     return service
 
 
+# Over 60 lines: the app's wiring (settings, middleware, routers, lifespan) in the order FastAPI
+# applies it.
 def create_app(settings: Settings | None = None, runner: CheckRunner | None = None) -> FastAPI:
     """The app for `settings`; its checks run on `runner` (default: the warm rank pool)."""
     settings = settings or Settings()

@@ -88,7 +88,8 @@ def summarise(phases: list[Phase], rounds: int) -> dict[str, list[float]]:
     return ratios
 
 
-def main() -> int:
+# One scenario after another, each printed as it ends: a script to read top to bottom.
+def main() -> int:  # noqa: PLR0915
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke run, ~15 s")
     ap.add_argument("--seconds", type=float, help="seconds per measured phase (default 3, quick 1)")

@@ -17,6 +17,7 @@ from app.api.json_body import JsonBodyRoute
 from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
+from app.contract.codec import encode
 from app.contract.jobs import Job, JobStatus
 from app.core.errors import Conflict, NotFound, Unavailable
 from app.core.problems import domain_problem, problem_body
@@ -24,12 +25,11 @@ from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (
     CheckJobOut,
     CheckListOut,
-    CheckModelsOut,
     CheckRequestIn,
-    HostOut,
     StatusQuery,
     job_json,
 )
+from app.schemas.host import CheckModelsOut, HostOut
 from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 
 # The longest a GET of a check waits for it to finish: below the idle timeouts of common proxies.
@@ -277,7 +277,7 @@ async def cancel_check(check_id: str, service: Service) -> Response:
 async def list_check_models(service: Service) -> CheckModelsOut:
     """The built-in synthetic model and those the operator registered
     (BATCHPLAN_CHECK_MODELS); a check request names one in `model`."""
-    return CheckModelsOut.model_validate({"models": service.describe_models()})
+    return CheckModelsOut.model_validate({"models": encode(service.describe_models())})
 
 
 @router.get("/host", summary="What this worker can run", responses=_PROBLEMS)
@@ -287,4 +287,4 @@ def get_host(request: Request) -> HostOut:
         return HostOut(
             worker_enabled=False, ready=False, processes_per_host=0, warm_processes=0, gpus=None, backends=[]
         )
-    return HostOut.model_validate(service.host() | {"exposure": exposure(request.app.state.settings)})
+    return HostOut.model_validate(encode(service.host()) | {"exposure": exposure(request.app.state.settings)})

@@ -37,22 +37,22 @@ def readyz(request: Request, response: Response) -> dict[str, object]:
     if service is not None:
         host = service.host()
         worker |= {
-            "ready": host["ready"],
-            "warm_processes": host["warm_processes"],
-            "processes_per_host": host["processes_per_host"],
+            "ready": host.ready,
+            "warm_processes": host.warm_processes,
+            "processes_per_host": host.processes_per_host,
         }
-        if not host["ready"]:
+        if not host.ready:
             response.status_code = 503
-            if host["failing"] is not None:
+            if host.failing is not None:
                 return {
                     "status": "worker unavailable",
                     "planner": True,
-                    "worker": worker | {"error": host["failing"]},
+                    "worker": worker | {"error": host.failing},
                 }
             return {
                 "status": "warming",
                 "planner": True,
-                "worker": worker | {"reason": host["not_ready_reason"]},
+                "worker": worker | {"reason": host.not_ready_reason},
             }
     return {"status": "ready", "planner": True, "worker": worker}
 

@@ -12,10 +12,11 @@ Rank to pool: `Ready` once warm, `Models` (what the registered models build), `J
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from app.contract.check_result import CheckResult
 from app.contract.codec import Json, decode, encode
+from app.contract.host import BuiltModel
 from app.contract.spec import CheckSpec
 
 
@@ -97,7 +98,7 @@ class Ready(_Message):
 @dataclass(frozen=True, slots=True)
 class Models(_Message):
     op: ClassVar[str] = "models"
-    models: dict[str, dict[str, Any]]
+    models: dict[str, BuiltModel]
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,6 +171,35 @@ def _divisors_near(n: int, target: int, keep: Callable[[int], bool]) -> list[int
     return nearest([d for d in divisors(n) if keep(d)], target)
 
 
+def _global_candidates(p: BatchProblem, G: int) -> list[int]:
+    """Global batches near G that the request's other fields can split."""
+    m, g = p.micro_batch_size, p.gradient_accumulation_steps
+    D = p.layout.data_parallel_size
+    globals_: list[int] = []
+    if p.proportional:
+        C = capped_layout(p).capacity
+        if g is not None:
+            k = G // g
+            return [g * j for j in (k - 1, k, k + 1, k + 2, D, C or D) if j >= 1]
+        for up in (False, True):
+            v = nearest_total(G, D, C, up)
+            if v is not None:
+                globals_.append(v)
+                nxt = nearest_total(v - 1 if not up else v + 1, D, C, up)
+                if nxt is not None:
+                    globals_.append(nxt)
+        return globals_
+    if m is not None and g is not None:
+        return [m * g * D]
+    unit = D * (m or 1) * (g or 1)
+    k = G // unit
+    globals_ = [unit * j for j in (k - 1, k, k + 1, k + 2) if j >= 1]
+    cap = p.layout.uniform_cap
+    if g is not None and cap is not None:
+        globals_.append(cap * g * D)
+    return globals_
+
+
 def suggest(p: BatchProblem) -> dict[str, list[int]]:
     """Nearest values that make the request feasible, one field changed at a time."""
     G, m, g = p.global_batch_size, p.micro_batch_size, p.gradient_accumulation_steps
@@ -178,29 +207,7 @@ def suggest(p: BatchProblem) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
 
     if G is not None:
-        globals_: list[int] = []
-        if p.proportional:
-            C = capped_layout(p).capacity
-            if g is not None:
-                k = G // g
-                globals_ = [g * j for j in (k - 1, k, k + 1, k + 2, D, C or D) if j >= 1]
-            else:
-                for up in (False, True):
-                    v = nearest_total(G, D, C, up)
-                    if v is not None:
-                        globals_.append(v)
-                        nxt = nearest_total(v - 1 if not up else v + 1, D, C, up)
-                        if nxt is not None:
-                            globals_.append(nxt)
-        elif m is not None and g is not None:
-            globals_ = [m * g * D]
-        else:
-            unit = D * (m or 1) * (g or 1)
-            k = G // unit
-            globals_ = [unit * j for j in (k - 1, k, k + 1, k + 2) if j >= 1]
-            cap = p.layout.uniform_cap
-            if g is not None and cap is not None:
-                globals_.append(cap * g * D)
+        globals_ = _global_candidates(p, G)
         out["global_batch_size"] = _checked(p, "global_batch_size", globals_, G)
 
     if G is not None and not p.proportional:

@@ -21,7 +21,9 @@ def _ranks(g: ReplicaGroup) -> str:
     return f"rank {g.start}" if g.count == 1 else f"ranks {g.start}-{g.stop - 1}"
 
 
-def explain(
+# Keyword-only, one per part of the plan the sentences read: a record of them would be the Plan
+# being built, which the planner assembles after the explanation.
+def explain(  # noqa: PLR0913
     *,
     world: int,
     parallelism: Parallelism,

@@ -144,6 +144,8 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
         raise pointed from None
 
 
+# Over 60 lines: the plan's parts in the order each needs the one before (layout, split, sampler,
+# lr, groups, explanation); apart, each step would take the others' locals as arguments.
 def _plan(request: PlanRequest) -> Plan:
     validate_topology(request.topology)
     curves = request.topology.curves

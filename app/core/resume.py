@@ -187,6 +187,8 @@ def _exact(whole: Replan) -> Callable[[PlanRequest], bool]:
     return exact
 
 
+# Over 60 lines: the resumed run's plan, its position and its verdict are read off one another;
+# the arithmetic itself lives in resume_layout.py.
 def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | None) -> Plan:
     """`plan` with its `resume`. `replan` plans a request without resume; `whole` plans one
     with it (its suggestions left out), to find the nearest data-parallel sizes that resume

@@ -237,6 +237,8 @@ def _pick_steps(stages: list[Stage], total: int, max_points: int, marks: list[in
     return sorted(even | set(kept)), True
 
 
+# Over 60 lines: the run's stages, points and warnings come from one walk over the ramp and the
+# lr; the walk's state is shared by all three.
 def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     if not 2 <= spec.max_points <= MAX_POINTS:
         raise InvalidValue(f"max_points must be from 2 to {MAX_POINTS}", pointer="/max_points")

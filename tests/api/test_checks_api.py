@@ -20,7 +20,9 @@ from fastapi.testclient import TestClient
 from support.apps import warm_client
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
-from app.schemas.checks import CHECK_EXAMPLES, HostOut
+from app.contract.codec import encode
+from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.host import HostOut
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +56,9 @@ def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
     assert "gloo" in host["backends"] and host["gpus"] == 0
     assert [p["state"] for p in host["processes"]] == ["idle"] * 4
     # Every key the service reports is served, and each is in the schema with its type.
-    assert set(client.app.state.checks.host()) | {"exposure"} == set(host) == set(HostOut.model_fields)
+    assert (
+        set(encode(client.app.state.checks.host())) | {"exposure"} == set(host) == set(HostOut.model_fields)
+    )
     assert host["models"] == client.get("/v1/check-models").json()["models"]
     # Swagger's example has every key a warm host serves, each valid as served.
     (example,) = HostOut.model_config["json_schema_extra"]["examples"]  # type: ignore[index]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from app.contract.check_result import CheckResult, Comparison, Layout, Setup
+from app.contract.host import BuiltModel, ProcessDescription
 from app.contract.protocol import HostInfo
 from app.worker.service.runner import CheckOrder
 
@@ -47,7 +47,7 @@ def passing_result(order: CheckOrder) -> CheckResult:
 class FakeRunner:
     """Satisfies app.worker.service.runner.CheckRunner."""
 
-    def __init__(self, size: int = 2, models_info: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, size: int = 2, models_info: dict[str, BuiltModel] | None = None) -> None:
         self.size = size
         self.host_info = HostInfo(torch_version="fake", cuda_available=False, gpus=0, backends=["gloo"])
         self.models_info = dict(models_info or {})
@@ -73,8 +73,8 @@ class FakeRunner:
     def warm(self) -> list[FakeRank]:
         return list(self._ranks)
 
-    def describe(self) -> list[dict[str, Any]]:
-        return [{"pid": None, "state": "busy" if r.busy else "idle"} for r in self._ranks]
+    def describe(self) -> list[ProcessDescription]:
+        return [ProcessDescription(None, "busy" if r.busy else "idle") for r in self._ranks]
 
     async def run_check(self, order: CheckOrder) -> CheckResult:
         self.orders.append(order)

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from support.fake_runner import FakeRunner
 
+from app.contract.host import BuiltModel
 from app.contract.model_registry import EXAMPLE_MODELS
 from app.main import create_app
 from app.settings import Settings
@@ -74,7 +75,7 @@ def test_right_after_start_a_registered_model_is_pending_and_says_so(tmp_path: P
         assert models["synthetic"]["status"] == "loaded" and models["synthetic"]["status_detail"] is None
         # What the probe then reports (the pool's models_info) is what the listing says.
         runner.models_info = {
-            "mlp": {"loaded": False, "error": "cannot import app.worker.example_models:nope"}
+            "mlp": BuiltModel("mlp", loaded=False, error="cannot import app.worker.example_models:nope")
         }
         (mlp,) = [m for m in client.get("/v1/check-models").json()["models"] if m["name"] == "mlp"]
         assert mlp["status"] == "failed" and mlp["status_detail"] is None and "cannot import" in mlp["error"]

@@ -39,6 +39,8 @@ def check_job_name(name: str, nodes: int) -> None:
         )
 
 
+# Over 60 lines: the PyTorchJob is one YAML document built top to bottom; its parts read each
+# other's names (the preflight, the env, the pod spec).
 def export_kubernetes(x: ExportInput) -> Export:
     shape = require_uniform_nodes(x, "a PyTorchJob (one nprocPerNode for all pods)")
     if pinned_ranks(x):

@@ -49,6 +49,8 @@ def plan_train_dataloader(dataset, trainer):
 '''
 
 
+# Over 60 lines: the Trainer call's arguments and the notes beside them follow the plan's fields
+# in the order the generated file shows them.
 def export_lightning(x: ExportInput) -> Export:
     # The node shape first: no batch size makes nodes of different sizes one process count.
     shape = require_uniform_nodes(x, "Lightning")

@@ -178,6 +178,8 @@ def _covered(name: str, known: list[dict[str, Any]]) -> bool:
     return any(name == k or name.startswith(k + ".") for f in known for k in f["modules"])
 
 
+# Over 60 lines: one finding per way the DDP gradient can differ, each a sentence with its own
+# measured numbers.
 def empirical_findings(
     *,
     stochastic: float,

@@ -71,40 +71,64 @@ def _constant(steps: int) -> str:
     return f"the schedule gives the same lr at every step the mistake reaches over these {steps} steps"
 
 
-def _variant(control: RunControl, plan: Plan, steps: int) -> tuple[RunVariant | None, str | None]:
-    """The mistake's run on this plan, or why it would train the plan's run exactly."""
-    g, processes, lr = plan.gradient_accumulation_steps, plan.world_size, plan.learning_rate
-    assert lr is not None and plan.sampler is not None
-    if control is SCHEDULER_PER_MICRO_BATCH:
-        if g == 1:
-            return None, "gradient_accumulation_steps is 1: every micro-batch is an optimizer step"
-        if _same_lr(plan, steps, g, g - 1):
-            return None, _constant(steps)
-        return RunVariant(scheduler_step=lambda k: k * g + g - 1), None
-    if control is SCHEDULER_PER_PROCESS:
-        if processes == 1:
-            return None, "one process: the scheduler steps once per optimizer step anyway"
-        if _same_lr(plan, steps, processes, 0):
-            return None, _constant(steps)
-        return RunVariant(scheduler_step=lambda k: k * processes), None
-    if control is SET_EPOCH_MISSING:
-        if not plan.sampler.shuffle:
-            return None, "the dataset is not shuffled: every epoch reads the same order, set_epoch or not"
-        per_epoch = plan.sampler.optimizer_steps_per_epoch
-        if steps <= per_epoch:
-            return None, (
-                f"the {steps} steps stay within the first epoch ({per_epoch} optimizer steps): "
-                f"set_epoch changes the order from the second"
-            )
-        n = dataset_size(plan)
-        if list(run_steps(plan, n, steps)) == list(run_steps(plan, n, steps, lambda e: 0)):
-            return None, "on these steps every later epoch's order gives the first epoch's batches"
-        return RunVariant(sampler_epoch=lambda e: 0), None
-    if lr.max_grad_norm is None:
+Variant = tuple[RunVariant | None, str | None]  # the mistake's run, or why it trains the plan's
+
+
+def _scheduler_per_micro_batch(plan: Plan, steps: int) -> Variant:
+    g = plan.gradient_accumulation_steps
+    if g == 1:
+        return None, "gradient_accumulation_steps is 1: every micro-batch is an optimizer step"
+    if _same_lr(plan, steps, g, g - 1):
+        return None, _constant(steps)
+    return RunVariant(scheduler_step=lambda k: k * g + g - 1), None
+
+
+def _scheduler_per_process(plan: Plan, steps: int) -> Variant:
+    processes = plan.world_size
+    if processes == 1:
+        return None, "one process: the scheduler steps once per optimizer step anyway"
+    if _same_lr(plan, steps, processes, 0):
+        return None, _constant(steps)
+    return RunVariant(scheduler_step=lambda k: k * processes), None
+
+
+def _set_epoch_missing(plan: Plan, steps: int) -> Variant:
+    assert plan.sampler is not None
+    if not plan.sampler.shuffle:
+        return None, "the dataset is not shuffled: every epoch reads the same order, set_epoch or not"
+    per_epoch = plan.sampler.optimizer_steps_per_epoch
+    if steps <= per_epoch:
+        return None, (
+            f"the {steps} steps stay within the first epoch ({per_epoch} optimizer steps): "
+            f"set_epoch changes the order from the second"
+        )
+    n = dataset_size(plan)
+    if list(run_steps(plan, n, steps)) == list(run_steps(plan, n, steps, lambda e: 0)):
+        return None, "on these steps every later epoch's order gives the first epoch's batches"
+    return RunVariant(sampler_epoch=lambda e: 0), None
+
+
+def _clip_before_all_reduce(plan: Plan, steps: int) -> Variant:
+    assert plan.learning_rate is not None
+    if plan.learning_rate.max_grad_norm is None:
         return None, "the recipe does not clip (no learning_rate.max_grad_norm)"
     if plan.data_parallel_size == 1:
         return None, "one replica: its own gradient is the all-reduced one"
     return RunVariant(clip_per_replica=True), None
+
+
+_VARIANTS = {
+    SCHEDULER_PER_MICRO_BATCH.name: _scheduler_per_micro_batch,
+    SCHEDULER_PER_PROCESS.name: _scheduler_per_process,
+    SET_EPOCH_MISSING.name: _set_epoch_missing,
+    CLIP_BEFORE_ALL_REDUCE.name: _clip_before_all_reduce,
+}
+
+
+def _variant(control: RunControl, plan: Plan, steps: int) -> Variant:
+    """The mistake's run on this plan, or why it would train the plan's run exactly."""
+    assert plan.learning_rate is not None and plan.sampler is not None
+    return _VARIANTS[control.name](plan, steps)
 
 
 def run_controls(plan: Plan, steps: int) -> tuple[list[tuple[RunControl, RunVariant]], list[SkippedControl]]:

@@ -57,6 +57,8 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+# Over 60 lines: one training step under the allocator's watch; setup, step and cleanup must share
+# the try/finally that frees the device.
 def probe(
     model: nn.Module,
     dataset: Dataset[Any],

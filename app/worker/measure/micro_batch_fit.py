@@ -30,6 +30,8 @@ from app.worker.measure.memory import check_optimizer, probe, resolve_device
 from app.worker.training.workload import LossFn, Workload
 
 
+# Over 60 lines: the search's bracketing and bisection share the trials' record and the device's
+# budget.
 def find_max_micro_batch(
     model: nn.Module,
     dataset: Dataset[Any],

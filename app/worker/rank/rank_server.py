@@ -31,6 +31,7 @@ from torch._C._distributed_c10d import HashStore, PrefixStore, TCPStore
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract import protocol
+from app.contract.host import BuiltModel
 from app.contract.targets import FactoryError
 from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
@@ -191,31 +192,36 @@ class RankServer:
         return protocol.Result(rendezvous.collect_result(store, run_id, msg.nnodes, serving, msg.timeout_s))
 
 
-def describe_models(models: dict[str, str]) -> dict[str, dict[str, Any]]:
+def describe_models(models: dict[str, str]) -> dict[str, BuiltModel]:
     """Each registered model as its factory builds it, or why it cannot be built or trained
     (a smoke forward and backward on two samples)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, BuiltModel] = {}
     for name, target in models.items():
         try:
             workload = Registered(name, target, 0)
         except FactoryError as err:
-            out[name] = {"name": name, "loaded": False, "error": str(err)}
+            out[name] = BuiltModel(name, loaded=False, error=str(err))
             continue
         try:
             workload.smoke_test()
             length = sequence_length_of(workload.dataset)  # what a tokens check compares
         except Exception as err:
-            out[name] = {
-                "name": name,
-                "loaded": False,
-                "error": f"a forward and backward pass on two samples failed: {type(err).__name__}: {err}\n"
-                + model_traceback(err),
-            }
+            error = f"a forward and backward pass on two samples failed: {type(err).__name__}: {err}\n"
+            out[name] = BuiltModel(name, loaded=False, error=error + model_traceback(err))
             continue
-        out[name] = {"loaded": True, "error": None, **workload.describe(), "sequence_length": length}
-    for name, target in models.items():  # a tensor- or pipeline-parallel check needs it
-        if out.get(name, {}).get("loaded"):
-            out[name]["parallelize"] = mesh_models.registered_parallelize(target) is not None
+        described = workload.describe()
+        out[name] = BuiltModel(
+            name,
+            loaded=True,
+            description=described.description,
+            parameters=described.parameters,
+            dataset_size=described.dataset_size,
+            sequence_length=length,
+            model_class=described.model_class,
+            sync_batch_norm=described.sync_batch_norm,
+            # a tensor- or pipeline-parallel check needs it
+            parallelize=mesh_models.registered_parallelize(target) is not None,
+        )
     return out
 
 

@@ -34,8 +34,8 @@ class Admission:
         spec = build_spec(request, factory=self.models.get(request.model))
         self._check_model(spec, has_dataset=request.plan.dataset is not None)
         if spec.workload == "tokens":
-            known = self.runner.models_info.get(spec.model) or {}  # the probe read its sequences
-            refuse_another_sequence_length(request, spec, known.get("sequence_length"))
+            known = self.runner.models_info.get(spec.model)  # the probe read its sequences
+            refuse_another_sequence_length(request, spec, known.sequence_length if known else None)
         if spec.data_parallel_size > self.limits.max_replicas_per_check:
             raise SpecError(
                 f"the plan has {spec.data_parallel_size} data-parallel replicas; this worker "
@@ -109,12 +109,12 @@ class Admission:
                 "under torchrun on every node (python -m app.worker.gradcheck), which runs the mesh too",
                 "/rendezvous/nnodes",
             )
-        info = self.runner.models_info.get(spec.model) or {}
+        info = self.runner.models_info.get(spec.model)
         why = mesh_refusal(
             spec.mesh,
             processes=self.runner.size,
             synthetic=spec.model == SYNTHETIC,
-            parallelize=bool(info.get("parallelize")),
+            parallelize=info is not None and info.parallelize,
         )
         if why is not None:
             raise SpecError(why[0], why[1])
@@ -123,15 +123,15 @@ class Admission:
         if spec.model != SYNTHETIC and spec.model not in self.models:
             raise SpecError(unknown_model(spec.model, list(self.models)), "/model")
         info = self.runner.models_info.get(spec.model)
-        if info is not None and not info.get("loaded"):
+        if info is not None and not info.loaded:
             raise SpecError(
-                f"check model {spec.model!r} cannot be built on this worker: {info['error']}", "/model"
+                f"check model {spec.model!r} cannot be built on this worker: {info.error}", "/model"
             )
-        synced = info.get("sync_batch_norm") if info else None
+        synced = info.sync_batch_norm if info else None
         if synced and (self.runner.host_info.gpus == 0 or spec.backend == "gloo"):
             pointer = "/backend" if self.runner.host_info.gpus else "/model"
             raise SpecError(sync_batch_norm_refusal(list(synced)), pointer)
-        size = info.get("dataset_size") if info else None
+        size = info.dataset_size if info else None
         if isinstance(size, int) and spec.num_samples > size:
             pointer = "/plan/dataset/num_samples" if has_dataset else "/plan/global_batch_size"
             raise SpecError(

@@ -14,21 +14,15 @@ import dataclasses
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
-from app.contract.check_result import CheckResult
-from app.contract.codec import decode, encode
+from app.contract.codec import encode
 from app.contract.jobs import JobStatus
-from app.contract.model_registry import SYNTHETIC
-from app.contract.options import Rendezvous
-from app.contract.request import build_spec, check_request
-from app.contract.spec import CheckSpec
 from app.contract.timings import with_service
 from app.core.errors import NotFound
 from app.logging_setup import job_id_var
 from app.worker.service import reasons
+from app.worker.service.job_state import JobState, Outcome, model_target, stored_submission
 from app.worker.service.limits import Limits
 from app.worker.service.runner import (
     SHUTDOWN_GRACE_S,
@@ -56,59 +50,6 @@ CANCEL_WAIT_S = 5.0
 
 # Called with (status, passed or None, seconds the check ran) whenever a check finishes.
 FinishObserver = Callable[[str, bool | None, float], None]
-
-
-def _submission(stored: Mapping[str, Any]) -> Submission:
-    """The stored submission, typed. A job queued by a server whose spec had another form is
-    planned again from its request body, as this server would have admitted it: a queued job
-    outlives an upgrade."""
-    try:
-        submission: Submission = decode(Submission, stored)
-    except (KeyError, TypeError, ValueError):
-        body = stored["body"]
-        meet = stored.get("rendezvous")
-        spec = build_spec(check_request(body))
-        rendezvous = decode(Rendezvous, meet) if meet else None
-        return Submission(body, spec, float(stored["timeout_s"]), rendezvous)
-    return submission
-
-
-def model_target(spec: CheckSpec, models: dict[str, str]) -> str | None:
-    """The factory a check's model names, from this worker's registry as it is now (the
-    model may have been unregistered by a restart since the job was queued)."""
-    if spec.model != SYNTHETIC and spec.model not in models:
-        raise RankError(f"check model {spec.model!r} is no longer registered on this worker")
-    return models.get(spec.model)
-
-
-@dataclass(eq=False)
-class JobState:
-    """A job from its submission until it is recorded finished."""
-
-    id: str
-    submitted: float | None  # time.monotonic() at the submission; None: queued before a restart
-    task: asyncio.Task[None] | None = None  # set while it runs: queued until then
-    recording: bool = False  # it ended and its record is being written
-
-    @property
-    def queued(self) -> bool:
-        return self.task is None
-
-    def stop(self) -> asyncio.Task[None] | None:
-        """Cancel the running check, unless its record is already being written (that record
-        is left to finish, which a failing database may hold up); the task to wait for."""
-        if self.task is not None and not self.recording:
-            self.task.cancel()
-        return self.task
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How a check ended: what is recorded."""
-
-    status: JobStatus
-    result: CheckResult | None = None
-    error: str | None = None
 
 
 class Execution:
@@ -230,7 +171,7 @@ class Execution:
             stored = await asyncio.to_thread(self.store.get, job.id)
             if stored is None:
                 raise NotFound(f"no check with id {job.id!r}")
-            submission = _submission(stored.submission)
+            submission = stored_submission(stored.submission)
             timeout = submission.timeout_s
             order = self._order(job.id, submission)
             ran = await asyncio.wait_for(self.runner.run_check(order), timeout)

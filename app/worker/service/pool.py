@@ -19,6 +19,7 @@ from typing import Any
 
 from app.contract import protocol
 from app.contract.check_result import CheckResult
+from app.contract.host import BuiltModel, ProcessDescription
 from app.worker.service import fork_server
 from app.worker.service.check_ranks import backend_for, ranks_for, run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
@@ -48,7 +49,7 @@ class RankPool:
         self.size = size
         # Registered check models: one rank builds each to describe it (models_info).
         self.models = dict(models or {})
-        self.models_info: dict[str, dict[str, Any]] = {}
+        self.models_info: dict[str, BuiltModel] = {}
         self._describing = False
         self.processes: list[RankProcess] = []
         self.stopping = False
@@ -149,11 +150,11 @@ class RankPool:
         self.spawn_error = self.failing = None
         self._notify()
 
-    def _described(self, info: dict[str, dict[str, Any]]) -> None:
+    def _described(self, info: dict[str, BuiltModel]) -> None:
         self.models_info = info
         for name, model in info.items():  # start-up cannot know this: the operator reads it here
-            if not model.get("loaded"):
-                log.error("check model %r cannot be built; its checks are refused: %s", name, model["error"])
+            if not model.loaded:
+                log.error("check model %r cannot be built; its checks are refused: %s", name, model.error)
         self._describing = False
         self._notify()
 
@@ -267,12 +268,11 @@ class RankPool:
                 self._spawn_soon(delay=self._replace_after(rank))
         self._notify()
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[ProcessDescription]:
         return [
-            {
-                "pid": r.pid,
-                "state": "dead" if r.dead else "busy" if r.busy else "idle" if r.ready else "warming",
-            }
+            ProcessDescription(
+                r.pid, "dead" if r.dead else "busy" if r.busy else "idle" if r.ready else "warming"
+            )
             for r in self.processes
         ]
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from app.contract import protocol
+from app.contract.host import BuiltModel
 from app.worker.service import fork_server
 from app.worker.service.runner import RankDied, RankError
 
@@ -46,7 +47,7 @@ class RankProcess:
         self.dead = False
         self.on_ready: list[Callable[[RankProcess], None]] = []
         self.on_death: list[Callable[[RankProcess], None]] = []
-        self.on_models: list[Callable[[dict[str, dict[str, Any]]], None]] = []
+        self.on_models: list[Callable[[dict[str, BuiltModel]], None]] = []
         # The fork server it came from: a rank that dies with it has no status of its own.
         self.fork_server_pid = fork_server.current_pid()
         self.attempt = 0  # its failed starts in a row before it (the pool's retry count)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.contract.check_result import CheckResult
+from app.contract.host import BuiltModel, ProcessDescription
 from app.contract.options import Rendezvous
 from app.contract.protocol import HostInfo
 from app.contract.spec import CheckSpec
@@ -102,7 +103,7 @@ class CheckRunner(Protocol):
         ...
 
     @property
-    def models_info(self) -> dict[str, dict[str, Any]]:
+    def models_info(self) -> dict[str, BuiltModel]:
         """Each registered model as its factory built it, once one was built."""
         ...
 
@@ -129,7 +130,7 @@ class CheckRunner(Protocol):
         """The processes ready to run checks."""
         ...
 
-    def describe(self) -> list[dict[str, Any]]:
+    def describe(self) -> list[ProcessDescription]:
         """Each process: pid and state."""
         ...
 

@@ -9,6 +9,7 @@ taken lives in admission, running the taken ones in execution.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import math
 import sqlite3
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from app.contract.codec import encode
+from app.contract.host import BUILT_IN, HostDescription, ModelDescription, registered_model
 from app.contract.jobs import Job, JobStatus
-from app.contract.model_registry import PROBE_PENDING, SYNTHETIC
 from app.core.errors import Busy, NotFound, Unavailable
 from app.logging_setup import job_id_var
 from app.worker.service.admission import Admission
@@ -34,7 +35,6 @@ __all__ = ["CheckService", "Limits"]  # Limits: where callers have always found 
 
 log = logging.getLogger("batchplan.worker")
 
-ModelList = list[dict[str, Any]]  # a name: CheckService has a method called list
 T = TypeVar("T")
 
 
@@ -212,33 +212,33 @@ class CheckService:
 
     # ------------------------------------------------------------------ the host
 
-    def host(self) -> dict[str, Any]:
+    def host(self) -> HostDescription:
         info = self.runner.host_info
         warm = self.runner.warm()
         ready = len(warm) >= self.runner.size
-        return {
-            "worker_enabled": True,
-            "ready": ready,
-            "not_ready_reason": None if ready else self._not_ready_reason(len(warm)),
-            "failing": self.runner.failing,
-            "processes_per_host": self.runner.size,
-            "warm_processes": len(warm),
-            "busy_processes": sum(1 for p in warm if p.busy),
-            "processes": self.runner.describe(),
-            "gpus": info.gpus,
-            "gpu_names": info.gpu_names,
-            "cuda_available": info.cuda_available,
-            "backends": info.backends,
-            "torch_version": info.torch_version,
-            "spawn_error": self.runner.spawn_error,
-            "queued": self.queue_depth(),
-            "running": self.running_count(),
-            "queue_size": self.limits.queue_size,
-            "concurrent_checks": self.limits.concurrent_checks,
-            "max_replicas_per_check": self.limits.max_replicas_per_check,
-            "check_timeout_s": self.limits.check_timeout_s,
-            "models": self.describe_models(),
-        }
+        return HostDescription(
+            worker_enabled=True,
+            ready=ready,
+            not_ready_reason=None if ready else self._not_ready_reason(len(warm)),
+            failing=self.runner.failing,
+            processes_per_host=self.runner.size,
+            warm_processes=len(warm),
+            busy_processes=sum(1 for p in warm if p.busy),
+            processes=self.runner.describe(),
+            gpus=info.gpus,
+            gpu_names=info.gpu_names,
+            cuda_available=info.cuda_available,
+            backends=info.backends,
+            torch_version=info.torch_version,
+            spawn_error=self.runner.spawn_error,
+            queued=self.queue_depth(),
+            running=self.running_count(),
+            queue_size=self.limits.queue_size,
+            concurrent_checks=self.limits.concurrent_checks,
+            max_replicas_per_check=self.limits.max_replicas_per_check,
+            check_timeout_s=self.limits.check_timeout_s,
+            models=self.describe_models(),
+        )
 
     def _not_ready_reason(self, warm: int) -> str:
         if self.runner.failing is not None:
@@ -248,38 +248,8 @@ class CheckService:
             reason += f" (the last start failed: {self.runner.spawn_error})"
         return reason
 
-    def describe_models(self) -> ModelList:
+    def describe_models(self) -> builtins.list[ModelDescription]:
         """The built-in model and every registered one, with what its factory built (once a
         rank has built it: `status` pending and `loaded` null until then)."""
-        out: ModelList = [
-            {
-                "name": SYNTHETIC,
-                "status": "loaded",
-                "status_detail": None,
-                "loaded": True,
-                "error": None,
-                "description": "the built-in model: an 8-16-4 tanh MLP on synthetic samples, one per index",
-                "parameters": 212,
-                "dataset_size": None,
-                "sequence_length": None,
-                "default": True,
-            }
-        ]
-        for name in sorted(self.models):
-            info = self.runner.models_info.get(name, {})
-            loaded = info.get("loaded")
-            out.append(
-                {
-                    "name": name,
-                    "status": "pending" if loaded is None else "loaded" if loaded else "failed",
-                    "status_detail": PROBE_PENDING if loaded is None else None,
-                    "loaded": loaded,
-                    "error": info.get("error"),
-                    "description": info.get("description"),
-                    "parameters": info.get("parameters"),
-                    "dataset_size": info.get("dataset_size"),
-                    "sequence_length": info.get("sequence_length"),
-                    "default": False,
-                }
-            )
-        return out
+        built = self.runner.models_info
+        return [BUILT_IN, *(registered_model(name, built.get(name)) for name in sorted(self.models))]

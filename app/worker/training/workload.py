@@ -26,6 +26,7 @@ import copy
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -190,6 +191,17 @@ class SyntheticWorkload(Workload):
         return batch_loss(module, x, y, reduction)
 
 
+@dataclass(frozen=True, slots=True)
+class Described:
+    """What a registered model's factory built (app.contract.host.BuiltModel carries it)."""
+
+    description: str
+    parameters: int
+    dataset_size: int | None
+    model_class: str
+    sync_batch_norm: tuple[str, ...]
+
+
 class Registered(Workload):
     """A registered factory's (model, dataset, loss_fn), built once; each check trains a copy."""
 
@@ -262,17 +274,15 @@ class Registered(Workload):
         with model_code():
             self.loss(module, x, y, "mean").backward()  # type: ignore[no-untyped-call]
 
-    def describe(self) -> dict[str, Any]:
-        parameters = sum(p.numel() for p in self.template.parameters())
+    def describe(self) -> Described:
         doc = inspect.getdoc(self.factory) or ""
-        return {
-            "name": self.name,
-            "description": doc.split("\n\n")[0].replace("\n", " "),
-            "parameters": parameters,
-            "dataset_size": self._size,
-            "model_class": type(self.template).__name__,
-            "sync_batch_norm": training_sync_batch_norms(self.template),
-        }
+        return Described(
+            description=doc.split("\n\n")[0].replace("\n", " "),
+            parameters=sum(p.numel() for p in self.template.parameters()),
+            dataset_size=self._size,
+            model_class=type(self.template).__name__,
+            sync_batch_norm=tuple(training_sync_batch_norms(self.template)),
+        )
 
 
 def _batch_len(x: Any) -> int:
