@@ -184,3 +184,10 @@ def test_a_function_over_60_lines_says_why_beside_it() -> None:
     assert long, "the walk found no function over 60 lines: is it reading the app?"
     unexplained = [f"{m}:{f} ({n} lines)" for m, f, n, said in long if not said]
     assert unexplained == [], "write '# Over 60 lines: <why>' above each, or split it"
+
+
+def test_no_module_of_the_app_is_over_300_lines() -> None:
+    # Issue 36: small modules with names that explain themselves; a bigger one is split.
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "app").rglob("*.py")}
+    assert len(sizes) > 100, "the walk found too few modules: is it reading the app?"
+    assert {name: n for name, n in sizes.items() if n > 300} == {}

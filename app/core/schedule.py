@@ -29,64 +29,12 @@ from app.core import recipe
 from app.core.errors import InfeasiblePlan, InvalidValue
 from app.core.plan_types import MAX_SAFE_INTEGER, Decay, LearningRatePlan, Plan
 from app.core.records import record
-from app.core.resume_types import ScheduleResume
+from app.core.schedule_types import Rampup, Schedule, SchedulePoint, ScheduleSpec, Stage
 
-__all__ = ["Decay", "Rampup", "Schedule", "ScheduleSpec", "schedule"]
+__all__ = ["Decay", "Rampup", "Schedule", "SchedulePoint", "ScheduleSpec", "Stage", "schedule"]
 
 MAX_POINTS = 5000
 MAX_STAGES = 100_000
-
-
-@record
-class Rampup:
-    start_batch_size: int
-    batch_size_increment: int
-    rampup_samples: int
-
-
-@record
-class ScheduleSpec:
-    train_steps: int | None = None  # default: the recipe's run length (learning_rate.train_steps)
-    rampup: Rampup | None = None
-    decay: Decay | None = None  # default: the recipe's
-    min_lr: float | None = None  # default: the recipe's
-    max_points: int = 500
-
-
-@record
-class Stage:
-    first_step: int
-    steps: int
-    global_batch_size: int
-    gradient_accumulation_steps: int
-
-
-@record
-class SchedulePoint:
-    step: int
-    consumed_samples: int  # before this step
-    global_batch_size: int
-    gradient_accumulation_steps: int
-    lr: float | None
-
-
-@record
-class Schedule:
-    train_steps: int
-    train_samples: int
-    rampup_steps: int
-    warmup_steps: int
-    peak_lr: float | None
-    min_lr: float | None
-    decay: str
-    stages: tuple[Stage, ...]
-    points: tuple[SchedulePoint, ...]
-    downsampled: bool
-    warnings: tuple[str, ...]
-    warmup_start_lr: float | None = None
-    milestones: tuple[int, ...] = ()
-    schedule: str | None = None  # the recipe in one sentence (LearningRatePlan.schedule)
-    resume: ScheduleResume | None = None  # with the plan's resume (app.core.resume_ramp)
 
 
 def recipe_for(lr: LearningRatePlan, spec: ScheduleSpec, steps: int) -> LearningRatePlan:

@@ -3,13 +3,7 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 
 from __future__ import annotations
 
-from app.core.exports.common import (
-    Export,
-    ExportInput,
-    require_data_parallel,
-    summary,
-    uniform_gpus_per_node,
-)
+from app.core.exports.common import Export, ExportInput, require_data_parallel, summary, uniform_gpus_per_node
 from app.core.exports.elastic_table import elastic_table, run_id, table_source
 from app.core.exports.proportional_sampler_source import (
     EVEN_SAMPLER_BODY,

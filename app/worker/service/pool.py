@@ -25,23 +25,9 @@ from app.worker.service.check_ranks import backend_for, ranks_for, run_on_ranks
 from app.worker.service.fork_server import fork_context, serve_rank, stop_fork_server, use_fork_server
 from app.worker.service.rank_process import RankProcess, reap
 from app.worker.service.runner import SHUTDOWN_GRACE_S, CheckOrder, RankError, RanksUnavailable
+from app.worker.service.start_backoff import failing, retry_after, warm_up_patience
 
 log = logging.getLogger("batchplan.worker")
-
-# A fork warms up in tens of milliseconds once start() returns (the fork server has done the
-# imports by then); one that takes this long is stuck and gets replaced. Each try in a row waits
-# twice as long, up to WARM_UP_MAX_S: on a host so loaded that warming takes longer than the
-# first wait, a fixed one would kill every start just before it was done, for ever.
-WARM_UP_TIMEOUT_S = 15.0
-WARM_UP_MAX_S = 120.0
-# A start that failed (the fork server died under it, or the rank died before it was warm) is
-# tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S: a fork server killed while it
-# imports comes back at once, and one that cannot start at all does not spin.
-RETRY_FIRST_S = 0.25
-RETRY_MAX_S = 10.0
-# A start that failed this many times in a row while no rank is warm: the pool is failing,
-# and checks waiting for ranks fail at once with its reason (it keeps trying).
-FAILING_AFTER = 5
 
 
 class RankPool:
@@ -123,7 +109,7 @@ class RankPool:
             return
         self.processes.append(rank)
         rank.start_reader()
-        patience = min(WARM_UP_TIMEOUT_S * 2**attempt, WARM_UP_MAX_S)
+        patience = warm_up_patience(attempt)
         await asyncio.sleep(patience)
         if not rank.ready and not rank.dead and rank in self.processes and not self.stopping:
             self._remove(rank)
@@ -135,9 +121,9 @@ class RankPool:
         if self.stopping:
             return
         self.spawn_error = reason
-        retry = max(min(RETRY_FIRST_S * 2**attempt, RETRY_MAX_S), at_least)
+        retry = max(retry_after(attempt), at_least)
         log.warning("%s; trying again in %g s", reason, retry)
-        if attempt + 1 >= FAILING_AFTER and not self.warm():
+        if failing(attempt) and not self.warm():
             self.failing = (
                 f"rank processes keep failing to start ({attempt + 1} tries in a row); the last: {reason}"
             )
