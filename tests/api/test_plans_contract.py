@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from app.schemas.examples import plan_example
 from app.schemas.plan_recipe_out import LearningRateOut
-from app.schemas.plan_responses import SamplerOut
+from app.schemas.plan_responses import ReplicaGroupOut, SamplerOut
 
 # The ImageNet example of Swagger, every default spelled out as CONTRACT.md sends it.
 IMAGENET_REQUEST: dict[str, Any] = {
@@ -39,18 +39,8 @@ CONTRACT_RESPONSE: dict[str, Any] = {
     "global_batch_size": 512,
     "micro_batch_size": 32,
     "gradient_accumulation_steps": 1,
-    "replica_groups": [
-        {
-            "start": 0,
-            "stop": 16,
-            "node_group": "default",
-            "micro_batch_size": 32,
-            "samples_per_step": 32,
-            "loss_scale": 1.0,
-            "num_samples_per_replica": 80073,
-        }
-    ],
-    # The sampler and the learning rate as Swagger shows them: the same ImageNet plan.
+    # The replica group, sampler and learning rate as Swagger shows them: the same ImageNet plan.
+    "replica_groups": [swagger_example(ReplicaGroupOut)],
     "sampler": swagger_example(SamplerOut),
     "learning_rate": swagger_example(LearningRateOut),
 }
