@@ -43,9 +43,7 @@ from http_load import (
     build_requests,
     free_port,
     raw_request,
-    run_asyncio,
-    run_wrk,
-    server_cpu_seconds,
+    run_phase,
     start_server,
     stop_server,
     wait_ready,
@@ -134,13 +132,9 @@ def main() -> int:  # noqa: PLR0915
         with tempfile.TemporaryDirectory() as tmp:
 
             def drive(endpoint: str, secs: float) -> Phase:
-                cpu0 = server_cpu_seconds(proc.pid)
-                if generator == "wrk":
-                    phase = run_wrk(endpoint, port, args.connections, secs, client_cpu, Path(tmp))
-                else:
-                    phase = run_asyncio(endpoint, port, args.connections, secs)
-                phase.server_cpu_s = server_cpu_seconds(proc.pid) - cpu0
-                return phase
+                return run_phase(
+                    generator, endpoint, port, args.connections, secs, proc.pid, client_cpu, Path(tmp)
+                )
 
             for endpoint in ENDPOINTS:
                 drive(endpoint, warm_s)

@@ -285,3 +285,24 @@ def run_wrk(
     if not m:
         print("wrk output not understood:\n" + out, file=sys.stderr)
     return phase
+
+
+def run_phase(
+    generator: str,
+    endpoint: str,
+    port: int,
+    connections: int,
+    seconds: float,
+    server_pid: int,
+    client_cpu: int | None,
+    workdir: Path,
+) -> Phase:
+    """One phase of load from `generator` ("wrk" or "asyncio"; wrk pinned to `client_cpu`),
+    with the CPU the server spent on it."""
+    cpu0 = server_cpu_seconds(server_pid)
+    if generator == "wrk":
+        phase = run_wrk(endpoint, port, connections, seconds, client_cpu, workdir)
+    else:
+        phase = run_asyncio(endpoint, port, connections, seconds)
+    phase.server_cpu_s = server_cpu_seconds(server_pid) - cpu0
+    return phase

@@ -34,8 +34,7 @@ from http_load import (
     ENDPOINT_NAMES,
     free_port,
     run_asyncio,
-    run_wrk,
-    server_cpu_seconds,
+    run_phase,
     start_server,
     stop_server,
     wait_ready,
@@ -128,14 +127,16 @@ def main() -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             )  # fmt: skip
             time.sleep(0.5)  # py-spy attaches
-            cpu0 = server_cpu_seconds(proc.pid)
-            if generator == "wrk":
-                phase = run_wrk(
-                    args.endpoint, port, args.connections, args.seconds, 1 if pin else None, Path(tmp)
-                )
-            else:
-                phase = run_asyncio(args.endpoint, port, args.connections, args.seconds)
-            phase.server_cpu_s = server_cpu_seconds(proc.pid) - cpu0
+            phase = run_phase(
+                generator,
+                args.endpoint,
+                port,
+                args.connections,
+                args.seconds,
+                proc.pid,
+                1 if pin else None,
+                Path(tmp),
+            )
             _, err = spy.communicate(timeout=args.seconds + 30)
         finally:
             stop_server(proc)

@@ -44,6 +44,18 @@ def is_within(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def imports_beyond_the_standard_library(path: Path, *allowed: str) -> list[str]:
+    """`file:line imports module` for each import of `path` outside the standard library and
+    the `allowed` packages."""
+    return [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for line, module in imported_modules(path)
+        if module.split(".")[0] not in sys.stdlib_module_names
+        and module != "__future__"
+        and not any(is_within(module, prefix) for prefix in allowed)
+    ]
+
+
 def core_files() -> list[Path]:
     return sorted(CORE.rglob("*.py"))
 
@@ -54,14 +66,7 @@ def test_core_has_modules_to_check() -> None:
 
 @pytest.mark.parametrize("path", core_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_core_imports_only_the_standard_library_and_itself(path: Path) -> None:
-    offending = [
-        f"{path.relative_to(ROOT)}:{line} imports {module}"
-        for line, module in imported_modules(path)
-        if module.split(".")[0] not in sys.stdlib_module_names
-        and module != "__future__"
-        and not is_within(module, "app.core")
-    ]
-    assert offending == []
+    assert imports_beyond_the_standard_library(path, "app.core") == []
 
 
 def worker_files() -> list[Path]:
@@ -78,15 +83,7 @@ def room_files(*rooms: str) -> list[Path]:
 @pytest.mark.parametrize("path", room_files("contract"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_check_contract_imports_only_the_standard_library_and_the_core(path: Path) -> None:
     """The schemas and the worker read the same records: torch-free and web-free."""
-    offending = [
-        f"{path.relative_to(ROOT)}:{line} imports {module}"
-        for line, module in imported_modules(path)
-        if module.split(".")[0] not in sys.stdlib_module_names
-        and module != "__future__"
-        and not is_within(module, "app.core")
-        and not is_within(module, "app.contract")
-    ]
-    assert offending == []
+    assert imports_beyond_the_standard_library(path, "app.core", "app.contract") == []
 
 
 def ids(path: Path) -> str:

@@ -43,6 +43,11 @@ router = APIRouter(prefix="/v1/plans", tags=["exports"], route_class=JsonBodyRou
 _UNPROCESSABLE = "Invalid or infeasible values, or a plan the format cannot express, with suggestions."
 
 
+def _one_example(name: str, summary: str, value: Any) -> Any:
+    """The request body of a route that Swagger shows with this one example."""
+    return Body(openapi_examples={name: {"summary": summary, "value": value}})
+
+
 def _exported(fmt: str, body: dict[str, Any]) -> None:
     request = PlanRequestIn.model_validate(body).to_core()
     EXPORTERS[fmt](ExportInput(request, plan(request)))
@@ -191,11 +196,7 @@ _SCHEDULE_RESPONSES: dict[int | str, dict[str, Any]] = {
 async def plan_schedule(
     body: Annotated[
         ScheduleRequestIn,
-        Body(
-            openapi_examples={
-                "rampup": {"summary": "ImageNet, batch ramp-up 128 to 512", "value": SCHEDULE_REQUEST_EXAMPLE}
-            }
-        ),
+        _one_example("rampup", "ImageNet, batch ramp-up 128 to 512", SCHEDULE_REQUEST_EXAMPLE),
     ],
     http: Request,
     format: Annotated[Literal["json", "png", "svg"], Query(description="json, or a chart")] = "json",
@@ -243,12 +244,7 @@ async def plan_schedule(
 )
 async def plan_elastic(
     body: Annotated[
-        ElasticRequestIn,
-        Body(
-            openapi_examples={
-                "deepspeed": {"summary": "DeepSpeed's own example", "value": ELASTIC_REQUEST_EXAMPLE}
-            }
-        ),
+        ElasticRequestIn, _one_example("deepspeed", "DeepSpeed's own example", ELASTIC_REQUEST_EXAMPLE)
     ],
     http: Request,
 ) -> ElasticOut:

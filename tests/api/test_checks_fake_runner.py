@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.apps import runner_client
 from support.fake_runner import FakeRunner
 
 from app.api.checks import HOLD_S
@@ -32,9 +33,7 @@ def runner() -> FakeRunner:
 
 @pytest.fixture
 def client(tmp_path: Path, runner: FakeRunner) -> Iterator[TestClient]:
-    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
-    with TestClient(create_app(settings, runner=runner)) as test_client:
-        yield test_client
+    yield from runner_client(tmp_path, runner)
 
 
 def wait_status(client: TestClient, location: str, *statuses: str) -> dict[str, Any]:

@@ -6,27 +6,29 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 
 from app.schemas.examples import plan_example
+from app.schemas.plan_recipe_out import LearningRateOut
+from app.schemas.plan_responses import ReplicaGroupOut, SamplerOut
 
+# The ImageNet example of Swagger, every default spelled out as CONTRACT.md sends it.
 IMAGENET_REQUEST: dict[str, Any] = {
-    "topology": {"num_nodes": 2, "gpus_per_node": 8},
-    "global_batch_size": 512,
+    **plan_example("dataset_and_lr"),
     "micro_batch_size": None,
     "gradient_accumulation_steps": None,
     "max_micro_batch_size": None,
     "divisibility": "exact",
     "parallelism": {"tensor": 1, "pipeline": 1, "context": 1},
     "loss_reduction": "mean",
-    "dataset": {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90},
-    "learning_rate": {
-        "base_lr": 0.1,
-        "base_batch_size": 256,
-        "rule": "linear",
-        "optimizer": "sgd",
-        "warmup_epochs": 5,
-    },
 }
+
+
+def swagger_example(model: type[BaseModel]) -> Any:
+    """The one example Swagger shows for `model` (app.schemas.types.with_examples)."""
+    (example,) = model.model_config["json_schema_extra"]["examples"]  # type: ignore[index]
+    return example
+
 
 # The response of CONTRACT.md, field by field (its `explanation` is elided there).
 CONTRACT_RESPONSE: dict[str, Any] = {
@@ -37,40 +39,10 @@ CONTRACT_RESPONSE: dict[str, Any] = {
     "global_batch_size": 512,
     "micro_batch_size": 32,
     "gradient_accumulation_steps": 1,
-    "replica_groups": [
-        {
-            "start": 0,
-            "stop": 16,
-            "node_group": "default",
-            "micro_batch_size": 32,
-            "samples_per_step": 32,
-            "loss_scale": 1.0,
-            "num_samples_per_replica": 80073,
-        }
-    ],
-    "sampler": {
-        "kind": "DistributedSampler",
-        "num_replicas": 16,
-        "shuffle": True,
-        "seed": 0,
-        "drop_last": False,
-        "num_samples_per_replica": 80073,
-        "total_size": 1281168,
-        "padded_samples": 1,
-        "dropped_samples": 0,
-        "micro_steps_per_epoch": 2503,
-        "optimizer_steps_per_epoch": 2503,
-    },
-    "learning_rate": {
-        "optimizer": "sgd",
-        "rule": "linear",
-        "base_lr": 0.1,
-        "base_batch_size": 256,
-        "factor": 2.0,
-        "lr": 0.2,
-        "warmup_steps": 12515,
-        "warmup_start_lr": 0.1,
-    },
+    # The replica group, sampler and learning rate as Swagger shows them: the same ImageNet plan.
+    "replica_groups": [swagger_example(ReplicaGroupOut)],
+    "sampler": swagger_example(SamplerOut),
+    "learning_rate": swagger_example(LearningRateOut),
 }
 CONTRACT_WARNING = "1 sample per epoch is seen twice: DistributedSampler pads 1281167 to 1281168"
 

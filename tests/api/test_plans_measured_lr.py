@@ -19,14 +19,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from support.apps import runner_client
 from support.bodies import put
 from support.fake_runner import FakeRunner
-from support.problems import assert_field_error
+from support.problems import assert_field_error, assert_wrong_plan
 
 from app.contract.check_result import CheckResult
-from app.main import create_app
 from app.schemas.examples import plan_example
-from app.settings import Settings
 from app.worker.service.runner import CheckOrder, RankError
 
 MEASURED = plan_example("measured_lr")  # 8 replicas, global 512, base 0.1 at 64, linear measured best
@@ -62,9 +61,7 @@ def runner() -> ProbeRunner:
 
 @pytest.fixture
 def checks(tmp_path: Path, runner: ProbeRunner) -> Iterator[TestClient]:
-    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
-    with TestClient(create_app(settings, runner=runner)) as test_client:
-        yield test_client
+    yield from runner_client(tmp_path, runner)
 
 
 def _finished(client: TestClient, location: str, status: str = "succeeded") -> str:
@@ -241,11 +238,7 @@ WRONG = [
 def test_wrong_uses_are_a_422_at_their_field(
     client: TestClient, body: dict[str, Any], pointer: str, works: str
 ) -> None:
-    problem = assert_field_error(client.post("/v1/plans", json=body), pointer)
-    assert works in problem["errors"][0]["detail"], problem
-    for key, values in problem.get("suggestions", {}).items():
-        for value in values:
-            assert client.post("/v1/plans", json=put(body, key, value)).status_code == 200, (key, value)
+    assert_wrong_plan(client, body, pointer, works)
 
 
 def test_the_cli_and_rank_program_refuse_an_id_they_cannot_look_up() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.testclient import TestClient
+from support.bodies import node_groups
 
 from app.core.planner import plan
 from app.core.recipe import lr_of
@@ -21,12 +22,7 @@ BODY: dict[str, Any] = {
     "learning_rate": {"base_lr": 0.1, "base_batch_size": 12, "warmup_steps": 2, "decay": "cosine"},
 }
 MIXED: dict[str, Any] = {
-    "topology": {
-        "node_groups": [
-            {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-            {"name": "slow", "num_nodes": 1, "gpus_per_node": 1, "relative_throughput": 1.0},
-        ]
-    },
+    "topology": node_groups(("fast", 1, 2, 2.0), ("slow", 1, 1, 1.0)),
     "global_batch_size": 20,
     "gradient_accumulation_steps": 2,
     "dataset": {"num_samples": 53, "epochs": 2},

@@ -18,15 +18,12 @@ from support.servers import ROOT, Server
 from app.core.exports import EXPORTERS
 from app.schemas.examples import plan_example
 
+# ImageNet on 16 GPUs (plan_example("dataset_and_lr")): the plan and the exports say the same.
+IMAGENET_FLAGS = ["--num-nodes", "2", "-b", "512", "--num-samples", "1281167"]
 FLAG_REQUESTS = {
     "homogeneous": ["--num-nodes", "2", "--gpus-per-node", "8", "-b", "512"],
     "dataset_and_lr": [
-        "--num-nodes",
-        "2",
-        "-b",
-        "512",
-        "--num-samples",
-        "1281167",
+        *IMAGENET_FLAGS,
         "--epochs",
         "90",
         "--base-lr",
@@ -133,12 +130,7 @@ def test_table_is_the_default_and_the_same_both_ways(run: Invoke, server: Server
 @pytest.mark.parametrize("fmt", list(EXPORTERS))
 def test_every_export_format_is_the_same_both_ways(run: Invoke, server: Server, fmt: str) -> None:
     args = [
-        "--num-nodes",
-        "2",
-        "-b",
-        "512",
-        "--num-samples",
-        "1281167",
+        *IMAGENET_FLAGS,
         "--base-lr",
         "0.1",
         "--warmup-epochs",

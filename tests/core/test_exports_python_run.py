@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.bodies import node_groups
+from support.bodies import curve_group, node_groups
 
 from app.core.exports import ExportInput, export
 from app.core.planner import plan
@@ -34,27 +34,8 @@ UNEVEN = {
 CURVES = {
     "topology": {
         "node_groups": [
-            {
-                "name": "fast",
-                "num_nodes": 1,
-                "gpus_per_node": 1,
-                "max_micro_batch_size": 16,
-                "throughput_curve": [
-                    {"micro_batch_size": 2, "samples_per_s": 400.0},
-                    {"micro_batch_size": 8, "samples_per_s": 900.0},
-                    {"micro_batch_size": 16, "samples_per_s": 950.0},
-                ],
-            },
-            {
-                "name": "slow",
-                "num_nodes": 1,
-                "gpus_per_node": 1,
-                "max_micro_batch_size": 8,
-                "throughput_curve": [
-                    {"micro_batch_size": 2, "samples_per_s": 300.0},
-                    {"micro_batch_size": 8, "samples_per_s": 500.0},
-                ],
-            },
+            curve_group("fast", 1, 1, 16, {2: 400.0, 8: 900.0, 16: 950.0}),
+            curve_group("slow", 1, 1, 8, {2: 300.0, 8: 500.0}),
         ]
     },
     "global_batch_size": 36,

@@ -48,3 +48,11 @@ def fake_client(
     app = create_app(Settings(jobs_db=db, log_level="warning", **settings), runner=runner or FakeRunner())
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
+
+
+def runner_client(tmp_path: Path, runner: FakeRunner) -> Iterator[TestClient]:
+    """A test's client fixture whose checks run on `runner`, its jobs in `tmp_path`, server errors
+    raised: `yield from runner_client(tmp_path, runner)`."""
+    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
+    with TestClient(create_app(settings, runner=runner)) as client:
+        yield client

@@ -31,6 +31,19 @@ def node_groups(*groups: tuple[str, int, int, float]) -> dict[str, Any]:
     return {"node_groups": [dict(zip(keys, group, strict=True)) for group in groups]}
 
 
+def curve_group(
+    name: str, num_nodes: int, gpus_per_node: int, max_micro_batch_size: int, curve: dict[int, float]
+) -> dict[str, Any]:
+    """A node group measured by its throughput curve: `curve` maps micro-batch sizes to samples/s."""
+    return {
+        "name": name,
+        "num_nodes": num_nodes,
+        "gpus_per_node": gpus_per_node,
+        "max_micro_batch_size": max_micro_batch_size,
+        "throughput_curve": [{"micro_batch_size": m, "samples_per_s": s} for m, s in curve.items()],
+    }
+
+
 def put(body: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
     """`body` with `value` at the suggestion's key; the key's every part but the last must be
     there already: a suggestion changes a field of this request's shape (or an item of one of

@@ -8,6 +8,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from .bodies import put
+
 PROBLEM = "application/problem+json"
 TOPOLOGY = {"num_nodes": 2, "gpus_per_node": 8}
 
@@ -34,6 +36,17 @@ def assert_field_error(response: Any, pointer: str, status: int = 422) -> dict[s
     assert body["errors"][0]["pointer"] == pointer, body["errors"]
     assert body["errors"][0]["detail"]
     return body
+
+
+def assert_wrong_plan(client: TestClient, body: dict[str, Any], pointer: str, works: str) -> dict[str, Any]:
+    """POST /v1/plans of `body` is a 422 at `pointer` whose detail says `works` (what would), and
+    each of its suggestions plans when substituted alone."""
+    problem = assert_field_error(client.post("/v1/plans", json=body), pointer)
+    assert works in problem["errors"][0]["detail"], problem
+    for key, values in problem.get("suggestions", {}).items():
+        for value in values:
+            assert client.post("/v1/plans", json=put(body, key, value)).status_code == 200, (key, value)
+    return problem
 
 
 def post_raw(client: TestClient, content: bytes | str, content_type: str | None = "application/json") -> Any:

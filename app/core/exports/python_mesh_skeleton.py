@@ -6,11 +6,12 @@ or shards its sequence: those plans are refused with what to use instead."""
 
 from __future__ import annotations
 
-from app.core.exports.common import Export, ExportInput, ExportUnsupported, summary, uniform_gpus_per_node
+from app.core.exports.common import Export, ExportInput, ExportUnsupported
 from app.core.exports.elastic_table import elastic_table, run_id, table_source
 from app.core.exports.mesh_resume_source import MESH_RESUME_SOURCE
 from app.core.exports.python_literal import py_literal
 from app.core.exports.recipe_code import lr_block, max_grad_norm, optimizer_call, scheduler_call
+from app.core.exports.skeleton_source import render_skeleton
 
 _SKELETON = '''#!/usr/bin/env python3
 """Training loop on a device mesh for a batchplan plan.
@@ -146,17 +147,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps")
     parser.add_argument("--checkpoint", default=f"checkpoint-{RUN_ID}",
                         help="a directory: resume from it when it holds a checkpoint; every rank saves to it")
-    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: never")
-    args = parser.parse_args()
-
-    backend = "nccl" if torch.cuda.is_available() and not TOY else "gloo"
-    dist.init_process_group(backend)
+__PROCESS_GROUP__
     rank, world = dist.get_rank(), dist.get_world_size()
     dp, micro, accumulation, shard = mesh_settings(world)
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+__DEVICE__
     mesh = build_mesh(device.type, dp, shard)
     dp_rank = data_parallel_rank(mesh, shard)
 
@@ -242,9 +236,6 @@ def export_mesh_python(x: ExportInput) -> Export:
         )
     sampler = p.sampler
     fields = {
-        "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
-        "__NPROC__": str(shape if (shape := uniform_gpus_per_node(x)) is not None else "gpu"),
-        "__SCRIPT__": x.options.script,
         "__WORLD__": str(p.world_size),
         "__TP__": str(p.model_parallel_size),
         "__DP__": str(p.data_parallel_size),
@@ -265,7 +256,4 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__ELASTIC__", table_source(elastic_table(x), shards=True)
     )
     fields["__RESUME__"] = resume.replace("__RUN_ID__", py_literal(run_id(x)))
-    text = _SKELETON
-    for token, value in fields.items():
-        text = text.replace(token, value)
-    return Export("python", "text/plain", "train.py", text)
+    return render_skeleton(_SKELETON, x, fields)

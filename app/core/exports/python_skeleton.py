@@ -3,7 +3,7 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 
 from __future__ import annotations
 
-from app.core.exports.common import Export, ExportInput, require_data_parallel, summary, uniform_gpus_per_node
+from app.core.exports.common import Export, ExportInput, require_data_parallel
 from app.core.exports.elastic_table import elastic_table, run_id, table_source
 from app.core.exports.proportional_sampler_source import (
     EVEN_SAMPLER_BODY,
@@ -21,6 +21,7 @@ from app.core.exports.recipe_code import (
     recipe,
     scheduler_call,
 )
+from app.core.exports.skeleton_source import render_skeleton
 from app.core.exports.training import optimizer_sentence
 
 _SKELETON = '''#!/usr/bin/env python3
@@ -147,16 +148,9 @@ def main() -> None:
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--checkpoint", default=f"checkpoint-{RUN_ID}.pt",
                         help="resume from this file when it exists; rank 0 saves to it (on shared storage)")
-    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: never")
-    args = parser.parse_args()
-
-    backend = "nccl" if torch.cuda.is_available() and not TOY else "gloo"
-    dist.init_process_group(backend)
+__PROCESS_GROUP__
     rank, world = dist.get_rank(), dist.get_world_size()  # torchrun's WORLD_SIZE: any in ELASTIC_TABLE
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+__DEVICE__
     micro_batch_size, accumulation, loss_scale = replica_settings(rank, world)
     check_launch_env(micro_batch_size, accumulation)
 
@@ -254,7 +248,6 @@ def export_python(x: ExportInput) -> Export:
         return export_mesh_python(x)
     require_data_parallel(x, "the python skeleton (plain DDP)")
     groups = [(g.start, g.stop, g.micro_batch_size, g.loss_scale) for g in p.replica_groups]
-    shape = uniform_gpus_per_node(x)
     lr, _ = recipe(x)
     epochs = p.sampler.epochs if p.sampler and p.sampler.epochs else None
     full_run = epochs * p.sampler.optimizer_steps_per_epoch if epochs and p.sampler else None
@@ -263,9 +256,6 @@ def export_python(x: ExportInput) -> Export:
     if optimizer_note(x):
         sentence += f"; {optimizer_note(x)}"
     fields = {
-        "__SUMMARY__": "\n".join(summary(x)).replace('"""', "'''").replace("\\", "\\\\"),
-        "__NPROC__": str(shape if shape is not None else "gpu"),
-        "__SCRIPT__": x.options.script,
         "__SAMPLER__": "" if p.split == "even" else PROPORTIONAL_SAMPLER,
         "__RESUME__": RESUME_SOURCE.strip("\n")
         .replace("__MAKE_SAMPLER__", EVEN_SAMPLER_BODY if p.split == "even" else PROPORTIONAL_SAMPLER_BODY)
@@ -289,7 +279,4 @@ def export_python(x: ExportInput) -> Export:
         "__OPTIMIZER_CALL__": optimizer_call(x, "params"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
     }
-    text = _SKELETON
-    for token, value in fields.items():
-        text = text.replace(token, value)
-    return Export("python", "text/plain", "train.py", text)
+    return render_skeleton(_SKELETON, x, fields)
