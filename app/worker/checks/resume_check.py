@@ -161,7 +161,7 @@ class _MeshRanks:
     def step(self, ctx: Context, by_tokens: bool) -> tuple[int, float, int | None]:
         if not self.member:
             return 0, 0.0, None
-        epoch, reads = next(iter(self.feeds.values()))
+        epoch, reads = next(next(iter(self.feeds.values())))
         return epoch, self.me.step(reads), None
 
     def clip(self, max_norm: float) -> None:
