@@ -50,7 +50,9 @@ def resume_run(
             pointer=DP,
             suggestions={"resume.data_parallel_size": _working(trained, resume.at_step, before)},
         )
-    asked = dataclasses.replace(trained, resume=ResumeSpec(optimizer_step=resume.at_step, data_parallel_size=after))
+    asked = dataclasses.replace(
+        trained, resume=ResumeSpec(optimizer_step=resume.at_step, data_parallel_size=after)
+    )
     whole = _resumed(asked, trained, before)
     assert whole.resume is not None
     if not whole.resume.same_global_batches:
@@ -91,7 +93,9 @@ def _resumed(request: PlanRequest, trained: PlanRequest, most: int) -> Plan:
             raise dataclasses.replace(err, pointer="/resume", suggestions={}) from None
         assert request.resume is not None
         found = _working(trained, request.resume.optimizer_step or 0, most)
-        raise dataclasses.replace(err, suggestions={"resume.data_parallel_size": found} if found else {}) from None
+        raise dataclasses.replace(
+            err, suggestions={"resume.data_parallel_size": found} if found else {}
+        ) from None
 
 
 def _working(trained: PlanRequest, at_step: int, most: int) -> list[int]:
@@ -99,7 +103,9 @@ def _working(trained: PlanRequest, at_step: int, most: int) -> list[int]:
     the largest first."""
     found: list[int] = []
     for size in range(most, 0, -1):
-        asked = dataclasses.replace(trained, resume=ResumeSpec(optimizer_step=at_step, data_parallel_size=size))
+        asked = dataclasses.replace(
+            trained, resume=ResumeSpec(optimizer_step=at_step, data_parallel_size=size)
+        )
         try:
             resume = plan(asked).resume
         except PlanError:

@@ -43,7 +43,14 @@ from app.core.recipe import lr_of
 from app.core.resume_types import ResumePlan
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.mesh_run import _MeshRank
-from app.worker.checks.resume_parts import Layout, ResumeControls, first_ranks, layout_of, resumed_feed, sub_mesh
+from app.worker.checks.resume_parts import (
+    Layout,
+    ResumeControls,
+    first_ranks,
+    layout_of,
+    resumed_feed,
+    sub_mesh,
+)
 from app.worker.checks.run_check import run_workload
 from app.worker.checks.run_referee import Referee
 from app.worker.training.gradients import Batch, micro_steps
@@ -117,7 +124,9 @@ class _DdpRanks:
             scale = dp / valid if valid else 0.0
             batches: list[Batch] = [(b, scale, "sum") for _, bs in reads.values() for b in bs]
         else:
-            batches = [(b, self.scales[r], self.plan.loss_reduction) for r, (_, bs) in reads.items() for b in bs]
+            batches = [
+                (b, self.scales[r], self.plan.loss_reduction) for r, (_, bs) in reads.items() for b in bs
+            ]
         if not self.member:
             return epoch, 0.0, valid
         total = micro_steps(
@@ -219,14 +228,17 @@ class ResumeRun:
     def prepare(self, ctx: Context) -> _Resume:
         spec = ctx.spec
         plan, new = spec.run_plan, spec.resume_plan
-        assert plan is not None and new is not None and plan.resume is not None, "a resume spec has both plans"
+        assert plan is not None and new is not None and plan.resume is not None, (
+            "a resume spec has both plans"
+        )
         work = run_workload(spec, ctx.workload)
         by_tokens = spec.workload == "tokens" and spec.loss_normalization == "token"
-        skips = {r: g.skip_samples for g in plan.resume.replica_groups for r in range(g.start, g.stop)}
+        resume = plan.resume
+        skips = {r: g.skip_samples for g in resume.replica_groups for r in range(g.start, g.stop)}
         right = layout_of(new, skips.__getitem__)
         leads_a_mesh = ctx.leader and spec.mesh is not None
         order = [n for n, _ in work.module(ctx.dtype, ctx.device).named_parameters()] if leads_a_mesh else []
-        ranks = self._ranks(ctx, plan, work, lambda r: replica_steps(plan, r, plan.resume.optimizer_step), order)
+        ranks = self._ranks(ctx, plan, work, lambda r: replica_steps(plan, r, resume.optimizer_step), order)
         referee = controls = None
         if ctx.leader:
             counts = work.counts if isinstance(work, TokenWorkload) else None
@@ -234,7 +246,9 @@ class ResumeRun:
             referee = Referee(
                 plan, spec.steps, work, dtype_name=spec.dtype, device=ctx.device, valid_tokens=tokens
             )
-            controls = ResumeControls(plan, new, right, plan.resume.epoch, plan.resume.optimizer_step, spec.steps)
+            controls = ResumeControls(
+                plan, new, right, plan.resume.epoch, plan.resume.optimizer_step, spec.steps
+            )
             ctx.timer.set_aside("run_reference", referee.seconds)
         return _Resume(plan, new, plan.resume, right, work, ranks, referee, controls, by_tokens, order)
 

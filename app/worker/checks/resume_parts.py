@@ -58,7 +58,11 @@ def layout_of(plan: Plan, skip: Callable[[int], int], *, keep: Plan | None = Non
     dp, group = plan.data_parallel_size, own.replica_groups[0]
     scale = (group.loss_scale or 0.0) / dp
     return Layout(
-        dp, group.micro_batch_size, own.gradient_accumulation_steps, tuple(map(skip, range(dp))), (scale,) * dp
+        dp,
+        group.micro_batch_size,
+        own.gradient_accumulation_steps,
+        tuple(map(skip, range(dp))),
+        (scale,) * dp,
     )
 
 
@@ -66,7 +70,7 @@ def resumed_feed(plan: Plan, layout: Layout, replica: int, epoch: int) -> Iterat
     """Replica `replica`'s optimizer steps from the resumed epoch `epoch` on, crossing epochs."""
     assert plan.sampler is not None
     sampler_plan, skip = plan.sampler, layout.skip[replica]
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[int] = DistributedSampler(
         IndexDataset(dataset_size(plan)),
         num_replicas=layout.replicas,
         rank=replica,
@@ -150,7 +154,6 @@ class _Fork:
     control: Control
     trainer: ReferenceTrainer
     steps: list[tuple[int, StepIndices]]
-    lr_step: Callable[[int], int]
     taken: list[ReferenceStep]
     off: list[tuple[float, float]]
 
@@ -172,7 +175,7 @@ class ResumeControls:
             (RESUME_KEEPS_MICRO_BATCH, layout_of(new, lambda r: right.skip[r], keep=plan), _same),
             (RESUME_PER_RANK_POSITION, _with_skip(right, lambda r: per_rank), _same),
         ):
-            reason = self._same_run(layout, lr_step)
+            reason = self._same_run(control, layout, lr_step)
             if reason is None:
                 self.ways.append((control, layout, lr_step))
             else:
@@ -183,23 +186,28 @@ class ResumeControls:
         assert self.plan.sampler is not None
         return self.plan.sampler.optimizer_steps_per_epoch
 
-    def _same_run(self, layout: Layout, lr_step: Callable[[int], int]) -> str | None:
+    def _same_run(self, control: Control, layout: Layout, lr_step: Callable[[int], int]) -> str | None:
         """Why this resume trains the right one exactly on these steps; None when it does not."""
         recipe = self.plan.learning_rate
         assert recipe is not None
         steps = range(self.at_step, self.at_step + self.left)
-        same_lr = all(lr_of(recipe, j) == lr_of(recipe, lr_step(j)) for j in steps)
+        if any(lr_of(recipe, j) != lr_of(recipe, lr_step(j)) for j in steps):
+            return None
         read = layout_steps(self.new, layout, self.epoch, self.left)
-        same_reads = [_weighed(s, layout, self.plan) for _, s in read] == [
+        if [_weighed(s, layout, self.plan) for _, s in read] != [
             _weighed(s, self.right, self.plan) for _, s in self.right_steps
-        ]
-        if same_reads and same_lr:
+        ]:
+            return None
+        where = f"from step {self.at_step} to {steps[-1]}"
+        if control is RESUME_SCHEDULE_RESTART:
+            return f"the schedule gives the same lr {where} as from step 0 on: restarting it changes nothing"
+        if self.at_step % self._per_epoch() == 0:
+            return f"the checkpoint falls on an epoch's start (step {self.at_step}): there is nothing to skip"
+        if layout.replicas == self.plan.data_parallel_size:
             return (
-                f"from step {self.at_step} to {steps[-1]} it reads the same samples with the same weights "
-                f"at the same lr as the right resume (on {layout.replicas} of {self.plan.data_parallel_size} "
-                f"replicas, step {self.at_step % self._per_epoch()} of its epoch): it changes nothing here"
+                "the run resumes on the plan's own replicas: every rank's position and split are the old ones"
             )
-        return None
+        return f"{where} it reads the same samples with the same weights as the right resume"
 
     def fork(self, reference: ReferenceTrainer, tolerance: float) -> None:
         """At the checkpoint: each control starts from the reference's state."""
@@ -208,8 +216,12 @@ class ResumeControls:
             trainer = copy.deepcopy(reference)
             trainer.scales = list(layout.scales)
             trainer.variant = RunVariant(scheduler_step=lr_step)
-            steps = self.right_steps if layout == self.right else layout_steps(self.new, layout, self.epoch, self.left)
-            self.forks.append(_Fork(control, trainer, steps, lr_step, [], []))
+            steps = (
+                self.right_steps
+                if layout == self.right
+                else layout_steps(self.new, layout, self.epoch, self.left)
+            )
+            self.forks.append(_Fork(control, trainer, steps, [], []))
 
     def step(self, k: int, reference: torch.Tensor) -> None:
         """Each control's step k, against the reference's parameters after it."""
@@ -218,12 +230,16 @@ class ResumeControls:
             fork.taken.append(fork.trainer._step(k, epoch, replicas))
             fork.off.append(compare(fork.trainer.flat_params(), reference))
 
-    def outcome(self) -> tuple[list[ControlOutcome], dict[str, tuple[ControlStep, ...]], list[SkippedControl]]:
+    def outcome(
+        self,
+    ) -> tuple[list[ControlOutcome], dict[str, tuple[ControlStep, ...]], list[SkippedControl]]:
         outcomes, ran = [], {}
         for fork in self.forks:
             max_abs, rel = fork.off[-1]
             detected = rel > DETECTION_FACTOR * self.tolerance
-            outcomes.append(ControlOutcome(fork.control.name, fork.control.description, rel, max_abs, detected))
+            outcomes.append(
+                ControlOutcome(fork.control.name, fork.control.description, rel, max_abs, detected)
+            )
             ran[fork.control.name] = tuple(
                 ControlStep(s.step, s.lr, s.loss, o[1]) for s, o in zip(fork.taken, fork.off, strict=True)
             )
@@ -236,7 +252,11 @@ def _same(step: int) -> int:
 
 def _with_skip(layout: Layout, skip: Callable[[int], int]) -> Layout:
     return Layout(
-        layout.replicas, layout.micro, layout.accumulation, tuple(map(skip, range(layout.replicas))), layout.scales
+        layout.replicas,
+        layout.micro,
+        layout.accumulation,
+        tuple(map(skip, range(layout.replicas))),
+        layout.scales,
     )
 
 
