@@ -19,13 +19,11 @@ epoch is the core's `replica_groups[].skip_samples`; the lr is the one schedule'
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -46,10 +44,12 @@ from app.worker.checks.mesh_run import _MeshRank
 from app.worker.checks.resume_parts import (
     Layout,
     ResumeControls,
+    checkpoint_of,
     first_ranks,
     layout_of,
     resumed_feed,
     sub_mesh,
+    summed,
 )
 from app.worker.checks.run_check import run_workload
 from app.worker.checks.run_referee import Referee
@@ -62,26 +62,6 @@ from app.worker.training.workload import Registered, Workload
 
 Feeds = Callable[[int], Iterator[ReplicaStep]]  # a replica's steps, by its data-parallel rank
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
-def _sum(values: list[float], device: torch.device) -> list[float]:
-    """Summed over the default group: every rank takes part, an idle one with zeros."""
-    summed = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(summed)
-    return [float(v) for v in summed.tolist()]
-
-
-def _blob(state: dict[str, Any] | None, group: dist.ProcessGroup | None) -> dict[str, Any]:
-    """Rank 0's checkpoint, as every rank of `group` reads it from the one file."""
-    box: list[bytes | None] = [None]
-    if state is not None:
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        box[0] = buffer.getvalue()
-    dist.broadcast_object_list(box, src=0, group=group)
-    assert box[0] is not None
-    loaded: dict[str, Any] = torch.load(io.BytesIO(box[0]), weights_only=True)
-    return loaded
 
 
 def _recipe(ctx: Context) -> LearningRatePlan:
@@ -120,7 +100,7 @@ class _DdpRanks:
         counts = self.work.counts if isinstance(self.work, TokenWorkload) else None
         if by_tokens and counts is not None:
             mine = sum(counts(b, ctx.device)[0] for _, batches in reads.values() for b in batches)
-            valid = int(_sum([float(mine)], ctx.device)[0])
+            valid = int(summed([float(mine)], ctx.device)[0])
             scale = dp / valid if valid else 0.0
             batches: list[Batch] = [(b, scale, "sum") for _, bs in reads.values() for b in bs]
         else:
@@ -268,7 +248,7 @@ class ResumeRun:
 
         ranks = self._ranks(ctx, state.new, state.work, feeds, state.order)
         if ranks.member:
-            ranks.load(_blob(saved, ranks.group))
+            ranks.load(checkpoint_of(saved, ranks.group))
         return ranks
 
     def plan(self, ctx: Context, state: _Resume) -> None:
@@ -291,7 +271,7 @@ class ResumeRun:
                     param_group["lr"] = rate
                 ranks.optimizer.step()
             self._judge(ctx, state, k, ranks.whole(ctx))
-        state.losses = _sum(state.losses, ctx.device)
+        state.losses = summed(state.losses, ctx.device)
 
     def _judge(self, ctx: Context, state: _Resume, k: int, params: torch.Tensor | None) -> None:
         """Rank 0: the reference's step k beside the run's, and the controls' from the checkpoint."""

@@ -16,8 +16,10 @@ right resume's on some step); else it is skipped with the reason.
 from __future__ import annotations
 
 import copy
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -124,6 +126,26 @@ def sub_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
         ranks = torch.arange(int(torch.tensor(shape).prod())).reshape(shape)
         _meshes[key] = DeviceMesh(device.type, ranks, mesh_dim_names=names)
     return _meshes[key]
+
+
+def summed(values: list[float], device: torch.device) -> list[float]:
+    """Summed over the default group: every rank takes part, an idle one with zeros."""
+    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
+    return [float(v) for v in summed.tolist()]
+
+
+def checkpoint_of(state: dict[str, Any] | None, group: dist.ProcessGroup | None) -> dict[str, Any]:
+    """Rank 0's checkpoint, as every rank of `group` reads it from the one file."""
+    box: list[bytes | None] = [None]
+    if state is not None:
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        box[0] = buffer.getvalue()
+    dist.broadcast_object_list(box, src=0, group=group)
+    assert box[0] is not None
+    loaded: dict[str, Any] = torch.load(io.BytesIO(box[0]), weights_only=True)
+    return loaded
 
 
 RESUME_WITHOUT_SKIP = Control(
