@@ -92,3 +92,16 @@ def test_a_sampler_that_cannot_resume_exactly_is_refused(client: TestClient) -> 
     problem = refused(client, body(TAIL, 16, at_step=11, data_parallel_size=2), "/resume/data_parallel_size")
     assert "does not see the uninterrupted run's global batches" in problem["detail"]
     assert 2 not in problem["suggestions"]["resume.data_parallel_size"]
+
+
+def test_a_result_stored_before_the_resume_check_still_reads(client: TestClient) -> None:
+    """`resume` is the last field of the result, with a default: a stored result without it decodes."""
+    from support.polling import run_check
+
+    from app.contract.check_result import CheckResult
+    from app.contract.codec import decode
+
+    job = run_check(client, {"plan": PLAN, "steps": 4}, timeout=30)
+    stored = {k: v for k, v in job["result"].items() if k != "resume"}
+    assert job["result"]["resume"] is None
+    assert decode(CheckResult, stored).resume is None
