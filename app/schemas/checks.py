@@ -94,7 +94,7 @@ class FitMicroBatchIn(BaseModel):
     )
 
 
-class ResumeIn(BaseModel):
+class CheckResumeIn(BaseModel):
     """Checkpoint the run after `at_step` optimizer steps and resume it on `data_parallel_size`
     replicas. The second topology is the same plan re-made for that many data-parallel replicas
     with the same global batch (as POST /v1/plans answers `resume.data_parallel_size`): the
@@ -164,7 +164,7 @@ class CheckRequestIn(BaseModel):
         "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
         "optimizer steps, so it crosses an epoch boundary.",
     )
-    resume: ResumeIn | None = Field(
+    resume: CheckResumeIn | None = Field(
         None,
         description="A resume check (with steps above 1): the run checkpoints after resume.at_step steps "
         "and goes on on resume.data_parallel_size replicas, each resuming where the plan's resume says "

@@ -55,7 +55,7 @@ class EpochEndOut(BaseModel):
     )
 
 
-class ResumeGroupOut(BaseModel):
+class ResumedGroupOut(BaseModel):
     start: int = Field(description="The first data-parallel rank of the resumed run in the group.")
     stop: int = Field(description="One past its last.")
     micro_batch_size: int
@@ -65,7 +65,7 @@ class ResumeGroupOut(BaseModel):
     skip_samples: int = Field(description="The same in samples: indices of the rank's shard.")
 
 
-class ResumeOut(BaseModel):
+class ResumeCheckOut(BaseModel):
     """Where a resume check's run was checkpointed and how it went on."""
 
     at_step: int = Field(description="Optimizer steps taken before the checkpoint: the first step after it.")
@@ -75,7 +75,7 @@ class ResumeOut(BaseModel):
     data_parallel_size_after: int = Field(description="The replicas the run went on with.")
     micro_batch_size: int | None = Field(description="After the resume (null: its replica groups differ).")
     gradient_accumulation_steps: int = Field(description="After the resume: the global batch is kept.")
-    replica_groups: list[ResumeGroupOut] = Field(description="Where each group of resumed replicas started.")
+    replica_groups: list[ResumedGroupOut] = Field(description="Where each group of resumed replicas started.")
     checkpoint: str = Field(description="What the checkpoint held and how the resumed ranks loaded it.")
     matches: bool = Field(
         description="Every step from at_step on within run_tolerance of the uninterrupted reference run."

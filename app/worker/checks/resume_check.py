@@ -208,9 +208,7 @@ class ResumeRun:
     def prepare(self, ctx: Context) -> _Resume:
         spec = ctx.spec
         plan, new = spec.run_plan, spec.resume_plan
-        assert plan is not None and new is not None and plan.resume is not None, (
-            "a resume spec has both plans"
-        )
+        assert plan is not None and new is not None and plan.resume is not None, "a resume spec's plans"
         work = run_workload(spec, ctx.workload)
         by_tokens = spec.workload == "tokens" and spec.loss_normalization == "token"
         resume = plan.resume
@@ -226,11 +224,9 @@ class ResumeRun:
             referee = Referee(
                 plan, spec.steps, work, dtype_name=spec.dtype, device=ctx.device, valid_tokens=tokens
             )
-            controls = ResumeControls(
-                plan, new, right, plan.resume.epoch, plan.resume.optimizer_step, spec.steps
-            )
+            controls = ResumeControls(plan, new, right, resume.epoch, resume.optimizer_step, spec.steps)
             ctx.timer.set_aside("run_reference", referee.seconds)
-        return _Resume(plan, new, plan.resume, right, work, ranks, referee, controls, by_tokens, order)
+        return _Resume(plan, new, resume, right, work, ranks, referee, controls, by_tokens, order)
 
     def _ranks(self, ctx: Context, plan: Plan, work: Workload, feeds: Feeds, order: list[str]) -> Ranks:
         if ctx.spec.mesh is not None:

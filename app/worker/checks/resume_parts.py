@@ -106,11 +106,24 @@ _groups: dict[tuple[object, int], dist.ProcessGroup] = {}
 _meshes: dict[tuple[object, str, tuple[int, ...], tuple[str, ...]], DeviceMesh] = {}
 
 
+def _current() -> object:
+    """The default group, the groups built on an earlier one forgotten (a re-formed pool)."""
+    world = dist.group.WORLD
+    for kept in (_groups, _meshes):
+        _forget(kept, world)
+    return world
+
+
+def _forget(kept: dict[Any, Any], world: object) -> None:
+    for key in [k for k in kept if k[0] is not world]:
+        del kept[key]
+
+
 def first_ranks(n: int) -> dist.ProcessGroup | None:
     """The group of ranks 0..n-1 (None: the whole default group); every rank calls it."""
     if n == dist.get_world_size():
         return None
-    key = (dist.group.WORLD, n)
+    key = (_current(), n)
     if key not in _groups:
         _groups[key] = dist.new_group(list(range(n)))
     return _groups[key]
@@ -121,7 +134,7 @@ def sub_mesh(sizes: dict[str, int], device: torch.device) -> DeviceMesh:
     coordinate in it (DeviceMesh's non-participating ranks)."""
     names = tuple(mesh_names(sizes))
     shape = tuple(sizes[n] for n in names)
-    key = (dist.group.WORLD, device.type, shape, names)
+    key = (_current(), device.type, shape, names)
     if key not in _meshes:
         ranks = torch.arange(int(torch.tensor(shape).prod())).reshape(shape)
         _meshes[key] = DeviceMesh(device.type, ranks, mesh_dim_names=names)
