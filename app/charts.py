@@ -107,6 +107,14 @@ def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
     for epoch_start in _epoch_starts(trajectory):
         loss_ax.axvline(epoch_start, color="grey", linestyle=":")
         lr_ax.axvline(epoch_start, color="grey", linestyle=":")
+    resume = result.get("resume")
+    if resume:  # a resume check: where the run stopped on the plan's replicas and went on on others
+        label = (
+            f"resumed at step {resume['at_step']}: {resume['data_parallel_size_before']} -> "
+            f"{resume['data_parallel_size_after']} replicas"
+        )
+        loss_ax.axvline(resume["at_step"], color="tab:blue", linestyle="-.", linewidth=2, label=label)
+        lr_ax.axvline(resume["at_step"], color="tab:blue", linestyle="-.", linewidth=2)
     verdict = "matches" if result.get("trajectory_matches") else "does NOT match"
     loss_ax.set_title(
         f"Loss per step: the plan's run {verdict} the reference (parameters "
@@ -115,7 +123,8 @@ def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
     loss_ax.set_ylabel("loss over the global batch")
     loss_ax.legend(fontsize="small", loc="upper right")
     loss_ax.grid(alpha=0.3)
-    lr_ax.set_title("Learning rate per optimizer step (dotted lines: epoch boundaries)")
+    marks = "dotted lines: epoch boundaries" + ("; dash-dot: the resume" if resume else "")
+    lr_ax.set_title(f"Learning rate per optimizer step ({marks})")
     lr_ax.set_ylabel("learning rate")
     lr_ax.set_xlabel("optimizer step")
     lr_ax.set_ylim(bottom=0)

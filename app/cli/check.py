@@ -59,6 +59,15 @@ class CheckFlags:
             show_default=False,
         ),
     ] = None
+    resume_at: Annotated[
+        int | None,
+        typer.Option(
+            help="With --steps: checkpoint the run after this many optimizer steps and resume it on "
+            "--resume-replicas replicas (the plan re-made for them, the same global batch; at most "
+            "the plan's replicas).",
+            show_default=False,
+        ),
+    ] = None
     model: Annotated[
         str | None,
         typer.Option(
@@ -127,6 +136,8 @@ def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
         body["timeout_s"] = run.timeout
     if run.steps is not None:
         body["steps"] = run.steps
+    if run.resume_at is not None:
+        body["resume"] = _check_resume(body, run.resume_at, flags.resume_replicas)
     if run.model is not None:
         body["model"] = run.model
     if run.workload is not None:
@@ -144,6 +155,20 @@ def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
         if run.safety_margin is not None:
             fit["safety_margin"] = run.safety_margin
     return body
+
+
+def _check_resume(body: Json, at_step: int, replicas: int | None) -> Json:
+    """--resume-at with --resume-replicas: the check's resume, not the plan's (which --resume-step
+    asks for; the two would say different things)."""
+    plan_resume = body["plan"].pop("resume", {})
+    if replicas is None or set(plan_resume) - {"data_parallel_size"}:
+        fail(
+            {
+                "detail": "a resume check takes --resume-at K --resume-replicas W2 (where the run stops, and "
+                "on how many replicas it goes on), without --resume-step or --resume-samples"
+            }
+        )
+    return {"at_step": at_step, "data_parallel_size": replicas}
 
 
 @with_flag_groups

@@ -140,7 +140,11 @@ ResumeSamples = Annotated[
 ]
 ResumeReplicas = Annotated[
     int | None,
-    typer.Option(help="Resume on this data-parallel size (default: the plan's).", show_default=False),
+    typer.Option(
+        help="Resume on this data-parallel size (default: the plan's); with `check --resume-at`, the "
+        "replicas the checked run goes on with.",
+        show_default=False,
+    ),
 ]
 RequestFile = Annotated[
     Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)

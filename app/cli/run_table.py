@@ -28,6 +28,7 @@ def run_lines(result: Json) -> list[str]:
         f"leftover micro-steps per epoch: {end.get('leftover_micro_steps')} ({end.get('leftover')})",
         f"  {'step':>5} {'epoch':>5} {'lr':>11} {'loss':>13} {'reference':>13} {'params rel_l2':>13}",
     ]
+    lines[2:2] = resumed_lines(result.get("resume"))  # before the steps' header
     shown = trajectory if len(trajectory) <= 2 * SHOWN else [*trajectory[:SHOWN], None, *trajectory[-SHOWN:]]
     for step in shown:
         if step is None:
@@ -38,6 +39,26 @@ def run_lines(result: Json) -> list[str]:
             f"  {step['step']:>5} {step['epoch']:>5} {step['lr']:>11.5g} {step['loss']:>13.8g} "
             f"{step['reference_loss']:>13.8g} {step['params_rel_l2']:>13.3g}{mark}"
         )
+    return lines
+
+
+def resumed_lines(resume: Json | None) -> list[str]:
+    """A resume check's resume: the checkpoint, the replicas after it, where each group resumed."""
+    if not isinstance(resume, dict):
+        return []
+    held = "matches" if resume["matches"] else "does NOT match"
+    lines = [
+        f"  resumed at step {resume['at_step']} (epoch {resume['epoch']}, step {resume['step_in_epoch']} of "
+        f"it): {resume['data_parallel_size_before']} -> {resume['data_parallel_size_after']} replicas, "
+        f"micro-batch {resume['micro_batch_size']} x accumulation {resume['gradient_accumulation_steps']}; "
+        f"from there the run {held} the uninterrupted reference",
+    ]
+    for group in resume["replica_groups"]:
+        lines.append(
+            f"    replicas {group['start']}-{group['stop'] - 1}: set_epoch({resume['epoch']}), skip "
+            f"{group['skip_micro_batches']} micro-batches ({group['skip_samples']} samples)"
+        )
+    lines.append(f"    checkpoint: {resume['checkpoint']}")
     return lines
 
 

@@ -20,6 +20,7 @@ from app.contract.codec import FLAT, named
 from app.contract.run_result import RunOutcome
 from app.contract.timings import Timings, with_setup
 from app.core.plan_types import Split, Wrapper
+from app.core.resume_types import ResumeGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,24 @@ class SkippedControl:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumeOutcome:
+    """A resume check's resume: where the run was checkpointed, the replicas it went on with
+    (the plan re-made for them, the same global batch), where each of their groups resumed in
+    the epoch, and whether the run from the checkpoint on matched the uninterrupted reference."""
+
+    at_step: int  # optimizer steps taken before the checkpoint: the first step after it
+    epoch: int  # the epoch at_step lies in, and its step in it
+    step_in_epoch: int
+    data_parallel_size_before: int
+    data_parallel_size_after: int
+    micro_batch_size: int | None  # after the resume (None: its replica groups differ)
+    gradient_accumulation_steps: int  # after the resume
+    replica_groups: tuple[ResumeGroup, ...]  # each group's skip from its epoch's start, after set_epoch
+    checkpoint: str  # what the checkpoint held and how the resumed ranks loaded it
+    matches: bool  # every step from at_step on within the run's tolerance
+
+
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     model: str
     ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
@@ -104,6 +123,8 @@ class CheckResult:
     steps: int = 1  # optimizer steps trained: 1 is the first step alone
     # A check of several optimizer steps: the run beside the reference run (None: one step).
     run: RunOutcome | None = field(default=None, metadata=FLAT)
+    # A resume check (`resume`): the checkpoint and the replicas the run went on with.
+    resume: ResumeOutcome | None = None
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",
@@ -129,7 +150,8 @@ class CheckResult:
         first_step = (
             self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
         )
-        return first_step and (self.run is None or self.run.trajectory_matches)
+        resumed = self.resume is None or self.resume.matches
+        return first_step and (self.run is None or self.run.trajectory_matches) and resumed
 
     def with_run(
         self,

@@ -25,8 +25,9 @@ from app.contract.check_options import (
 )
 from app.contract.codec import decode
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous
-from app.contract.run_request import planned_run, refuse_for_a_run, run_request
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions
+from app.contract.resume_request import resume_run
+from app.contract.run_request import planned_run, refuse_for_a_run, run_request, weighed_on_samples
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.contract.targets import missing_module
 from app.core.errors import InvalidValue, PlanError, field_key
@@ -50,6 +51,7 @@ class CheckOptions:
     rendezvous: Rendezvous | None = None
     workload: CheckWorkload | None = None  # None: the plan decides (tokens under loss_normalization token)
     steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
+    resume: ResumeOptions | None = None  # the run checkpointed and resumed on other replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,9 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     fit = options.fit_micro_batch
     if trained is not None:
         refuse_for_a_run(planned, options.steps, fit=fit is not None)
+    resumed = None
+    if options.resume is not None:
+        trained, resumed = resume_run(trained, planned, options.steps, options.resume)
     spec = spec_from_plan(
         planned, dtype=options.dtype, seed=options.seed, backend=options.backend, dataset=dataset
     )
@@ -114,6 +119,7 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
         workload=workload,
         steps=options.steps,
         run_plan=None if trained is None else planned_run(trained, on_samples=workload != "tokens"),
+        resume_plan=None if resumed is None else weighed_on_samples(resumed, workload != "tokens"),
     )
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, options.noise_scale)

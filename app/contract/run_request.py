@@ -41,7 +41,11 @@ def planned_run(request: PlanRequest, *, on_samples: bool = False) -> Plan:
     """The plan a run trains. `on_samples`: a token-normalised plan checked on the synthetic
     samples weighs each micro-batch as the mean loss does (data_parallel_size x micro /
     global), as its first step does (spec.py)."""
-    planned = plan(request)
+    return weighed_on_samples(plan(request), on_samples)
+
+
+def weighed_on_samples(planned: Plan, on_samples: bool) -> Plan:
+    """`planned`, its micro-batches weighed as the mean loss does where it runs on samples."""
     if not on_samples or all(g.loss_scale is not None for g in planned.replica_groups):
         return planned
     dp, G = planned.data_parallel_size, planned.global_batch_size

@@ -79,6 +79,9 @@ class CheckSpec:
     # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
     steps: int = 1
     run_plan: Plan | None = None
+    # A resume check: the plan the run goes on with after run_plan.resume.optimizer_step steps,
+    # run_plan re-made for run_plan.resume.data_parallel_size replicas (contract/resume_request.py).
+    resume_plan: Plan | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -88,6 +88,24 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             "steps": 20,
         },
     },
+    "resume": {
+        "summary": "Lose half the replicas mid-run: checkpoint after 7 steps on 4, resume on 2",
+        "description": "The ranks train 7 optimizer steps on the plan's 4 replicas, checkpoint, and go on "
+        "from step 7 on 2 (the plan re-made for 2 replicas with the same global batch: micro-batch 4, "
+        "accumulation 4), each skipping what the plan's resume says; the whole run is held against the "
+        "uninterrupted single-process reference, beside the resume controls. The result's `resume` "
+        "says where each replica resumed.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 4},
+                "global_batch_size": 32,
+                "micro_batch_size": 4,
+                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
+            },
+            "steps": 20,
+            "resume": {"at_step": 7, "data_parallel_size": 2},
+        },
+    },
     "mesh": {
         "summary": "The plan's own mesh: 2 pipeline stages, 4 micro-batches per schedule",
         "description": "One process per mesh rank; the result reports `mesh` and `wrapper`.",

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
-from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
+from app.schemas.run_results import ControlStepOut, EpochEndOut, ResumeCheckOut, TrajectoryStepOut
 
 
 class ControlOut(BaseModel):
@@ -272,4 +272,9 @@ class CheckResultOut(BaseModel):
         description="Each run-level control that ran, by name: the mistake's run step by step, drawn "
         "beside the plan's in the trajectory chart. Its verdict is in `controls` (rel_l2 there: its "
         "parameters against the reference's after the last step).",
+    )
+    resume: ResumeCheckOut | None = Field(
+        None,
+        description="With resume: where the run was checkpointed, the replicas it went on with and where "
+        "each resumed in its epoch (passed requires matches).",
     )

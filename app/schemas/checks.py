@@ -21,7 +21,7 @@ from app.contract.check_options import (
 )
 from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import NAME, SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
@@ -94,6 +94,28 @@ class FitMicroBatchIn(BaseModel):
     )
 
 
+class CheckResumeIn(BaseModel):
+    """Checkpoint the run after `at_step` optimizer steps and resume it on `data_parallel_size`
+    replicas. The second topology is the same plan re-made for that many data-parallel replicas
+    with the same global batch (as POST /v1/plans answers `resume.data_parallel_size`): the
+    largest micro-batch that divides a replica's share within the plan's own, the rest
+    accumulated; model-parallel sizes and the wrapper (DDP, FSDP2, HSDP) kept."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at_step: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
+        examples=[7],
+        description="Optimizer steps taken before the checkpoint, from 1 to steps - 1: the run goes on "
+        "from this step on the new replicas.",
+    )
+    data_parallel_size: Annotated[int, Field(ge=1, le=4096), WHOLE] = Field(
+        examples=[2],
+        description="The replicas the run goes on with, at most the plan's (the ranks beyond them idle, "
+        "as a job that lost nodes); it must keep the global batch, and the plan's sampler must resume "
+        "on it exactly (the plan's resume.same_global_batches).",
+    )
+
+
 class CheckRequestIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -142,6 +164,15 @@ class CheckRequestIn(BaseModel):
         "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
         "optimizer steps, so it crosses an epoch boundary.",
     )
+    resume: CheckResumeIn | None = Field(
+        None,
+        description="A resume check (with steps above 1): the run checkpoints after resume.at_step steps "
+        "and goes on on resume.data_parallel_size replicas, each resuming where the plan's resume says "
+        "(set_epoch, then skip_micro_batches); the whole run is held against the uninterrupted "
+        "single-process reference, with the resume controls (resume_without_skip, "
+        "resume_schedule_restart, resume_keeps_micro_batch, resume_per_rank_position). The result's "
+        "`resume` reports it; the trajectory chart marks the step.",
+    )
 
     def to_core(self) -> CheckRequest:
         """The request in core types, as /v1/plans reads its plan: validated once, here."""
@@ -163,6 +194,9 @@ class CheckRequestIn(BaseModel):
                 rendezvous=Rendezvous(meet.endpoint, meet.nnodes, meet.run_id) if meet else None,
                 workload=self.workload,
                 steps=self.steps,
+                resume=ResumeOptions(self.resume.at_step, self.resume.data_parallel_size)
+                if self.resume
+                else None,
             ),
         )
 

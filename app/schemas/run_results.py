@@ -53,3 +53,30 @@ class EpochEndOut(BaseModel):
         "plan says, its mean times the replica's loss scale. null: no step reads a short one.",
         examples=[2],
     )
+
+
+class ResumedGroupOut(BaseModel):
+    start: int = Field(description="The first data-parallel rank of the resumed run in the group.")
+    stop: int = Field(description="One past its last.")
+    micro_batch_size: int
+    skip_micro_batches: int = Field(
+        description="Micro-batches each of its ranks skipped from its epoch's start, after set_epoch."
+    )
+    skip_samples: int = Field(description="The same in samples: indices of the rank's shard.")
+
+
+class ResumeCheckOut(BaseModel):
+    """Where a resume check's run was checkpointed and how it went on."""
+
+    at_step: int = Field(description="Optimizer steps taken before the checkpoint: the first step after it.")
+    epoch: int = Field(description="The epoch at_step lies in.")
+    step_in_epoch: int
+    data_parallel_size_before: int = Field(description="The plan's replicas, which trained up to at_step.")
+    data_parallel_size_after: int = Field(description="The replicas the run went on with.")
+    micro_batch_size: int | None = Field(description="After the resume (null: its replica groups differ).")
+    gradient_accumulation_steps: int = Field(description="After the resume: the global batch is kept.")
+    replica_groups: list[ResumedGroupOut] = Field(description="Where each group of resumed replicas started.")
+    checkpoint: str = Field(description="What the checkpoint held and how the resumed ranks loaded it.")
+    matches: bool = Field(
+        description="Every step from at_step on within run_tolerance of the uninterrupted reference run."
+    )

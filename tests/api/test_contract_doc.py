@@ -45,6 +45,10 @@ CONTROLS = {
     "scheduler_per_process",
     "set_epoch_missing",
     "clip_before_all_reduce",
+    "resume_without_skip",
+    "resume_schedule_restart",
+    "resume_keeps_micro_batch",
+    "resume_per_rank_position",
 }
 
 
@@ -196,10 +200,11 @@ def test_the_control_names_and_document_info_the_contract_quotes_are_served(open
     assert CONTROLS <= _named(CONTRACT)
     assert "`info.version`" in CONTRACT and openapi["info"]["version"]
     pytest.importorskip("torch")
-    from app.worker.checks import run_controls
+    from app.worker.checks import resume_parts, run_controls
     from app.worker.checks.controls import Control
 
-    served = {v.name for v in vars(run_controls).values() if isinstance(v, Control)}
+    modules = (run_controls, resume_parts)
+    served = {v.name for m in modules for v in vars(m).values() if isinstance(v, Control)}
     assert served >= CONTROLS
 
 

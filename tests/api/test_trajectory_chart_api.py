@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from support.apps import fake_client
 from support.fake_runner import FakeRunner, passing_result
 
-from app.contract.check_result import CheckResult
+from app.contract.check_result import CheckResult, ResumeOutcome
 from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
+from app.core.resume_types import ResumeGroup
 from app.worker.service.runner import CheckOrder
 
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
@@ -37,7 +38,11 @@ class RunRunner(FakeRunner):
         run = RunOutcome(
             trajectory, 1e-12, EpochEnd(2, 2, "dropped", 0, None), {"set_epoch_missing": control}
         )
-        return dataclasses.replace(passing_result(order), steps=steps, run=run)
+        resume = None
+        if order.spec.resume_plan is not None:
+            group = ResumeGroup(0, 2, 2, 4, 8)
+            resume = ResumeOutcome(2, 1, 0, 2, 1, 2, 4, (group,), "made up", True)
+        return dataclasses.replace(passing_result(order), steps=steps, run=run, resume=resume)
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +81,14 @@ def test_a_finished_run_is_drawn_as_png_and_svg(client: TestClient) -> None:
     assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
     svg = client.get(f"/v1/checks/{job['id']}/trajectory.svg")
     assert svg.headers["content-type"] == "image/svg+xml" and b"set_epoch_missing" in svg.content
+
+
+def test_a_resume_check_is_drawn_with_its_resume_step(client: TestClient) -> None:
+    resume = {"at_step": 2, "data_parallel_size": 1}
+    job = _finished(client, {"plan": PLAN, "steps": 4, "resume": resume})
+    assert job["result"]["resume"]["at_step"] == 2
+    svg = client.get(f"/v1/checks/{job['id']}/trajectory.svg")
+    assert svg.status_code == 200 and b"resumed at step 2: 2 -&gt; 1 replicas" in svg.content
 
 
 def test_the_documented_problems_are_what_the_route_answers(client: TestClient, runner: RunRunner) -> None:

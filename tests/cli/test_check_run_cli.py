@@ -73,3 +73,42 @@ def test_a_run_here_draws_its_own_chart(run: Invoke, tmp_path: Path) -> None:
     assert out.exit_code == 0, out.stderr
     assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 1), (3, 1)]
     assert b"<svg" in chart.read_bytes() and b"set_epoch_missing" in chart.read_bytes()
+
+
+RESUME = ["--steps", "6", "--resume-at", "2", "--resume-replicas", "1"]
+
+
+def _resumed(stdout: str) -> None:
+    assert (
+        "resumed at step 2 (epoch 0, step 2 of it): 2 -> 1 replicas, micro-batch 4 x accumulation 4" in stdout
+    )
+    assert "from there the run matches the uninterrupted reference" in stdout
+    assert "replicas 0-0: set_epoch(0), skip 8 micro-batches (32 samples)" in stdout
+    for control in ("resume_without_skip", "resume_schedule_restart", "resume_per_rank_position"):
+        assert re.search(rf"^  detected +{control} ", stdout, re.MULTILINE), stdout
+
+
+@pytest.mark.slow
+def test_a_resume_check_on_a_server_prints_its_resume(run: Invoke, worker_server: Server) -> None:
+    out = run("check", *RUN, *RESUME, "--url", worker_server.url, "--api-key", API_KEY)
+    assert out.exit_code == 0, out.stderr
+    _resumed(out.stdout)
+    assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]
+
+
+@pytest.mark.slow
+def test_a_resume_check_here_prints_its_resume(run: Invoke) -> None:
+    out = run("check", *RUN, *RESUME)
+    assert out.exit_code == 0, out.stderr
+    _resumed(out.stdout)
+
+
+def test_a_resume_check_needs_both_flags(run: Invoke) -> None:
+    out = run("check", *RUN, "--steps", "6", "--resume-at", "2")
+    assert out.exit_code == 2 and "--resume-at K --resume-replicas W2" in out.stderr
+
+
+def test_a_refused_resume_names_its_field(run: Invoke) -> None:
+    out = run("check", *RUN, "--steps", "6", "--resume-at", "6", "--resume-replicas", "1")
+    assert out.exit_code == 2 and "resume.at_step 6 is not inside the run of 6" in out.stderr
+    assert "try resume.at_step: 5" in out.stderr

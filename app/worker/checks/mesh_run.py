@@ -59,7 +59,13 @@ class _MeshRank:
     """This rank's share of the run: its stage of the model, sharded, and how it steps."""
 
     def __init__(
-        self, spec: CheckSpec, plan: Plan, group: CheckGroup, workload: Workload, split: Parallelize
+        self,
+        spec: CheckSpec,
+        plan: Plan,
+        group: CheckGroup,
+        workload: Workload,
+        split: Parallelize,
+        mesh: DeviceMesh | None = None,  # another than the default group's (a resumed run's)
     ) -> None:
         assert spec.mesh is not None
         self.sizes, self.workload, self.device = spec.mesh, workload, group.device
@@ -74,7 +80,7 @@ class _MeshRank:
         self.scale = [g.loss_scale or 0.0 for g in plan.replica_groups for _ in range(g.start, g.stop)][
             self.dp_rank
         ]
-        self.mesh = build_mesh(self.sizes, group.device)
+        self.mesh = mesh or build_mesh(self.sizes, group.device)
         base = workload.module(self.dtype, group.device)
         self.module = shard_data_parallel(split(copy.deepcopy(base), self.mesh), self.mesh, self.sizes)
         self.pp = self.sizes["pp"]
@@ -181,7 +187,7 @@ class MeshRun:
     laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.steps > 1 and spec.mesh is not None
+        return spec.steps > 1 and spec.mesh is not None and spec.resume_plan is None  # resume_check's
 
     def prepare(self, ctx: Context) -> _Run:
         spec, group = ctx.spec, ctx.group

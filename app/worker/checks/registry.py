@@ -10,6 +10,7 @@ from app.worker.checks.ddp_check import DdpStep
 from app.worker.checks.kind import CheckKind
 from app.worker.checks.mesh_check import MeshStep
 from app.worker.checks.mesh_run import MeshRun
+from app.worker.checks.resume_check import ResumeRun
 from app.worker.checks.run_check import DdpRun
 from app.worker.checks.token_check import TokenStep
 
@@ -19,4 +20,5 @@ KINDS: tuple[CheckKind[Any], ...] = (
     DdpStep(),
     DdpRun(),
     MeshRun(),
+    ResumeRun(),
 )

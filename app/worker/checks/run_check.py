@@ -82,7 +82,7 @@ class DdpRun:
     laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.steps > 1 and spec.mesh is None
+        return spec.steps > 1 and spec.mesh is None and spec.resume_plan is None  # resume_check's
 
     def prepare(self, ctx: Context) -> _Run:
         spec, device = ctx.spec, ctx.device

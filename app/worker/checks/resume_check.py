@@ -1,0 +1,322 @@
+"""The resume check: a run of `steps` optimizer steps of the plan's recipe (as run_check.py and
+mesh_run.py train it) that stops after `at_step` steps, checkpoints, and goes on from that step
+on the resumed plan's replicas: the same plan re-made for `data_parallel_size` replicas with
+the same global batch (contract/resume_request.py, app.core.resume). The whole trajectory is
+held step by step against the uninterrupted single-process reference run (run_referee.py), with
+the run-level controls and the resume controls (resume_parts.py).
+
+The ranks beyond the resumed world idle: they take part in what the default group does (the
+valid-token count, the losses' sum) with nothing of their own. The checkpoint is the model's
+and the optimizer's full state, written once on rank 0 and read by every resumed rank, as a
+restarted job loads its file: for DDP the replicated state dicts; for FSDP2 / HSDP / TP meshes
+`torch.distributed.checkpoint.state_dict`'s full state (gathered from the old shards, resharded
+onto the new mesh by set_*_state_dict). A full state rather than DCP's sharded files: the warm
+ranks of a check across hosts share no filesystem, the state is small, and the full state is
+what DCP's resharding amounts to for any new mesh. Where each resumed replica starts in its
+epoch is the core's `replica_groups[].skip_samples`; the lr is the one schedule's at the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.nn.parallel import DistributedDataParallel
+
+from app.contract.check_result import CheckResult, ResumeOutcome
+from app.contract.mesh_spec import mesh_sizes
+from app.contract.spec import CheckSpec, replica_range
+from app.core.plan_types import LearningRatePlan, Plan
+from app.core.recipe import lr_of
+from app.core.resume_types import ResumePlan
+from app.worker.checks.kind import Context, Laps
+from app.worker.checks.mesh_run import _MeshRank
+from app.worker.checks.resume_parts import (
+    Layout,
+    ResumeControls,
+    checkpoint_of,
+    first_ranks,
+    layout_of,
+    resumed_feed,
+    sub_mesh,
+    summed,
+)
+from app.worker.checks.run_check import run_workload
+from app.worker.checks.run_referee import Referee
+from app.worker.training.gradients import Batch, micro_steps
+from app.worker.training.mesh_models import build_mesh, synthetic_parallelize
+from app.worker.training.reference_run import build_optimizer
+from app.worker.training.replica_feed import ReplicaStep, replica_steps
+from app.worker.training.token_model import TokenWorkload
+from app.worker.training.workload import Registered, Workload
+
+Feeds = Callable[[int], Iterator[ReplicaStep]]  # a replica's steps, by its data-parallel rank
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _recipe(ctx: Context) -> LearningRatePlan:
+    """The run's recipe: the resumed plan keeps the uninterrupted run's (it plans none)."""
+    plan = ctx.spec.run_plan
+    assert plan is not None and plan.learning_rate is not None
+    return plan.learning_rate
+
+
+class _DdpRanks:
+    """A plan's replicas under DDP on the first `processes` ranks (the others idle)."""
+
+    def __init__(self, ctx: Context, plan: Plan, work: Workload, processes: int, feeds: Feeds) -> None:
+        rank, dp = ctx.group.rank, plan.data_parallel_size
+        self.plan, self.work, self.factor = plan, work, processes / dp
+        self.group = first_ranks(processes)  # every rank takes part in forming it
+        self.member = rank < processes
+        self.feeds = {r: feeds(r) for r in (replica_range(rank, processes, dp) if self.member else ())}
+        self.scales = [g.loss_scale or 0.0 for g in plan.replica_groups for _ in range(g.start, g.stop)]
+        if not self.member:
+            return
+        self.module = work.module(ctx.dtype, ctx.device)
+        self.model = DistributedDataParallel(
+            self.module,
+            device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            process_group=self.group,
+            find_unused_parameters=isinstance(work, Registered) or getattr(work, "base", None) is not None,
+        )
+        self.optimizer = build_optimizer(_recipe(ctx), self.module.parameters())
+
+    def step(self, ctx: Context, by_tokens: bool) -> tuple[int, float, int | None]:
+        """The step's backward on this rank's replicas: (epoch, its part of the loss, valid tokens)."""
+        reads = {r: next(feed) for r, feed in self.feeds.items()}
+        epoch = next(iter(reads.values()))[0] if reads else 0
+        dp, valid = self.plan.data_parallel_size, None
+        counts = self.work.counts if isinstance(self.work, TokenWorkload) else None
+        if by_tokens and counts is not None:
+            mine = sum(counts(b, ctx.device)[0] for _, batches in reads.values() for b in batches)
+            valid = int(summed([float(mine)], ctx.device)[0])
+            scale = dp / valid if valid else 0.0
+            batches: list[Batch] = [(b, scale, "sum") for _, bs in reads.values() for b in bs]
+        else:
+            batches = [
+                (b, self.scales[r], self.plan.loss_reduction) for r, (_, bs) in reads.items() for b in bs
+            ]
+        if not self.member:
+            return epoch, 0.0, valid
+        total = micro_steps(
+            self.model, batches, factor=self.factor, workload=self.work, dtype=ctx.dtype, device=ctx.device
+        )
+        return epoch, total / dp, valid
+
+    def clip(self, max_norm: float) -> None:
+        torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm)
+
+    def whole(self, ctx: Context) -> torch.Tensor | None:
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]) if ctx.leader else None
+
+    def checkpoint(self, ctx: Context) -> dict[str, Any] | None:
+        if not ctx.leader:
+            return None
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class _MeshRanks:
+    """A plan's mesh (FSDP2 / HSDP / TP) on the first ranks its sizes need (the others idle)."""
+
+    def __init__(self, ctx: Context, plan: Plan, work: Workload, feeds: Feeds, order: list[str]) -> None:
+        sizes = mesh_sizes(plan) or {}
+        processes = plan.world_size
+        mesh = build_mesh(sizes, ctx.device) if processes == ctx.group.world else sub_mesh(sizes, ctx.device)
+        self.group = first_ranks(processes)
+        self.member, self.order = ctx.group.rank < processes, order
+        if not self.member:
+            self.feeds: dict[int, Iterator[ReplicaStep]] = {}
+            return
+        spec = dataclasses.replace(ctx.spec, mesh=sizes)
+        self.me = _MeshRank(spec, plan, ctx.group, work, ctx.parallelize or synthetic_parallelize, mesh=mesh)
+        self.feeds = {self.me.dp_rank: feeds(self.me.dp_rank)}
+        self.optimizer = build_optimizer(_recipe(ctx), self.me.module.parameters())
+
+    def step(self, ctx: Context, by_tokens: bool) -> tuple[int, float, int | None]:
+        if not self.member:
+            return 0, 0.0, None
+        epoch, reads = next(next(iter(self.feeds.values())))
+        return epoch, self.me.step(reads), None
+
+    def clip(self, max_norm: float) -> None:
+        self.me.clip(max_norm)
+
+    def whole(self, ctx: Context) -> torch.Tensor | None:
+        whole = self.me.whole_params(ctx.group.world) if self.member else None
+        return None if whole is None else torch.cat([whole[n].reshape(-1) for n in self.order])
+
+    def checkpoint(self, ctx: Context) -> dict[str, Any] | None:
+        model = get_model_state_dict(self.me.module, options=FULL)
+        optimizer = get_optimizer_state_dict(self.me.module, self.optimizer, options=FULL)
+        return {"model": model, "optimizer": optimizer} if ctx.leader else None
+
+    def load(self, state: dict[str, Any]) -> None:
+        whole = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.me.module, state["model"], options=whole)
+        set_optimizer_state_dict(self.me.module, self.optimizer, state["optimizer"], options=whole)
+
+
+Ranks = _DdpRanks | _MeshRanks
+
+
+@dataclass
+class _Resume:
+    """What the resume check builds and records on this rank."""
+
+    plan: Plan
+    new: Plan
+    resume: ResumePlan
+    right: Layout  # where the resumed replicas read: the core's skips
+    work: Workload
+    ranks: Ranks
+    referee: Referee | None
+    controls: ResumeControls | None
+    by_tokens: bool
+    order: list[str]
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    valid: list[int | None] = field(default_factory=list)
+    result: tuple[Any, ...] = ()
+
+
+class ResumeRun:
+    """A run of the plan's recipe checkpointed after `at_step` steps and resumed on other replicas."""
+
+    name: ClassVar[str] = "resume_run"
+    stage: ClassVar[Literal["step", "after"]] = "after"
+    laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
+
+    def applies(self, spec: CheckSpec) -> bool:
+        return spec.steps > 1 and spec.resume_plan is not None
+
+    def prepare(self, ctx: Context) -> _Resume:
+        spec = ctx.spec
+        plan, new = spec.run_plan, spec.resume_plan
+        assert plan is not None and new is not None and plan.resume is not None, "a resume spec's plans"
+        work = run_workload(spec, ctx.workload)
+        by_tokens = spec.workload == "tokens" and spec.loss_normalization == "token"
+        resume = plan.resume
+        skips = {r: g.skip_samples for g in resume.replica_groups for r in range(g.start, g.stop)}
+        right = layout_of(new, skips.__getitem__)
+        leads_a_mesh = ctx.leader and spec.mesh is not None
+        order = [n for n, _ in work.module(ctx.dtype, ctx.device).named_parameters()] if leads_a_mesh else []
+        ranks = self._ranks(ctx, plan, work, lambda r: replica_steps(plan, r, resume.optimizer_step), order)
+        referee = controls = None
+        if ctx.leader:
+            counts = work.counts if isinstance(work, TokenWorkload) else None
+            tokens = (lambda ix: counts(ix, ctx.device)[0]) if by_tokens and counts else None
+            referee = Referee(
+                plan, spec.steps, work, dtype_name=spec.dtype, device=ctx.device, valid_tokens=tokens
+            )
+            controls = ResumeControls(plan, new, right, resume.epoch, resume.optimizer_step, spec.steps)
+            ctx.timer.set_aside("run_reference", referee.seconds)
+        return _Resume(plan, new, resume, right, work, ranks, referee, controls, by_tokens, order)
+
+    def _ranks(self, ctx: Context, plan: Plan, work: Workload, feeds: Feeds, order: list[str]) -> Ranks:
+        if ctx.spec.mesh is not None:
+            return _MeshRanks(ctx, plan, work, feeds, order)
+        processes = min(ctx.group.world, plan.data_parallel_size)
+        return _DdpRanks(ctx, plan, work, processes, feeds)
+
+    def _resumed(self, ctx: Context, state: _Resume) -> Ranks:
+        """The checkpoint on the old ranks, loaded by the new ones."""
+        saved = state.ranks.checkpoint(ctx)
+        epoch = state.resume.epoch
+
+        def feeds(r: int) -> Iterator[ReplicaStep]:
+            return resumed_feed(state.new, state.right, r, epoch)
+
+        ranks = self._ranks(ctx, state.new, state.work, feeds, state.order)
+        if ranks.member:
+            ranks.load(checkpoint_of(saved, ranks.group))
+        return ranks
+
+    def plan(self, ctx: Context, state: _Resume) -> None:
+        recipe = state.plan.learning_rate
+        assert recipe is not None
+        for k in range(ctx.spec.steps):
+            if k == state.resume.optimizer_step:
+                state.ranks = self._resumed(ctx, state)
+            ranks = state.ranks
+            epoch, loss, valid = ranks.step(ctx, state.by_tokens)
+            state.epochs.append(epoch)
+            state.losses.append(loss)
+            state.valid.append(valid)
+            rate = lr_of(recipe, k)
+            state.lrs.append(rate)
+            if ranks.member:
+                if recipe.max_grad_norm is not None:
+                    ranks.clip(recipe.max_grad_norm)
+                for param_group in ranks.optimizer.param_groups:
+                    param_group["lr"] = rate
+                ranks.optimizer.step()
+            self._judge(ctx, state, k, ranks.whole(ctx))
+        state.losses = summed(state.losses, ctx.device)
+
+    def _judge(self, ctx: Context, state: _Resume, k: int, params: torch.Tensor | None) -> None:
+        """Rank 0: the reference's step k beside the run's, and the controls' from the checkpoint."""
+        referee, controls = state.referee, state.controls
+        if referee is None or controls is None or params is None:
+            return
+        spent = referee.seconds
+        referee.step(params)
+        reference = referee.reference.trainer
+        if k + 1 == state.resume.optimizer_step:
+            controls.fork(reference, referee.tolerance)
+        elif k >= state.resume.optimizer_step:
+            controls.step(k, reference.flat_params())
+        ctx.timer.set_aside("run_reference", referee.seconds - spent)
+
+    def controls(self, ctx: Context, state: _Resume) -> None:
+        """The run-level and resume controls train beside the reference run on rank 0."""
+
+    def measure(self, ctx: Context, state: _Resume) -> bool:
+        return False
+
+    def reference(self, ctx: Context, state: _Resume) -> None:
+        assert state.referee is not None and state.controls is not None
+        run, outcomes, skipped = state.referee.outcome(state.losses, state.lrs, state.epochs, state.valid)
+        mine, ran, not_run = state.controls.outcome()
+        run = dataclasses.replace(run, controls={**run.controls, **ran})
+        state.result = (run, outcomes + tuple(mine), skipped + tuple(not_run))
+
+    def result(self, ctx: Context, state: _Resume, prior: CheckResult | None) -> CheckResult:
+        assert prior is not None and state.result
+        run, outcomes, skipped = state.result
+        resume, at = state.resume, state.resume.optimizer_step
+        part = ResumeOutcome(
+            at_step=at,
+            epoch=resume.epoch,
+            step_in_epoch=resume.step_in_epoch,
+            data_parallel_size_before=state.plan.data_parallel_size,
+            data_parallel_size_after=state.new.data_parallel_size,
+            micro_batch_size=resume.micro_batch_size,
+            gradient_accumulation_steps=resume.gradient_accumulation_steps,
+            replica_groups=resume.replica_groups,
+            checkpoint=_CHECKPOINT["mesh" if ctx.spec.mesh else "ddp"],
+            matches=all(s.within_tolerance for s in run.trajectory[at:]),
+        )
+        return dataclasses.replace(prior.with_run(ctx.spec.steps, run, outcomes, skipped), resume=part)
+
+
+_CHECKPOINT = {
+    "ddp": "rank 0's model and optimizer state_dict (torch.save), loaded by every resumed rank",
+    "mesh": "the full model and optimizer state (torch.distributed.checkpoint.state_dict, full_state_dict) "
+    "gathered from the old mesh on rank 0, loaded by every resumed rank onto its new shards",
+}
