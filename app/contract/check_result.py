@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from app.contract.check_options import CheckWorkload, DType, ProcessGroupBackend
 from app.contract.codec import FLAT, named
 from app.contract.run_result import RunOutcome
+from app.contract.throughput import Throughput
 from app.contract.timings import Timings, with_setup
 from app.core.plan_types import Split, Wrapper
 
@@ -104,6 +105,8 @@ class CheckResult:
     steps: int = 1  # optimizer steps trained: 1 is the first step alone
     # A check of several optimizer steps: the run beside the reference run (None: one step).
     run: RunOutcome | None = field(default=None, metadata=FLAT)
+    # With `throughput`: one replica's micro-step timed at each micro-batch (contract/throughput.py).
+    throughput: Throughput | None = None
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",

@@ -15,7 +15,7 @@ from typing import Any
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions
+from app.contract.options import FitOptions, ThroughputOptions
 from app.core.errors import DomainError
 from app.core.plan_types import (
     BatchUnit,
@@ -79,6 +79,8 @@ class CheckSpec:
     # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
     steps: int = 1
     run_plan: Plan | None = None
+    # Time one replica's micro-step at each size after the check (contract/throughput.py).
+    throughput: ThroughputOptions | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
+from app.schemas.measured_throughput import MeasuredThroughputOut
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 
 
@@ -272,4 +273,9 @@ class CheckResultOut(BaseModel):
         description="Each run-level control that ran, by name: the mistake's run step by step, drawn "
         "beside the plan's in the trajectory chart. Its verdict is in `controls` (rel_l2 there: its "
         "parameters against the reference's after the last step).",
+    )
+    throughput: MeasuredThroughputOut | None = Field(
+        None,
+        description="With `throughput`: one replica's micro-step timed at each micro-batch size "
+        "(GET /v1/checks/{id}/throughput.png draws it).",
     )

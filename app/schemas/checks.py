@@ -25,6 +25,7 @@ from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
+from app.schemas.measured_throughput import ThroughputIn
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE, with_examples
 
@@ -142,6 +143,11 @@ class CheckRequestIn(BaseModel):
         "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
         "optimizer steps, so it crosses an epoch boundary.",
     )
+    throughput: ThroughputIn | None = Field(
+        None,
+        description="After the check, time one replica's micro-step at each micro-batch size (the "
+        "result's `throughput`: its points, the fastest and the knee, and the curve a plan takes).",
+    )
 
     def to_core(self) -> CheckRequest:
         """The request in core types, as /v1/plans reads its plan: validated once, here."""
@@ -163,6 +169,7 @@ class CheckRequestIn(BaseModel):
                 rendezvous=Rendezvous(meet.endpoint, meet.nnodes, meet.run_id) if meet else None,
                 workload=self.workload,
                 steps=self.steps,
+                throughput=None if self.throughput is None else self.throughput.to_core(),
             ),
         )
 

@@ -11,6 +11,7 @@ from app.worker.checks.kind import CheckKind
 from app.worker.checks.mesh_check import MeshStep
 from app.worker.checks.mesh_run import MeshRun
 from app.worker.checks.run_check import DdpRun
+from app.worker.checks.throughput_check import ThroughputMeasure
 from app.worker.checks.token_check import TokenStep
 
 KINDS: tuple[CheckKind[Any], ...] = (
@@ -19,4 +20,5 @@ KINDS: tuple[CheckKind[Any], ...] = (
     DdpStep(),
     DdpRun(),
     MeshRun(),
+    ThroughputMeasure(),
 )
