@@ -83,7 +83,14 @@ def micro_step(
     return optimizer_step
 
 
-def time_steps(step: Callable[[], None], device: torch.device, *, repeats: int, warmup: int) -> Timed:
+def time_steps(
+    step: Callable[[], None],
+    device: torch.device,
+    *,
+    repeats: int,
+    warmup: int,
+    min_repeat_s: float = MIN_REPEAT_S,
+) -> Timed:
     """`step` run `warmup` times untimed, then `repeats` timed repeats (module docstring)."""
     cuda = device.type == "cuda"
     if cuda:
@@ -95,7 +102,7 @@ def time_steps(step: Callable[[], None], device: torch.device, *, repeats: int, 
     step()  # the calibration: how many micro-steps make a repeat last MIN_REPEAT_S
     synchronize(device)
     one = time.perf_counter() - started
-    per_repeat = min(MAX_MICRO_STEPS_PER_REPEAT, max(1, math.ceil(MIN_REPEAT_S / max(one, 1e-9))))
+    per_repeat = min(MAX_MICRO_STEPS_PER_REPEAT, max(1, math.ceil(min_repeat_s / max(one, 1e-9))))
     times = []
     for _ in range(repeats):
         synchronize(device)
@@ -118,6 +125,7 @@ def time_micro_batch(
     repeats: int,
     warmup: int,
     optimizer: bool,
+    min_repeat_s: float = MIN_REPEAT_S,
 ) -> Timed | None:
     """One size's micro-step, timed; None when it ran out of device memory (freed again)."""
     step_optimizer = None
