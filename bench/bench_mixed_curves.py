@@ -15,9 +15,11 @@ What it does not emulate: a GPU whose fixed costs and arithmetic slow down by di
 (that only makes the curves differ more in shape, which is what the curve split exploits).
 
 1. Each rank in turn (the other waits at a barrier) measures its curve of the bench's model (a
-   12-layer MLP of width 64, float32: fixed costs matter at small micro-batches) with the
-   service's own timed loop (app.worker.measure.throughput.time_micro_batch), each repeat at
-   least 20 ms (10 periods of the quota), three passes taking turns, a point the median of its
+   12-layer MLP of width 64, float32: fixed costs matter at small micro-batches), a micro-step as
+   the replica runs it between all-reduces (DDP's forward under no_sync(): the service times the
+   bare model, whose DDP costs are negligible beside a GPU step but not beside these 0.1-1 ms
+   CPU steps), with the service's own timed loop (app.worker.measure.throughput.time_micro_batch),
+   each repeat at least 20 ms (10 periods of the quota), three passes taking turns, a point the median of its
    passes (a burst of load from elsewhere on the shared host moves one pass, not the curve).
 2. Rank 0 plans the global batch from the two curves (node_groups[].throughput_curve), and from
    each scalar relative_throughput the curves suggest (the peak samples/s ratio, and the ratio at
@@ -50,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT
 
 SIZES = [1, 2, 4, 8, 16, 32, 64]
-GLOBAL_BATCH, ACCUMULATION, CAP = 96, 2, 64
+GLOBAL_BATCH, ACCUMULATION, CAP = 192, 4, 64
 CGROUP = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 2000
 # A repeat lasts 10 periods of the quota or more, so that its throttling averages out.
@@ -89,6 +91,14 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
     # host moves one pass, not the curve.
     passes: list[list[float]] = []
     cpu = torch.device("cpu")
+    ddp = DistributedDataParallel(module)
+
+    def replica_loss(m: Any, x: Any, y: Any) -> Any:
+        # A micro-step as a replica runs it between all-reduces: DDP's forward under no_sync()
+        # (its backward then reduces nothing), so DDP's own per-micro-step costs are in the curve.
+        with ddp.no_sync():
+            return loss(ddp, x, y)
+
     for _ in range(PASSES):
         for who in (0, 1):
             if rank == who:
@@ -96,8 +106,8 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
                 for b in SIZES:
                     batch = lambda n: (data[0][:n].clone(), data[1][:n].clone())  # noqa: E731
                     t = time_micro_batch(
-                        module,
-                        loss,
+                        ddp,
+                        replica_loss,
                         batch,
                         b,
                         cpu,
@@ -122,7 +132,6 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
         splits = [plan_both(gathered)]
     dist.broadcast_object_list(splits, src=0)
     report = splits[0]
-    ddp = DistributedDataParallel(module)
     optimizer = torch.optim.SGD(module.parameters(), lr=1e-4)
     times: dict[str, list[float]] = {"curve": [], "scalar": []}
     for _ in range(rounds):
@@ -261,8 +270,8 @@ def report(r: dict[str, Any]) -> None:
     )
     overhead = [m - p["predicted_step_s"] for _, p, m in rows]
     print(
-        "a measured step beyond the predicted compute (DDP's all-reduce and hooks, the same for both "
-        f"splits): {_ms(overhead[0])} and {_ms(overhead[1])}"
+        "a measured step beyond the predicted compute (the all-reduce, the same parameters for both "
+        f"splits, and whatever else the host ran meanwhile): {_ms(overhead[0])} and {_ms(overhead[1])}"
     )
 
 
