@@ -133,3 +133,15 @@ def test_the_chart_draws_a_single_point_and_a_curve() -> None:
         assert data["fastest_micro_batch_size"] == max(points, key=lambda p: p.samples_per_s).micro_batch_size
         assert throughput_chart(data, "svg", "t").startswith(b"<?xml")
     assert data["knee_micro_batch_size"] == 2 and data["fastest_micro_batch_size"] == 4
+
+
+def test_sizes_past_the_workers_sample_limit_are_refused(tmp_path_factory: pytest.TempPathFactory) -> None:
+    small = fake_client(tmp_path_factory, FakeRunner(), max_check_samples=100)
+    client = next(small)
+    try:
+        plan = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
+        problem = refused(client, {"micro_batch_sizes": [64, 128]}, plan)
+        assert pointers(problem) == ["/throughput/micro_batch_sizes/1"]
+        assert "BATCHPLAN_MAX_CHECK_SAMPLES" in problem["detail"] and "up to 100" in problem["detail"]
+    finally:
+        small.close()
