@@ -18,7 +18,7 @@ What it does not emulate: a GPU whose fixed costs and arithmetic slow down by di
    12-layer MLP of width 64, float32: fixed costs matter at small micro-batches), a micro-step as
    the replica runs it between all-reduces (DDP's forward under no_sync(): the service times the
    bare model, whose DDP costs are negligible beside a GPU step but not beside these 0.1-1 ms
-   CPU steps), with the service's own timed loop (app.worker.measure.throughput.time_micro_batch),
+   CPU steps), with the service's own timed loop (app.worker.measure.throughput.time_sizes),
    each repeat at least 20 ms (10 periods of the quota), three passes taking turns, a point the median of its
    passes (a burst of load from elsewhere on the shared host moves one pass, not the curve).
 2. Rank 0 plans the global batch from the two curves (node_groups[].throughput_curve), and from
@@ -75,7 +75,7 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from app.worker.measure.throughput import time_micro_batch
+    from app.worker.measure.throughput import time_sizes
 
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0)
@@ -102,22 +102,19 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
     for _ in range(PASSES):
         for who in (0, 1):
             if rank == who:
-                rates = []
-                for b in SIZES:
-                    batch = lambda n: (data[0][:n].clone(), data[1][:n].clone())  # noqa: E731
-                    t = time_micro_batch(
-                        ddp,
-                        replica_loss,
-                        batch,
-                        b,
-                        cpu,
-                        repeats=10,
-                        warmup=3,
-                        optimizer=False,
-                        min_repeat_s=REPEAT_S,
-                    )
-                    assert t is not None
-                    rates.append(b / t.median)
+                batch = lambda n: (data[0][:n].clone(), data[1][:n].clone())  # noqa: E731
+                timed, _ = time_sizes(
+                    ddp,
+                    replica_loss,
+                    batch,
+                    SIZES,
+                    cpu,
+                    repeats=10,
+                    warmup=3,
+                    optimizer=False,
+                    min_repeat_s=REPEAT_S,
+                )
+                rates = [b / timed[b].median for b in SIZES]
                 passes.append(rates)
             dist.barrier()
     mine = [

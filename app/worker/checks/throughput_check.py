@@ -29,7 +29,7 @@ from app.contract.spec import CheckSpec
 from app.contract.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.run_check import run_workload
-from app.worker.measure.throughput import time_micro_batch
+from app.worker.measure.throughput import time_sizes
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Workload
 
@@ -109,33 +109,29 @@ def measure_throughput(ctx: Context) -> Throughput:
         return work.loss(m, x, y, "mean")
 
     length = _sequence_length(spec, work)
+    sizes = _sizes(spec)
+    timed, out_of_memory = time_sizes(
+        module,
+        loss,
+        batch,
+        sizes,
+        device,
+        repeats=asked.repeats,
+        warmup=asked.warmup_steps,
+        optimizer=asked.time_optimizer_step,
+    )
     points: list[ThroughputPoint] = []
-    out_of_memory = None
-    for b in _sizes(spec):
-        timed = time_micro_batch(
-            module,
-            loss,
-            batch,
-            b,
-            device,
-            repeats=asked.repeats,
-            warmup=asked.warmup_steps,
-            optimizer=asked.time_optimizer_step,
-        )
-        if timed is None:
-            out_of_memory = b
-            break
-        step = timed.median
-        rate = _significant(b / step)
+    for b, t in timed.items():
+        rate = _significant(b / t.median)
         points.append(
             ThroughputPoint(
                 micro_batch_size=b,
-                step_time_s=_significant(step),
-                spread=_significant(timed.spread),
+                step_time_s=_significant(t.median),
+                spread=_significant(t.spread),
                 samples_per_s=rate,
                 tokens_per_s=None if length is None else _significant(rate * length),
-                peak_memory_bytes=timed.peak_memory_bytes,
-                micro_steps_per_repeat=timed.per_repeat,
+                peak_memory_bytes=t.peak_memory_bytes,
+                micro_steps_per_repeat=t.per_repeat,
             )
         )
     if not points:

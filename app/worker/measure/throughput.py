@@ -1,6 +1,6 @@
-"""One replica's micro-step, timed at one micro-batch size (issue 38): the timed loop the
-throughput kind (checks/throughput_check.py) runs at each size, and the bench's emulated
-cluster runs on its own ranks.
+"""One replica's micro-step, timed at each micro-batch size (issue 38): the timed loop the
+throughput kind (checks/throughput_check.py) runs, and the bench's emulated cluster runs on its
+own ranks.
 
 Timing done as DESIGN.md says: the batch is built and moved to the device before the clock
 starts (nothing is allocated in the loop but what the model's own step allocates), the warm-up
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,9 @@ from app.worker.measure.memory import is_out_of_memory, release_memory
 
 MIN_REPEAT_S = 0.01  # a repeat's least duration: far above perf_counter's resolution
 MAX_MICRO_STEPS_PER_REPEAT = 1000
+# Micro-steps timed one by one after the warm-up; the fastest says how many make a repeat (the
+# fastest: one preempted step must not make every repeat of its size a few micro-steps short).
+CALIBRATION_STEPS = 3
 
 Loss = Callable[[nn.Module, Any, Any], torch.Tensor]
 
@@ -83,66 +86,85 @@ def micro_step(
     return optimizer_step
 
 
-def time_steps(
-    step: Callable[[], None],
-    device: torch.device,
-    *,
-    repeats: int,
-    warmup: int,
-    min_repeat_s: float = MIN_REPEAT_S,
-) -> Timed:
-    """`step` run `warmup` times untimed, then `repeats` timed repeats (module docstring)."""
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    for _ in range(warmup):
-        step()
+def _timed_once(step: Callable[[], None], device: torch.device) -> float:
     synchronize(device)
     started = time.perf_counter()
-    step()  # the calibration: how many micro-steps make a repeat last MIN_REPEAT_S
+    step()
     synchronize(device)
-    one = time.perf_counter() - started
-    per_repeat = min(MAX_MICRO_STEPS_PER_REPEAT, max(1, math.ceil(min_repeat_s / max(one, 1e-9))))
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        for _ in range(per_repeat):
-            step()
-        synchronize(device)
-        times.append((time.perf_counter() - started) / per_repeat)
-    peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None
-    return Timed(tuple(times), per_repeat, peak)
+    return time.perf_counter() - started
 
 
-def time_micro_batch(
+@dataclass
+class _Size:
+    """A size being timed: its prepared micro-step and its repeats so far."""
+
+    size: int
+    step: Callable[[], None]
+    per_repeat: int
+    times: list[float]
+    peak: int
+
+
+def time_sizes(
     module: nn.Module,
     loss: Loss,
     batch: Callable[[int], tuple[Any, Any]],
-    size: int,
+    sizes: Sequence[int],
     device: torch.device,
     *,
     repeats: int,
     warmup: int,
     optimizer: bool,
     min_repeat_s: float = MIN_REPEAT_S,
-) -> Timed | None:
-    """One size's micro-step, timed; None when it ran out of device memory (freed again)."""
-    step_optimizer = None
+) -> tuple[dict[int, Timed], int | None]:
+    """Each size's micro-step timed, and the first size that ran out of device memory (None:
+    none did; the larger sizes were not tried).
+
+    First each size in turn is prepared: its batch made on the device, `warmup` micro-steps, and
+    three more, the fastest of which says how many micro-steps a repeat takes (module docstring).
+    Then `repeats` rounds each time one repeat of every size in turn: a burst of load from elsewhere on the
+    host lands on a repeat of every size alike, where timing the sizes one after another would
+    put it all in one size's repeats, and a point's median drops it."""
+    cuda = device.type == "cuda"
+    params = [p for p in module.parameters() if p.requires_grad]
+    step_optimizer = torch.optim.AdamW(params, lr=1e-6) if optimizer and params else None
+    prepared: list[_Size] = []
+    out_of_memory = None
     try:
-        x, y = batch(size)  # before the clock: nothing is allocated in the timed loop
-        if optimizer:
-            step_optimizer = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=1e-6)
-        return time_steps(
-            micro_step(module, loss, x, y, step_optimizer), device, repeats=repeats, warmup=warmup
-        )
-    except Exception as error:
-        if not is_out_of_memory(error):
-            raise
-        return None
+        for b in sizes:
+            try:
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(device)
+                x, y = batch(b)  # before the clock: nothing is allocated in the timed loop
+                step = micro_step(module, loss, x, y, step_optimizer)
+                for _ in range(warmup):
+                    step()
+                one = min(_timed_once(step, device) for _ in range(CALIBRATION_STEPS))
+            except Exception as error:
+                if not is_out_of_memory(error):
+                    raise
+                out_of_memory = b
+                break
+            per_repeat = min(MAX_MICRO_STEPS_PER_REPEAT, max(1, math.ceil(min_repeat_s / max(one, 1e-9))))
+            peak = int(torch.cuda.max_memory_allocated(device)) if cuda else 0
+            prepared.append(_Size(b, step, per_repeat, [], peak))
+        for _ in range(repeats):
+            for s in prepared:
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(device)
+                synchronize(device)
+                started = time.perf_counter()
+                for _ in range(s.per_repeat):
+                    s.step()
+                synchronize(device)
+                s.times.append((time.perf_counter() - started) / s.per_repeat)
+                if cuda:
+                    s.peak = max(s.peak, int(torch.cuda.max_memory_allocated(device)))
     finally:
         if step_optimizer is not None:
             step_optimizer.state.clear()
         module.zero_grad(set_to_none=True)
-        if device.type == "cuda":
+        if cuda:
             release_memory(device)
+    timed = {s.size: Timed(tuple(s.times), s.per_repeat, s.peak if cuda else None) for s in prepared}
+    return timed, out_of_memory
