@@ -37,7 +37,8 @@ def consistent(throughput: dict[str, Any], sizes: list[int]) -> None:
     for p in points:
         assert p["step_time_s"] > 0 and p["spread"] >= 0 and p["micro_steps_per_repeat"] >= 1
         assert p["samples_per_s"] == pytest.approx(p["micro_batch_size"] / p["step_time_s"], rel=1e-5)
-        assert p["peak_memory_bytes"] is None  # CPU: the device reports no peak
+        # CPU reports no peak; a GPU's caching allocator does.
+        assert (p["peak_memory_bytes"] is None) == (throughput["device"] == "cpu")
     fastest = throughput["fastest_micro_batch_size"]
     assert rates[fastest] == max(rates.values())
     knee = throughput["knee_micro_batch_size"]
@@ -45,7 +46,7 @@ def consistent(throughput: dict[str, Any], sizes: list[int]) -> None:
     assert knee <= fastest and rates[knee] >= floor
     assert all(rates[b] < floor for b in sizes if b < knee)
     assert throughput["curve"] == [{"micro_batch_size": b, "samples_per_s": rates[b]} for b in sizes]
-    assert throughput["measured_by"].startswith("rank 0 alone") and throughput["device"] == "cpu"
+    assert throughput["measured_by"].startswith("rank 0 alone")
 
 
 def test_the_built_in_models_curve_is_ordered_plans_and_draws(client: TestClient) -> None:
