@@ -137,3 +137,17 @@ def test_a_registered_model_is_measured_with_the_optimizer_step(client: TestClie
     _, result = measured(client, body)
     consistent(result["throughput"], [1, 4])
     assert result["throughput"]["time_optimizer_step"] is True and result["model"] == "mlp"
+
+
+def test_after_a_micro_batch_search_the_default_sizes_go_up_to_what_fits(client: TestClient) -> None:
+    body = {
+        "plan": {"topology": TWO, "global_batch_size": 16},
+        "model": "mlp",
+        "noise_scale": {"steps": 0},
+        "fit_micro_batch": {"memory_bytes": 1 << 30},
+        "throughput": FAST,
+    }
+    _, result = measured(client, body)
+    found = result["micro_batch_search"]["max_micro_batch_size"]
+    assert found == 8  # a replica's whole share of the step: the search's own limit
+    consistent(result["throughput"], [1, 2, 4, 8])
