@@ -30,9 +30,11 @@ What it does not emulate: a GPU whose fixed costs and arithmetic slow down by di
    0 (the all-reduce that ends a step waits for the slow rank); the median step of each plan.
 Reported: predicted and measured step times side by side, and the curve split's margin over the
 scalar one, predicted and measured. Target: the curve split measured faster, by the predicted
-margin within 25 %. The margin is compared in time saved per step: the curves time one
-replica's compute, and a measured DDP step adds the all-reduce and DDP's hooks, the same for both
-splits (the parameters are the same), which dilutes a margin in percent but not in seconds.
+margin within 25 %, checked two ways: as a fraction of the step, and in time saved per step.
+Neither is exact here: a measured step adds the all-reduce to the compute the curves predict
+(the same parameters for both splits), which dilutes a margin in percent but not in seconds,
+while load from elsewhere on the host slows every step by a factor, which keeps a margin in
+percent but not in seconds.
 """
 
 from __future__ import annotations
@@ -256,9 +258,10 @@ def report(r: dict[str, Any]) -> None:
         scalar["predicted_step_s"] - curve["predicted_step_s"],
         measured["scalar"] - measured["curve"],
     )
+    relative = "PASS" if predicted > 0 and abs(real - predicted) <= 0.25 * predicted else "MISS"
     print(
         f"curve split faster by {real * 100:.1f}% measured [{'PASS' if real > 0 else 'MISS'}: > 0], "
-        f"{predicted * 100:.1f}% of the predicted compute"
+        f"{predicted * 100:.1f}% predicted [{relative}: within 25 % of it, as a fraction of the step]"
     )
     close = "PASS" if saved > 0 and abs(saved_real - saved) <= 0.25 * saved else "MISS"
     print(
