@@ -1,5 +1,5 @@
-"""Charts of a training schedule and of a check's run, drawn with matplotlib's Agg backend (no
-display needed).
+"""Charts of a training schedule, of a check's run and of its measured throughput, drawn with
+matplotlib's Agg backend (no display needed).
 
 Kept out of app.core: matplotlib is a heavy, optional dependency, and the core is pure.
 """
@@ -139,3 +139,48 @@ def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
 
 def _epoch_starts(trajectory: list[dict[str, Any]]) -> list[int]:
     return [s["step"] for previous, s in pairwise(trajectory) if s["epoch"] != previous["epoch"]]
+
+
+def throughput_chart(throughput: Mapping[str, Any], fmt: str, title: str) -> bytes:
+    """A check's `throughput`: samples/s against the micro-batch (log 2 axis), each point's
+    spread as an error bar, the fastest micro-batch and the knee marked."""
+    points = throughput["points"]
+    sizes = [p["micro_batch_size"] for p in points]
+    rates = [p["samples_per_s"] for p in points]
+    errors = [p["samples_per_s"] * p["spread"] / 2 for p in points]
+    fig = Figure(figsize=(9, 5))
+    ax = fig.subplots()
+    ax.errorbar(sizes, rates, yerr=errors, marker="o", color="tab:blue", capsize=3, label="samples/s")
+    by_size = dict(zip(sizes, rates, strict=True))
+    fastest, knee = throughput["fastest_micro_batch_size"], throughput["knee_micro_batch_size"]
+    ax.axhline(by_size[fastest] * (1 - throughput["margin"]), color="grey", linestyle=":", linewidth=1)
+    ax.plot([fastest], [by_size[fastest]], "*", color="tab:red", markersize=16, label=f"fastest: {fastest}")
+    ax.plot(
+        [knee],
+        [by_size[knee]],
+        "D",
+        color="tab:green",
+        markersize=9,
+        label=f"knee: {knee} (within {throughput['margin']:.0%} of the fastest)",
+    )
+    if len(set(sizes)) > 1:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set_xlabel("micro-batch size")
+    ax.set_ylabel("samples per second (one replica)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    step = (
+        "forward, backward and optimizer step"
+        if throughput["time_optimizer_step"]
+        else "forward and backward"
+    )
+    ax.set_title(
+        f"{step}; median of {throughput['repeats']} repeats, bars: {throughput['spread_is']}", fontsize=9
+    )
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=100)
+    return buffer.getvalue()

@@ -232,6 +232,11 @@ class BatchplanClient:
         one step, 409 while it runs)."""
         return self.request("GET", f"/v1/checks/{_segment(check_id)}/trajectory.{format}").content
 
+    def check_throughput(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
+        """GET /v1/checks/{id}/throughput.{format}: a finished check's measured curve (404 for a
+        check that measured none, 409 while it runs)."""
+        return self.request("GET", f"/v1/checks/{_segment(check_id)}/throughput.{format}").content
+
     def cancel_check(self, check_id: str) -> Json:
         """DELETE /v1/checks/{id}; 409 (ProblemError) when it already finished."""
         return self._json("DELETE", f"/v1/checks/{_segment(check_id)}")

@@ -27,5 +27,7 @@ run bench/bench_checks.py
 run bench/bench_resume_check.py
 run bench/bench_load.py
 run bench/bench_models.py
+run bench/bench_throughput.py
+run bench/bench_mixed_curves.py
 run bench/bench_soak.py --faults "${SOAK_FAULTS:-12}"
 echo "# done $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$log"

@@ -4,7 +4,8 @@ Local and server answers are the same JSON; errors are the server's problem+json
 cases (the local path builds them with the server's own functions), printed as the detail,
 the other field errors and the suggestions, with exit status 2.
 
-One module per command: plan, export, check (local_check runs one here), serve (with host).
+One module per command: plan, export, check (local_check runs one here), measure (a check's
+throughput curve), serve (with host).
 options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
 them into a plan request, compute.py answers plan and export here or via a server,
 progress.py shows the phase of a running check on stderr, and output.py prints results and
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import check, export, plan, serve
+from app.cli import check, export, measure, plan, serve
 from app.cli.flag_names import FlagCommand
 
 # Click's plain help, not rich's: rich's table cuts option names to fit 80 columns
@@ -27,7 +28,7 @@ cli = typer.Typer(
     rich_markup_mode=None,
     context_settings={"max_content_width": 100},
 )
-for command in (plan.plan, export.export, check.check, serve.host, serve.serve):
+for command in (plan.plan, export.export, check.check, measure.measure, serve.host, serve.serve):
     cli.command(cls=FlagCommand)(command)
 
 

@@ -1,7 +1,11 @@
 """The plan table's lines about what was measured: the split's predicted times from throughput
-curves (issue 38), and the lr rule an lr-scaling probe found best (issue 39)."""
+curves (issue 38), and the lr rule an lr-scaling probe found best (issue 39); and the table of a
+measured curve (`batchplan measure`)."""
 
 from __future__ import annotations
+
+import json
+from typing import Literal
 
 from app.client import Json
 
@@ -34,3 +38,47 @@ def measured_lines(result: Json) -> list[str]:
         check = f" (check {measured['check']})" if measured.get("check") else ""
         lines.append(f"lr rule {measured['best_rule']}: measured best by the lr-scaling probe{check}")
     return lines
+
+
+def curve_lines(throughput: Json) -> list[str]:
+    """A check's measured throughput (`batchplan measure`): a row per micro-batch, the fastest
+    and the knee marked, then the curve as a plan request takes it."""
+    fastest, knee = throughput["fastest_micro_batch_size"], throughput["knee_micro_batch_size"]
+    step = (
+        "forward, backward, optimizer step" if throughput["time_optimizer_step"] else "forward and backward"
+    )
+    lines = [
+        f"one replica's micro-step ({step}) on {throughput['device']}, {throughput['threads']} thread(s), "
+        f"measured by {throughput['measured_by']}: median of {throughput['repeats']} repeats after "
+        f"{throughput['warmup_steps']} warm-up steps, spread = {throughput['spread_is']}",
+        f"  {'micro':>6} {'step time':>11} {'spread':>7} {'samples/s':>11} {'tokens/s':>11} {'peak MiB':>9}",
+    ]
+    for p in throughput["points"]:
+        b = p["micro_batch_size"]
+        marks = ", ".join(m for m, at in (("fastest", fastest), ("knee", knee)) if at == b)
+        tokens = "-" if p["tokens_per_s"] is None else f"{p['tokens_per_s']:.4g}"
+        peak = "-" if p["peak_memory_bytes"] is None else f"{p['peak_memory_bytes'] / 2**20:.1f}"
+        lines.append(
+            f"  {b:>6} {_s(p['step_time_s']):>11} {p['spread'] * 100:>6.1f}% {p['samples_per_s']:>11.5g} "
+            f"{tokens:>11} {peak:>9}{'  <- ' + marks if marks else ''}"
+        )
+    if throughput.get("out_of_memory_at") is not None:
+        lines.append(
+            f"  micro-batch {throughput['out_of_memory_at']} ran out of device memory: larger not measured"
+        )
+    lines += [
+        f"fastest micro-batch {fastest}; knee {knee} (the smallest within {throughput['margin']:.0%} of the "
+        f"fastest samples/s); measured in {throughput['seconds']:.3g} s",
+        "as topology.throughput_curve (or --throughput-curve "
+        + ",".join(f"{p['micro_batch_size']}:{p['samples_per_s']:g}" for p in throughput["curve"])
+        + "):",
+        "  " + json.dumps(throughput["curve"]),
+    ]
+    return lines
+
+
+def draw_throughput_chart(throughput: Json, fmt: Literal["png", "svg"]) -> bytes:
+    """The measured curve's chart, drawn here (as the server draws it)."""
+    from app.charts import throughput_chart  # matplotlib loads only when a chart is asked for
+
+    return throughput_chart(throughput, fmt, f"one replica's micro-step on {throughput['device']}")

@@ -26,3 +26,11 @@ DEFAULT_FIT_OPTIMIZER: FitOptimizer = "adam"
 # Optimizer steps a check trains (1: the one-step check); more train the plan's recipe as a run.
 DEFAULT_STEPS = 1
 MAX_STEPS = 1000
+# The throughput measurement (contract/throughput.py): repeats timed per micro-batch after the
+# warm-up micro-steps, the knee's margin below the fastest samples/s, the largest default size
+# without a cap, and the most points one measurement takes.
+DEFAULT_THROUGHPUT_REPEATS = 10
+DEFAULT_THROUGHPUT_WARMUP = 3
+DEFAULT_KNEE_MARGIN = 0.05
+DEFAULT_THROUGHPUT_LIMIT = 128
+MAX_THROUGHPUT_POINTS = 32

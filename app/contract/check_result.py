@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from app.contract.check_options import CheckWorkload, DType, ProcessGroupBackend
 from app.contract.codec import FLAT, named
 from app.contract.run_result import RunOutcome
+from app.contract.throughput import Throughput
 from app.contract.timings import Timings, with_setup
 from app.core.plan_types import Split, Wrapper
 from app.core.resume_types import ResumeGroup
@@ -125,6 +126,8 @@ class CheckResult:
     run: RunOutcome | None = field(default=None, metadata=FLAT)
     # A resume check (`resume`): the checkpoint and the replicas the run went on with.
     resume: ResumeOutcome | None = None
+    # With `throughput`: one replica's micro-step timed at each micro-batch (contract/throughput.py).
+    throughput: Throughput | None = None
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",

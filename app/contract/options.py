@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from app.contract.check_options import (
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
+    DEFAULT_KNEE_MARGIN,
     DEFAULT_NOISE_STEPS,
+    DEFAULT_THROUGHPUT_REPEATS,
+    DEFAULT_THROUGHPUT_WARMUP,
     FitOptimizer,
 )
 
@@ -32,6 +35,20 @@ class FitOptions:
     safety_margin: float | None = None
     optimizer: FitOptimizer = DEFAULT_FIT_OPTIMIZER
     max_micro_batch_size: int = DEFAULT_FIT_LIMIT
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputOptions:
+    """Measure one replica's micro-step at each of `micro_batch_sizes` (None: powers of two up
+    to the plan's cap, app.contract.throughput): `warmup_steps` untimed, then the median of
+    `repeats`; with `time_optimizer_step`, each timed step includes an optimizer step. The knee
+    is the smallest micro-batch within `margin` of the fastest samples/s."""
+
+    micro_batch_sizes: tuple[int, ...] | None = None
+    repeats: int = DEFAULT_THROUGHPUT_REPEATS
+    warmup_steps: int = DEFAULT_THROUGHPUT_WARMUP
+    time_optimizer_step: bool = False
+    margin: float = DEFAULT_KNEE_MARGIN
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,12 @@ from app.contract.check_options import (
 )
 from app.contract.codec import decode
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions, ThroughputOptions
 from app.contract.resume_request import resume_run
 from app.contract.run_request import planned_run, refuse_for_a_run, run_request, weighed_on_samples
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.contract.targets import missing_module
+from app.contract.throughput import throughput_options
 from app.core.errors import InvalidValue, PlanError, field_key
 from app.core.plan_request import plan_request
 from app.core.plan_types import NodeGroup, PlanRequest
@@ -52,6 +53,7 @@ class CheckOptions:
     workload: CheckWorkload | None = None  # None: the plan decides (tokens under loss_normalization token)
     steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
     resume: ResumeOptions | None = None  # the run checkpointed and resumed on other replicas
+    throughput: ThroughputOptions | None = None  # measure the micro-step's curve (contract/throughput.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,15 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
         run_plan=None if trained is None else planned_run(trained, on_samples=workload != "tokens"),
         resume_plan=None if resumed is None else weighed_on_samples(resumed, workload != "tokens"),
     )
+    if options.throughput is not None:
+        if spec.mesh is not None:
+            raise SpecError(
+                "throughput is measured on one data-parallel replica: drop throughput with a device mesh, "
+                "or measure with tensor, pipeline and context 1 and data_parallel_shard 1",
+                "/throughput",
+            )
+        asked = throughput_options(options.throughput, request.plan, searched=fit is not None)
+        spec = dataclasses.replace(spec, throughput=asked)
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, options.noise_scale)
     if spec.mesh is not None:
@@ -232,6 +243,7 @@ def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
         noise_learning_rate=spec.noise_learning_rate,
         fit=spec.fit,
         plan_request=capped,
+        throughput=spec.throughput,
     )
 
 

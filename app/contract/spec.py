@@ -15,7 +15,7 @@ from typing import Any
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions
+from app.contract.options import FitOptions, ThroughputOptions
 from app.core.errors import DomainError
 from app.core.plan_types import (
     BatchUnit,
@@ -82,6 +82,8 @@ class CheckSpec:
     # A resume check: the plan the run goes on with after run_plan.resume.optimizer_step steps,
     # run_plan re-made for run_plan.resume.data_parallel_size replicas (contract/resume_request.py).
     resume_plan: Plan | None = None
+    # Time one replica's micro-step at each size after the check (contract/throughput.py).
+    throughput: ThroughputOptions | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -118,4 +118,17 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
             }
         },
     },
+    "throughput": {
+        "summary": "Measure the throughput curve: samples/s of one replica at 8 micro-batch sizes",
+        "description": "After the check, rank 0 times one replica's micro-step at each size; the "
+        "result's `throughput.curve` is what topology.throughput_curve takes.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "global_batch_size": 64,
+                "max_micro_batch_size": 128,
+            },
+            "throughput": {"micro_batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "repeats": 10},
+        },
+    },
 }

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
+from app.schemas.measured_throughput import MeasuredThroughputOut
 from app.schemas.run_results import ControlStepOut, EpochEndOut, ResumeCheckOut, TrajectoryStepOut
 
 
@@ -277,4 +278,9 @@ class CheckResultOut(BaseModel):
         None,
         description="With resume: where the run was checkpointed, the replicas it went on with and where "
         "each resumed in its epoch (passed requires matches).",
+    )
+    throughput: MeasuredThroughputOut | None = Field(
+        None,
+        description="With `throughput`: one replica's micro-step timed at each micro-batch size "
+        "(GET /v1/checks/{id}/throughput.png draws it).",
     )

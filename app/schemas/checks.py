@@ -25,6 +25,7 @@ from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOpt
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
+from app.schemas.measured_throughput import ThroughputIn
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
 
@@ -173,6 +174,11 @@ class CheckRequestIn(BaseModel):
         "resume_schedule_restart, resume_keeps_micro_batch, resume_per_rank_position). The result's "
         "`resume` reports it; the trajectory chart marks the step.",
     )
+    throughput: ThroughputIn | None = Field(
+        None,
+        description="After the check, time one replica's micro-step at each micro-batch size (the "
+        "result's `throughput`: its points, the fastest and the knee, and the curve a plan takes).",
+    )
 
     def to_core(self) -> CheckRequest:
         """The request in core types, as /v1/plans reads its plan: validated once, here."""
@@ -197,6 +203,7 @@ class CheckRequestIn(BaseModel):
                 resume=ResumeOptions(self.resume.at_step, self.resume.data_parallel_size)
                 if self.resume
                 else None,
+                throughput=None if self.throughput is None else self.throughput.to_core(),
             ),
         )
 

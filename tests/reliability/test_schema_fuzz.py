@@ -46,6 +46,7 @@ WORKER_PATHS = (
     "/v1/checks",
     "/v1/checks/{check_id}",
     "/v1/checks/{check_id}/trajectory.{format}",
+    "/v1/checks/{check_id}/throughput.{format}",
     "/v1/check-models",
 )
 PROBLEM = "application/problem+json"

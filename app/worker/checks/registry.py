@@ -12,6 +12,7 @@ from app.worker.checks.mesh_check import MeshStep
 from app.worker.checks.mesh_run import MeshRun
 from app.worker.checks.resume_check import ResumeRun
 from app.worker.checks.run_check import DdpRun
+from app.worker.checks.throughput_check import ThroughputMeasure
 from app.worker.checks.token_check import TokenStep
 
 KINDS: tuple[CheckKind[Any], ...] = (
@@ -21,4 +22,5 @@ KINDS: tuple[CheckKind[Any], ...] = (
     DdpRun(),
     MeshRun(),
     ResumeRun(),
+    ThroughputMeasure(),
 )

@@ -82,6 +82,13 @@ class Admission:
                 pointer,
                 suggestions={field_key(pointer): [largest]} if largest else {},
             )
+        sizes = spec.throughput.micro_batch_sizes if spec.throughput else None
+        if sizes and sizes[-1] > cap:
+            raise SpecError(
+                f"a throughput measurement materialises each micro-batch: {sizes[-1]} samples is more than "
+                f"this worker's limit of {cap} (BATCHPLAN_MAX_CHECK_SAMPLES): measure sizes up to {cap}",
+                f"/throughput/micro_batch_sizes/{len(sizes) - 1}",
+            )
         shuffled_cap = self.limits.max_shuffled_samples
         if (
             request.dataset is not None

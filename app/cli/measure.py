@@ -1,0 +1,145 @@
+"""`batchplan measure`: a check with `throughput` (issue 38), on a server (--url) or here: the
+table of one replica's micro-step at each micro-batch, and its chart (--chart)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.cli.check import CheckFlags, CheckRequestFile, _check_here, _check_on_server, check_body
+from app.cli.compute import make_client
+from app.cli.flag_groups import with_flag_groups
+from app.cli.local_check import Launcher
+from app.cli.options import ApiKey, PlanFlags, Url
+from app.cli.output import client_errors, fail, show_check
+from app.cli.run_table import chart_format
+from app.cli.throughput_table import curve_lines, draw_throughput_chart
+from app.client import Json
+
+
+@dataclass(frozen=True)
+class MeasureFlags:
+    """The measurement: they set the check request's `throughput`."""
+
+    micro_batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated, increasing: 1,2,4,8 (default: powers of two up to the plan's cap, "
+            "else up to 128).",
+            show_default=False,
+        ),
+    ] = None
+    repeats: Annotated[
+        int | None,
+        typer.Option(help="Timed repeats per size; the median counts (default 10).", show_default=False),
+    ] = None
+    # --warmup-steps is the plan's lr warmup; this is the request's throughput.warmup_steps.
+    measure_warmup_steps: Annotated[
+        int | None,
+        typer.Option(help="Untimed micro-steps before each size's repeats (default 3).", show_default=False),
+    ] = None
+    time_optimizer_step: Annotated[
+        bool, typer.Option("--time-optimizer-step", help="Time an AdamW step with each micro-step.")
+    ] = False
+    margin: Annotated[
+        float | None,
+        typer.Option(
+            help="The knee: within this fraction of the fastest samples/s (default 0.05).", show_default=False
+        ),
+    ] = None
+
+
+def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measure: MeasureFlags) -> Json:
+    body = check_body(request, flags, run)
+    throughput: Json = body.setdefault("throughput", {})
+    if measure.micro_batch_sizes is not None:
+        try:
+            throughput["micro_batch_sizes"] = [
+                int(b) for b in measure.micro_batch_sizes.split(",") if b.strip()
+            ]
+        except ValueError:
+            fail(
+                {
+                    "detail": f"--micro-batch-sizes {measure.micro_batch_sizes!r}: "
+                    "give whole numbers, e.g. 1,2,4,8"
+                }
+            )
+    for key, value in (
+        ("repeats", measure.repeats),
+        ("warmup_steps", measure.measure_warmup_steps),
+        ("margin", measure.margin),
+    ):
+        if value is not None:
+            throughput[key] = value
+    if measure.time_optimizer_step:
+        throughput["time_optimizer_step"] = True
+    return body
+
+
+@with_flag_groups
+def measure(
+    *,
+    flags: PlanFlags,
+    request: CheckRequestFile = None,
+    run: CheckFlags,
+    sizes: MeasureFlags,
+    launcher: Annotated[
+        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+    ] = "direct",
+    processes: Annotated[
+        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
+    ] = None,
+    wait: Annotated[
+        float | None,
+        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
+    ] = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+    chart: Annotated[
+        Path | None,
+        typer.Option(
+            help="Save the curve's chart (samples/s per micro-batch) to this .png or .svg file.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Measure one replica's throughput at each micro-batch size after a check of the plan: the
+    table, the fastest micro-batch and the knee, and the curve a plan request takes.
+
+    Exit status: 0 measured (and the check passed), 1 the check failed, 2 did not run."""
+    body = measure_body(request, flags, run, sizes)
+    if run.model_factory and url:
+        fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
+    if url:
+        done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
+    else:
+        done = _check_here(body, run, processes, launcher)
+    result = done.get("result") if done.get("status") == "succeeded" else None
+    if not isinstance(result, dict) or not result.get("throughput"):
+        raise typer.Exit(show_check(done, as_json))
+    if as_json:
+        status = show_check(done, True)
+    else:
+        status = 0 if result.get("passed") else 1
+        verdict = "passed" if status == 0 else "FAILED (`batchplan check` shows why)"
+        typer.echo("\n".join([*curve_lines(result["throughput"]), f"the check of the plan {verdict}"]))
+    if chart is not None:
+        _save_chart(done, result["throughput"], chart, url, api_key)
+    raise typer.Exit(status)
+
+
+def _save_chart(done: Json, throughput: Json, path: Path, url: str | None, api_key: str | None) -> None:
+    if url:
+        with client_errors(), make_client(url, api_key) as client:
+            image = client.check_throughput(str(done["id"]), chart_format(path))
+    else:
+        image = draw_throughput_chart(throughput, chart_format(path))
+    try:
+        path.write_bytes(image)
+    except OSError as err:
+        fail({"detail": f"cannot write {path}: {err.strerror or err}"})
+    typer.echo(f"wrote {path}", err=True)
