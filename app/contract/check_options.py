@@ -26,3 +26,10 @@ DEFAULT_FIT_OPTIMIZER: FitOptimizer = "adam"
 # Optimizer steps a check trains (1: the one-step check); more train the plan's recipe as a run.
 DEFAULT_STEPS = 1
 MAX_STEPS = 1000
+# The lr-scaling probe (checks/lr_scaling_probe.py): the rules it runs unless told, its
+# evaluations along the way, and how close to the base run a rule's final loss must stay.
+LR_PROBE_RULES: tuple[str, ...] = ("none", "sqrt", "linear")
+DEFAULT_LR_PROBE_POINTS = 8
+MAX_LR_PROBE_POINTS = 64
+DEFAULT_LR_PROBE_TOLERANCE = 0.05
+MAX_LR_PROBE_SAMPLES = 1 << 24

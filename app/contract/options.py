@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from app.contract.check_options import (
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
+    DEFAULT_LR_PROBE_POINTS,
+    DEFAULT_LR_PROBE_TOLERANCE,
     DEFAULT_NOISE_STEPS,
     FitOptimizer,
 )
@@ -41,3 +43,18 @@ class Rendezvous:
     endpoint: str
     nnodes: int
     run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingOptions:
+    """An lr-scaling probe: train `samples` samples at the base batch and, per rule, at the
+    plan's global batch, evaluating at `points` sample counts; a rule holds while its final
+    held-out loss is within `tolerance` (relative) of the base run's. `label_noise`: the
+    standard deviation of Gaussian noise added to the built-in model's targets (its gradient
+    noise knob)."""
+
+    samples: int
+    rules: tuple[str, ...] | None = None  # None: none, sqrt, linear and the plan's own
+    points: int = DEFAULT_LR_PROBE_POINTS
+    tolerance: float = DEFAULT_LR_PROBE_TOLERANCE
+    label_noise: float = 0.0

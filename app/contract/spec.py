@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
+from app.contract.lr_scaling_spec import LrScalingSpec
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions
@@ -79,6 +80,8 @@ class CheckSpec:
     # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
     steps: int = 1
     run_plan: Plan | None = None
+    # An lr-scaling probe after the first step (contract/lr_scaling_spec.py), else None.
+    lr_scaling: LrScalingSpec | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.worker.checks.ddp_check import DdpStep
 from app.worker.checks.kind import CheckKind
+from app.worker.checks.lr_scaling_probe import LrScalingProbe
 from app.worker.checks.mesh_check import MeshStep
 from app.worker.checks.mesh_run import MeshRun
 from app.worker.checks.run_check import DdpRun
@@ -19,4 +20,5 @@ KINDS: tuple[CheckKind[Any], ...] = (
     DdpStep(),
     DdpRun(),
     MeshRun(),
+    LrScalingProbe(),
 )
