@@ -12,9 +12,11 @@ them (lr_scaling_verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
 held-out batch far beyond them; a dataset's samples reshuffled every pass with the check's
-seed, its held-out batch set aside from a seeded permutation first. `label_noise` adds
-Gaussian noise of that standard deviation to the built-in model's training targets (a fixed
-draw per sample), which raises its gradient noise; the held-out targets stay clean.
+seed, its held-out batch set aside from a seeded permutation first. The built-in model learns a
+teacher: a fixed network of its own shape (seed + 1) on its own inputs gives the targets (its
+check targets are no function of the inputs it could learn, so its loss would not fall).
+`label_noise` adds Gaussian noise of that standard deviation to the training targets (a fixed
+draw per sample), which raises the gradient noise; the held-out targets stay clean.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from app.worker.checks.kind import Context, Laps
 from app.worker.checks.lr_scaling_verdict import Curve, judge
 from app.worker.checks.run_check import run_workload
 from app.worker.training.reference_run import build_optimizer
-from app.worker.training.synthetic_model import OUTPUTS
+from app.worker.training.synthetic_model import OUTPUTS, build_model
 from app.worker.training.workload import SyntheticWorkload, Workload
 
 HELD_OUT = 1024  # samples in the held-out batch (at most a fifth of a dataset)
@@ -55,6 +57,13 @@ def _label_noise_block(seed: int, block: int) -> torch.Tensor:
 def label_noise(indices: list[int], seed: int) -> torch.Tensor:
     """A fixed standard Gaussian draw per sample index (the same on every rank)."""
     return torch.stack([_label_noise_block(seed, i // _NOISE_BLOCK)[i % _NOISE_BLOCK] for i in indices])
+
+
+@functools.lru_cache(maxsize=8)
+def teacher(seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """The built-in model's probe task: a fixed network of its own shape (seed + 1) on its own
+    inputs gives the targets, so the loss can fall and the gradient noise is the knob's."""
+    return build_model(seed + 1, dtype, device)
 
 
 class Stream:
@@ -175,7 +184,11 @@ class LrScalingProbe:
 
     def _batch(self, state: _Probe, indices: list[int], ctx: Context, noisy: bool) -> tuple[Any, Any]:
         x, y = state.work.batch(indices, ctx.dtype, ctx.device)
-        if noisy and state.probe.label_noise and isinstance(state.work, SyntheticWorkload):
+        if not isinstance(state.work, SyntheticWorkload):
+            return x, y
+        with torch.no_grad():
+            y = teacher(ctx.spec.seed, ctx.dtype, ctx.device)(x)
+        if noisy and state.probe.label_noise:
             y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
         return x, y
 
