@@ -111,7 +111,7 @@ class ProbeRule:
 @dataclass(frozen=True, slots=True)
 class ProbeNoise:
     """The gradient noise scale B_simple at the start and at the end of the base run, and the
-    global batch against the one the regime is read from (`end`, else `start`)."""
+    global batch against the one the regime is read from (`start`, else `end`)."""
 
     start: float | None
     end: float | None

@@ -179,7 +179,7 @@ class ProbeRuleOut(BaseModel):
 class ProbeNoiseOut(BaseModel):
     start: float | None = Field(description="B_simple at the initial weights; null: not measurable.")
     end: float | None = Field(description="B_simple after the base run; null: not measurable.")
-    batch_to_noise: float | None = Field(description="The global batch over B_noise (end, else start).")
+    batch_to_noise: float | None = Field(description="The global batch over B_noise (start, else end).")
     linear_overshoot: float | None = Field(
         description="McCandlish et al. 2018: how far linear scaling from the base batch overshoots the "
         "best lr, (B + B_noise) / (b + B_noise)."

@@ -5,9 +5,10 @@ the regime McCandlish et al. 2018 predict from the measured noise scale, and one
 McCandlish et al.: the best SGD lr at batch B is eps_max / (1 + B_noise / B), so the linear rule
 from a base batch b overshoots it by (B + B_noise) / (b + B_noise): about 1 (linear holds) while
 B is well below B_noise, about B / B_noise (flat: a larger lr does not help) well above it. The
-regime reads B against B_noise at the end of the base run (the noise scale grows as the loss
-falls), at its start where the end could not be measured: below B_noise / 4, within a factor 4
-of it, or above 4 x B_noise.
+regime reads B against B_noise at the start (the initial weights: where a scaled lr first bites,
+and what Goyal et al.'s warmup guards; the noise scale grows as the loss falls, so `end` is
+larger), at the end where the start could not be measured: below B_noise / 4, within a factor
+4 of it, or above 4 x B_noise.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def judge(
     plan_holds = next(r.holds for r in rules if r.rule == probe.plan_rule)
     G, b = probe.global_batch_size, base_run.batch_size
     start, end = noise
-    b_noise = end if end is not None else start
+    b_noise = start if start is not None else end
     noise_scale = ProbeNoise(
         start=start,
         end=end,

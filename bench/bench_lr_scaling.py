@@ -1,0 +1,123 @@
+"""The lr-scaling probe (issue 39) on warm gloo ranks, in-process (a TestClient over the app).
+
+    .venv/bin/python bench/bench_lr_scaling.py [--processes 4] [--runs 5] [--quick]
+
+(a) Speed: the probe of 3 rules (none, sqrt, linear) over 65,536 samples on the built-in model
+    (global 512 on 4 replicas, base 64 at 0.01), POST until the result, median of --runs after
+    one discarded, beside a plain 1-step check of the same plan timed in the same run.
+    Target: median <= 3 s.
+(b) Against the papers: at three label-noise levels (the built-in model's gradient-noise knob),
+    the global batch swept from 2 to 4,096 (2 replicas) from a base batch of 4 at 0.005 (SGD, momentum 0.9,
+    no warmup, the lr decaying linearly to 0 over the probe's 16,384 samples), each probe
+    reporting whether linear scaling holds (within 5 % of the base run's final held-out loss)
+    beside the regime McCandlish et al. 2018 predict from the measured B_noise (at the start).
+    Target: below B_noise / 4 linear holds, above 4 x B_noise it does not, at every level.
+Prints figures and PASS/MISS; always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT  # noqa: E402  (puts the repository on the path)
+
+sys.path.insert(0, str(ROOT / "tests"))
+from support.apps import warm_app  # noqa: E402
+from support.polling import check_result  # noqa: E402
+
+SPEED_PLAN = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 4},
+    "global_batch_size": 512,
+    "learning_rate": {"base_lr": 0.01, "base_batch_size": 64, "rule": "linear"},
+}
+SWEEP_SAMPLES = 16384
+SWEEP_BASE = {"base_lr": 0.005, "base_batch_size": 4, "rule": "linear", "decay": "linear"}
+BATCHES = [2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096]
+NOISE = [0.0, 2.0, 6.0]
+
+
+def timed(client: Any, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    start = time.perf_counter()
+    result = check_result(client, body, timeout=600)
+    return time.perf_counter() - start, result
+
+
+def speed(client: Any, runs: int) -> None:
+    probe = {"plan": SPEED_PLAN, "lr_scaling": {"samples": 65536}}
+    plain = {"plan": SPEED_PLAN}
+    timed(client, probe)
+    timed(client, plain)  # discarded: warm-up
+    probes, plains, ranks = [], [], []
+    for _ in range(runs):
+        seconds, result = timed(client, probe)
+        probes.append(seconds)
+        ranks.append(result["timings_s"]["lr_scaling"])
+        plains.append(timed(client, plain)[0])
+    median = statistics.median(probes)
+    print("(a) probe of none, sqrt, linear over 65,536 samples, global 512, base 64, 4 replicas")
+    print(f"    probe, POST to result: median {median:.2f} s (min {min(probes):.2f}, max {max(probes):.2f})")
+    print(f"    of which the ranks' lr_scaling phase: median {statistics.median(ranks):.2f} s")
+    print(f"    plain 1-step check: median {statistics.median(plains):.3f} s")
+    print(f"    ratio probe / plain: {median / statistics.median(plains):.1f}x")
+    print(f"    target <= 3 s: {'PASS' if median <= 3 else 'MISS'}")
+
+
+def sweep(client: Any, batches: list[int], noises: list[float]) -> None:
+    print(f"(b) linear scaling from 4 at 0.005 over {SWEEP_SAMPLES:,} samples, linear decay to 0")
+    print("    noise  B_start  B_end   G/B_start  predicted          linear ratio  holds  agrees")
+    misses = 0
+    for noise in noises:
+        for G in batches:
+            plan = {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "global_batch_size": G,
+                "learning_rate": {**SWEEP_BASE, "train_samples": SWEEP_SAMPLES},
+            }
+            body = {
+                "plan": plan,
+                "lr_scaling": {"samples": SWEEP_SAMPLES, "rules": ["linear"], "label_noise": noise},
+            }
+            probe = check_result(client, body, timeout=600)["lr_scaling"]
+            linear = next(r for r in probe["rules"] if r["rule"] == "linear")
+            regime, n = probe["regime"], probe["noise_scale"]
+            expected = {"below_noise_scale": True, "above_noise_scale": False}.get(regime)
+            agrees = "-" if expected is None else ("yes" if expected == linear["holds"] else "NO")
+            misses += agrees == "NO"
+            ratio = linear["final_loss_ratio"]
+            shown = "diverged" if ratio is None else (f"{ratio:.3f}" if ratio < 1e3 else f"{ratio:.1e}")
+            end = "-" if n["end"] is None else f"{n['end']:.0f}"
+            print(
+                f"    {noise:<5g}  {n['start']:<7.0f}  {end:<6}  {n['batch_to_noise']:<9.2f}  "
+                f"{regime:<18} {shown:<13} {'yes' if linear['holds'] else 'no':<5}  {agrees}",
+                flush=True,
+            )
+    print(f"    target: every below/above row agrees: {'PASS' if not misses else f'MISS ({misses} rows)'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs, a short sweep")
+    parser.add_argument("--only", choices=["speed", "sweep"], default=None)
+    args = parser.parse_args()
+    runs = 2 if args.quick else args.runs
+    with tempfile.TemporaryDirectory() as tmp, warm_app(
+        Path(tmp) / "jobs.sqlite3", args.processes, log_level="warning", check_timeout_s=600
+    ) as client:
+        print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.processes} warm gloo ranks")
+        if args.only != "sweep":
+            speed(client, runs)
+        if args.only != "speed":
+            sweep(client, [2, 64, 1024] if args.quick else BATCHES, [0.0] if args.quick else NOISE)
+
+
+if __name__ == "__main__":
+    main()
