@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT  # noqa: E402  (puts the repository on the path)
+from _common import ROOT  # (puts the repository on the path)
 
 sys.path.insert(0, str(ROOT / "tests"))
-from support.apps import warm_app  # noqa: E402
-from support.polling import check_result  # noqa: E402
+from support.apps import warm_app
+from support.polling import check_result
 
 SPEED_PLAN = {
     "topology": {"num_nodes": 1, "gpus_per_node": 4},
@@ -92,9 +92,12 @@ def sweep(client: Any, batches: list[int], noises: list[float]) -> None:
             misses += agrees == "NO"
             ratio = linear["final_loss_ratio"]
             shown = "diverged" if ratio is None else (f"{ratio:.3f}" if ratio < 1e3 else f"{ratio:.1e}")
-            end = "-" if n["end"] is None else f"{n['end']:.0f}"
+            start, end, to_noise = (
+                "-" if n[k] is None else f"{n[k]:.{d}f}"
+                for k, d in (("start", 0), ("end", 0), ("batch_to_noise", 2))
+            )
             print(
-                f"    {noise:<5g}  {n['start']:<7.0f}  {end:<6}  {n['batch_to_noise']:<9.2f}  "
+                f"    {noise:<5g}  {start:<7}  {end:<6}  {to_noise:<9}  "
                 f"{regime:<18} {shown:<13} {'yes' if linear['holds'] else 'no':<5}  {agrees}",
                 flush=True,
             )
@@ -107,16 +110,20 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs, a short sweep")
     parser.add_argument("--only", choices=["speed", "sweep"], default=None)
+    parser.add_argument("--noise", type=float, nargs="*", default=NOISE, help="label-noise levels")
     args = parser.parse_args()
     runs = 2 if args.quick else args.runs
-    with tempfile.TemporaryDirectory() as tmp, warm_app(
-        Path(tmp) / "jobs.sqlite3", args.processes, log_level="warning", check_timeout_s=600
-    ) as client:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        warm_app(
+            Path(tmp) / "jobs.sqlite3", args.processes, log_level="warning", check_timeout_s=600
+        ) as client,
+    ):
         print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {args.processes} warm gloo ranks")
         if args.only != "sweep":
             speed(client, runs)
         if args.only != "speed":
-            sweep(client, [2, 64, 1024] if args.quick else BATCHES, [0.0] if args.quick else NOISE)
+            sweep(client, [2, 64, 1024] if args.quick else BATCHES, [0.0] if args.quick else args.noise)
 
 
 if __name__ == "__main__":

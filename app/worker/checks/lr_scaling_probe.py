@@ -44,7 +44,7 @@ from app.worker.training.workload import SyntheticWorkload, Workload
 HELD_OUT = 1024  # samples in the held-out batch (at most a fifth of a dataset)
 _HELD_OUT_AT = 1 << 29  # the built-in model's held-out indices start here
 _NOISE_AT = 1 << 28  # and those its noise scale is measured on
-_NOISE_GROUPS, _NOISE_REPEATS = 8, 4  # small batches per big one, big batches per estimate
+_NOISE_GROUPS, _NOISE_REPEATS = 8, 16  # small batches per big one, big batches per estimate
 _NOISE_BLOCK = 4096
 
 
@@ -237,9 +237,9 @@ class LrScalingProbe:
 
     def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
-        batch and the big batch they make, averaged over repeats, then divided."""
+        batch (8 to 256) and the big batch they make, averaged over repeats, then divided."""
         params = [p for p in module.parameters() if p.requires_grad]
-        small = max(1, min(small, 256))
+        small = max(8, min(small, 256))
         big = small * _NOISE_GROUPS
         indices = state.stream.noise_indices(big * _NOISE_REPEATS)
 
