@@ -96,13 +96,30 @@ def test_the_chart_draws_a_probe_and_refuses_a_check_that_was_none(
 
 
 @pytest.mark.parametrize(
+    "options",
+    [{"model": "mlp"}, {"workload": "tokens"}],
+    ids=["registered", "tokens"],
+)
+def test_a_registered_model_and_the_tokens_workload_are_probed(
+    default_worker: TestClient, options: dict[str, Any]
+) -> None:
+    body = {**PROBE, **options, "lr_scaling": {"samples": 1024, "points": 2}}
+    probe = check_result(default_worker, body, timeout=180)["lr_scaling"]
+    assert [r["rule"] for r in probe["rules"]] == ["none", "sqrt", "linear"]
+    curves = [probe["base"]["curve"], *(r["curve"] for r in probe["rules"])]
+    assert all([p["samples"] for p in c] == [0, 512, 1024] for c in curves)
+    assert all(c[0]["loss"] == curves[0][0]["loss"] and c[-1]["loss"] is not None for c in curves)
+    assert probe["base"]["curve"][-1]["loss"] < probe["base"]["curve"][0]["loss"]  # it learns
+
+
+@pytest.mark.parametrize(
     ("change", "pointer", "says"),
     [
         ({"lr_scaling": {"samples": 32}}, "/lr_scaling/samples", "at least 64"),
         ({"lr_scaling": {"samples": 4096, "rules": ["linear", "cubic"]}}, "/lr_scaling/rules/1", "sqrt"),
         ({"plan": {**PLAN, "learning_rate": None}}, "/plan/learning_rate", "base_lr"),
         (
-            {"lr_scaling": {"samples": 4096, "label_noise": 1}, "model": "tiny_mlp"},
+            {"lr_scaling": {"samples": 4096, "label_noise": 1}, "model": "mlp"},
             "/lr_scaling/label_noise",
             "",
         ),
