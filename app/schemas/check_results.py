@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
+from app.schemas.lr_scaling_probe import LrScalingOut
 from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
 
 
@@ -153,58 +154,6 @@ class MicroBatchSearchOut(BaseModel):
     search_limit: int = Field(description="The largest size tried for: no larger micro-batch can help.")
     requested: SearchedSplitOut
     planned: ReplannedSplitOut
-
-
-class LossPointOut(BaseModel):
-    samples: int = Field(description="Training samples the run had taken.")
-    loss: float | None = Field(description="Its mean loss on the held-out batch; null once it diverged.")
-
-
-class ProbeBaseOut(BaseModel):
-    batch_size: int = Field(description="The plan's base_batch_size.")
-    lr: float = Field(description="The plan's base_lr.")
-    curve: list[LossPointOut]
-
-
-class ProbeRuleOut(BaseModel):
-    rule: str = Field(examples=["linear"])
-    lr: float = Field(description="The lr this rule gives the plan's global batch.")
-    curve: list[LossPointOut]
-    final_loss_ratio: float | None = Field(
-        description="Its final held-out loss over the base run's; null when it diverged."
-    )
-    holds: bool = Field(description="final_loss_ratio is at most 1 + tolerance.")
-
-
-class ProbeNoiseOut(BaseModel):
-    start: float | None = Field(description="B_simple at the initial weights; null: not measurable.")
-    end: float | None = Field(description="B_simple after the base run; null: not measurable.")
-    batch_to_noise: float | None = Field(description="The global batch over B_noise (start, else end).")
-    linear_overshoot: float | None = Field(
-        description="McCandlish et al. 2018: how far linear scaling from the base batch overshoots the "
-        "best lr, (B + B_noise) / (b + B_noise)."
-    )
-
-
-class LrScalingOut(BaseModel):
-    """An lr-scaling probe's answer (docs/lr-scaling.md); give it back to a plan as
-    learning_rate.lr_scaling (rule "measured")."""
-
-    samples: int = Field(description="Samples every run trained: a whole number of global batches.")
-    global_batch_size: int
-    tolerance: float = Field(description="How far above the base run's final loss a rule may end and hold.")
-    label_noise: float = Field(description="The built-in model's target noise the probe trained with.")
-    base: ProbeBaseOut
-    rules: list[ProbeRuleOut]
-    best_rule: str = Field(description="The rule with the lowest final held-out loss.")
-    plan_rule: str = Field(description="The rule the plan scales by.")
-    plan_rule_holds: bool
-    noise_scale: ProbeNoiseOut
-    regime: Literal["below_noise_scale", "around_noise_scale", "above_noise_scale", "unknown"] = Field(
-        description="The global batch against B_noise: below a quarter of it (linear should hold), "
-        "above four times it (linear should not), or around it."
-    )
-    verdict: str
 
 
 class CheckResultOut(BaseModel):

@@ -11,12 +11,8 @@ from app.contract.check_options import (
     DEFAULT_DTYPE,
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
-    DEFAULT_LR_PROBE_POINTS,
-    DEFAULT_LR_PROBE_TOLERANCE,
     DEFAULT_NOISE_STEPS,
     DEFAULT_STEPS,
-    MAX_LR_PROBE_POINTS,
-    MAX_LR_PROBE_SAMPLES,
     MAX_STEPS,
     Backend,
     CheckWorkload,
@@ -25,10 +21,11 @@ from app.contract.check_options import (
 )
 from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import NAME, PROBE_PENDING, SYNTHETIC
-from app.contract.options import FitOptions, LrScalingOptions, NoiseOptions, Rendezvous
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
+from app.schemas.lr_scaling_probe import LrScalingRequestIn
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE, with_examples
 
@@ -96,49 +93,6 @@ class FitMicroBatchIn(BaseModel):
     max_micro_batch_size: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = Field(
         DEFAULT_FIT_LIMIT, description="Where the search stops."
     )
-
-
-class LrScalingRequestIn(BaseModel):
-    """An lr-scaling probe (docs/lr-scaling.md): the base run and each rule's run at the plan's
-    global batch, over the same samples, on the same held-out batch."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    samples: Annotated[int, Field(ge=1, le=MAX_LR_PROBE_SAMPLES), WHOLE] = Field(
-        examples=[65536],
-        description="How far every run trains, in samples (rounded down to whole global batches); at "
-        "least one global batch (and one base batch).",
-    )
-    rules: list[Literal["none", "sqrt", "linear"]] | None = Field(
-        None,
-        max_length=3,
-        examples=[["sqrt", "linear"]],
-        description="The rules to run at the plan's global batch. Default: none, sqrt and linear; the "
-        "plan's own rule is added when missing.",
-    )
-    points: Annotated[int, Field(ge=1, le=MAX_LR_PROBE_POINTS), WHOLE] = Field(
-        DEFAULT_LR_PROBE_POINTS, description="Held-out evaluations along the way (and one at 0 samples)."
-    )
-    tolerance: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
-        DEFAULT_LR_PROBE_TOLERANCE,
-        description="A rule holds while its final held-out loss is at most (1 + tolerance) x the base run's.",
-    )
-    label_noise: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = Field(
-        0.0,
-        examples=[0.5],
-        description="The built-in model's gradient-noise knob: the standard deviation of Gaussian noise "
-        "added to its training targets (a fixed draw per sample; the held-out targets stay clean). "
-        "Raises the gradient noise scale B_noise. 0 with a registered model or tokens.",
-    )
-
-    def to_core(self) -> LrScalingOptions:
-        return LrScalingOptions(
-            self.samples,
-            tuple(self.rules) if self.rules is not None else None,
-            self.points,
-            self.tolerance,
-            self.label_noise,
-        )
 
 
 class CheckRequestIn(BaseModel):
