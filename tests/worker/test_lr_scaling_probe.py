@@ -69,6 +69,21 @@ def test_seeded_reruns_give_the_same_curves_in_float64(
     assert other["lr_scaling"]["base"]["curve"] != probed["result"]["lr_scaling"]["base"]["curve"]
 
 
+def test_the_curves_do_not_depend_on_how_many_ranks_ran_them(probed: dict[str, Any]) -> None:
+    """The same probe in this process, on one rank: the warm ranks' answer to the last bit."""
+    from support.one_rank import one_rank_group
+
+    from app.contract.codec import encode
+    from app.schemas.checks import CheckRequestIn
+    from app.worker.checks.driver import run_spec
+    from app.worker.training.workload import SyntheticWorkload
+
+    spec = build_spec(CheckRequestIn.model_validate(PROBE).to_core())
+    with one_rank_group() as group:
+        here = run_spec(spec, group, SyntheticWorkload(0), None)
+    assert here is not None and encode(here)["lr_scaling"] == probed["result"]["lr_scaling"]
+
+
 def test_a_real_probe_feeds_the_plan(default_worker: TestClient, probed: dict[str, Any]) -> None:
     measured = {**LR, "rule": "measured", "lr_scaling_check": probed["id"]}
     plan = default_worker.post("/v1/plans", json={**PLAN, "learning_rate": measured})
