@@ -194,5 +194,10 @@ def test_the_verdict_names_the_best_rule_and_the_laggards() -> None:
         "at 64, linear scaling to 0.04 keeps the loss within 1.2 % of the 16-sample run over 4,096 samples"
     )
     assert "none (lr 0.01) lags by 9.0 %" in found.verdict and "sqrt (lr 0.02) diverges" in found.verdict
+    diverged = judge(probe, [(probe.base, curve(None)), *runs[1:]], (None, None))
+    assert (
+        diverged.verdict.startswith("the base run (16 at lr 0.01) diverges") and not diverged.plan_rule_holds
+    )
+    assert diverged.regime == "unknown" and diverged.noise_scale.batch_to_noise is None
     assert regime(64, None) == "unknown" and regime(64, 100) == "around_noise_scale"
     assert regime(512, 100) == "above_noise_scale"

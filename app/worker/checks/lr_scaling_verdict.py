@@ -73,7 +73,10 @@ def judge(
         plan_rule_holds=plan_holds,
         noise_scale=noise_scale,
         regime=found,
-        verdict=verdict(probe, b, rules, best, b_noise, found),
+        verdict=verdict(probe, b, rules, best, b_noise, found)
+        if base_final
+        else f"the base run ({b:,} at lr {base_run.recipe.lr:.4g}) diverges over {probe.samples:,} samples, "
+        f"so no rule can be held against it: lower base_lr (or probe fewer samples) and probe again",
     )
 
 
