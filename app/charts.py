@@ -184,3 +184,40 @@ def throughput_chart(throughput: Mapping[str, Any], fmt: str, title: str) -> byt
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=100)
     return buffer.getvalue()
+
+
+def lr_scaling_chart(probe: Mapping[str, Any], fmt: str, title: str) -> bytes:
+    """An lr-scaling probe (its result's `lr_scaling`): the held-out loss against the samples
+    trained, the base run's and each rule's, with the verdict below."""
+    fig = Figure(figsize=(9, 6))
+    ax = fig.subplots()
+    base = probe["base"]
+    ax.plot(
+        [p["samples"] for p in base["curve"]],
+        [p["loss"] for p in base["curve"]],
+        color="black",
+        linewidth=3,
+        label=f"base: {base['batch_size']:,} at lr {base['lr']:.4g}",
+    )
+    for run in probe["rules"]:
+        points = [p for p in run["curve"] if p["loss"] is not None]
+        verdict = "holds" if run["holds"] else ("diverges" if run["final_loss_ratio"] is None else "lags")
+        ax.plot(
+            [p["samples"] for p in points],
+            [p["loss"] for p in points],
+            linestyle="--",
+            marker="o",
+            markersize=3,
+            label=f"{run['rule']}: {probe['global_batch_size']:,} at lr {run['lr']:.4g} ({verdict})",
+        )
+    ax.set_xlabel("samples trained")
+    ax.set_ylabel("loss on the held-out batch")
+    ax.set_title(f"best rule: {probe['best_rule']}; regime: {probe['regime'].replace('_', ' ')}")
+    ax.legend(fontsize="small", loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.text(0.01, 0.01, "\n".join(textwrap.wrap(probe["verdict"], 130)), fontsize=7.5, va="bottom")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=fmt, dpi=100)
+    return buffer.getvalue()

@@ -237,6 +237,11 @@ class BatchplanClient:
         check that measured none, 409 while it runs)."""
         return self.request("GET", f"/v1/checks/{_segment(check_id)}/throughput.{format}").content
 
+    def check_lr_scaling(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
+        """GET /v1/checks/{id}/lr_scaling.{format}: a finished lr-scaling probe's chart (404 for
+        a check that was not one, 409 while it runs)."""
+        return self.request("GET", f"/v1/checks/{_segment(check_id)}/lr_scaling.{format}").content
+
     def cancel_check(self, check_id: str) -> Json:
         """DELETE /v1/checks/{id}; 409 (ProblemError) when it already finished."""
         return self._json("DELETE", f"/v1/checks/{_segment(check_id)}")

@@ -13,6 +13,7 @@ import typer
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
+from app.cli.lr_scaling_table import save_lr_chart
 from app.cli.options import ApiKey, PlanFlags, Url
 from app.cli.output import client_errors, fail, show_check
 from app.cli.progress import Progress, ServerPhase
@@ -120,6 +121,29 @@ class CheckFlags:
             help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU).", show_default=False
         ),
     ] = None
+    lr_scaling: Annotated[
+        int | None,
+        typer.Option(
+            metavar="SAMPLES",
+            help="An lr-scaling probe: train the base batch and each rule's lr at the global batch over "
+            "SAMPLES samples and say which rule keeps the loss of the base run (docs/lr-scaling.md).",
+            show_default=False,
+        ),
+    ] = None
+    lr_rules: Annotated[
+        str | None,
+        typer.Option(
+            help="With --lr-scaling: the rules, comma-separated (default: none,sqrt,linear and the plan's).",
+            show_default=False,
+        ),
+    ] = None
+    label_noise: Annotated[
+        float | None,
+        typer.Option(
+            help="With --lr-scaling: Gaussian noise on the built-in model's targets (its noise knob).",
+            show_default=False,
+        ),
+    ] = None
 
 
 def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
@@ -154,6 +178,13 @@ def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
             fit["memory_bytes"] = run.fit_memory_bytes
         if run.safety_margin is not None:
             fit["safety_margin"] = run.safety_margin
+    if run.lr_scaling is not None:
+        probe = body.setdefault("lr_scaling", {})
+        probe["samples"] = run.lr_scaling
+        if run.lr_rules is not None:
+            probe["rules"] = [r.strip() for r in run.lr_rules.split(",") if r.strip()]
+        if run.label_noise is not None:
+            probe["label_noise"] = run.label_noise
     return body
 
 
@@ -190,6 +221,13 @@ def check(
     url: Url = None,
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+    lr_chart: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --lr-scaling: save the probe's chart (held-out loss per run) to this .png or .svg.",
+            show_default=False,
+        ),
+    ] = None,
     chart: Annotated[
         Path | None,
         typer.Option(
@@ -218,6 +256,8 @@ def check(
     status = show_check(done, as_json)
     if chart is not None:
         _save_chart(done, chart, url, api_key)
+    if lr_chart is not None:
+        save_lr_chart(done, lr_chart, url, api_key)
     raise typer.Exit(status)
 
 

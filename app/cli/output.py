@@ -13,6 +13,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.flag_names import in_flags
+from app.cli.lr_scaling_table import lr_scaling_lines
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
 from app.cli.throughput_table import measured_lines
@@ -186,6 +187,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"workload {result.get('workload') or 'synthetic'}",
             *check_mesh_lines(result),
             *run_lines(result),
+            *lr_scaling_lines(result),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),

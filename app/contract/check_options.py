@@ -34,3 +34,10 @@ DEFAULT_THROUGHPUT_WARMUP = 3
 DEFAULT_KNEE_MARGIN = 0.05
 DEFAULT_THROUGHPUT_LIMIT = 128
 MAX_THROUGHPUT_POINTS = 32
+# The lr-scaling probe (checks/lr_scaling_probe.py): the rules it runs unless told, its
+# evaluations along the way, and how close to the base run a rule's final loss must stay.
+LR_PROBE_RULES: tuple[str, ...] = ("none", "sqrt", "linear")
+DEFAULT_LR_PROBE_POINTS = 8
+MAX_LR_PROBE_POINTS = 64
+DEFAULT_LR_PROBE_TOLERANCE = 0.05
+MAX_LR_PROBE_SAMPLES = 1 << 24

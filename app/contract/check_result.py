@@ -99,6 +99,65 @@ class ResumeOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class LossPoint:
+    """A run's loss on the probe's held-out batch after `samples` training samples (None: the
+    run diverged before)."""
+
+    samples: int
+    loss: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeBase:
+    """The lr-scaling probe's base run: the plan's base_batch_size at base_lr."""
+
+    batch_size: int
+    lr: float
+    curve: tuple[LossPoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRule:
+    """One rule's run at the plan's global batch: its final held-out loss over the base run's
+    (None: it diverged), and whether that stays within the probe's tolerance."""
+
+    rule: str
+    lr: float
+    curve: tuple[LossPoint, ...]
+    final_loss_ratio: float | None
+    holds: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeNoise:
+    """The gradient noise scale B_simple at the start and at the end of the base run, and the
+    global batch against the one the regime is read from (`start`, else `end`)."""
+
+    start: float | None
+    end: float | None
+    batch_to_noise: float | None  # global batch / B_noise
+    linear_overshoot: float | None  # McCandlish et al.: (B + B_noise) / (b + B_noise)
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingResult:
+    """An lr-scaling probe's answer (`result.lr_scaling`), as a plan takes it back."""
+
+    samples: int
+    global_batch_size: int
+    tolerance: float
+    label_noise: float
+    base: ProbeBase
+    rules: tuple[ProbeRule, ...]
+    best_rule: str
+    plan_rule: str
+    plan_rule_holds: bool
+    noise_scale: ProbeNoise
+    regime: str  # below_noise_scale, around_noise_scale, above_noise_scale or unknown
+    verdict: str
+
+
+@dataclass(frozen=True, slots=True)
 class CheckResult:
     model: str
     ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
@@ -128,6 +187,7 @@ class CheckResult:
     resume: ResumeOutcome | None = None
     # With `throughput`: one replica's micro-step timed at each micro-batch (contract/throughput.py).
     throughput: Throughput | None = None
+    lr_scaling: LrScalingResult | None = None  # an lr-scaling probe (checks/lr_scaling_probe.py)
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",

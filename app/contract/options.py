@@ -10,6 +10,8 @@ from app.contract.check_options import (
     DEFAULT_FIT_LIMIT,
     DEFAULT_FIT_OPTIMIZER,
     DEFAULT_KNEE_MARGIN,
+    DEFAULT_LR_PROBE_POINTS,
+    DEFAULT_LR_PROBE_TOLERANCE,
     DEFAULT_NOISE_STEPS,
     DEFAULT_THROUGHPUT_REPEATS,
     DEFAULT_THROUGHPUT_WARMUP,
@@ -68,3 +70,18 @@ class ResumeOptions:
 
     at_step: int
     data_parallel_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingOptions:
+    """An lr-scaling probe: train `samples` samples at the base batch and, per rule, at the
+    plan's global batch, evaluating at `points` sample counts; a rule holds while its final
+    held-out loss is within `tolerance` (relative) of the base run's. `label_noise`: the
+    standard deviation of Gaussian noise added to the built-in model's targets (its gradient
+    noise knob)."""
+
+    samples: int
+    rules: tuple[str, ...] | None = None  # None: none, sqrt, linear and the plan's own
+    points: int = DEFAULT_LR_PROBE_POINTS
+    tolerance: float = DEFAULT_LR_PROBE_TOLERANCE
+    label_noise: float = 0.0

@@ -24,8 +24,16 @@ from app.contract.check_options import (
     DType,
 )
 from app.contract.codec import decode
+from app.contract.lr_scaling_spec import LrScalingSpec, probe_spec
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions, ThroughputOptions
+from app.contract.options import (
+    FitOptions,
+    LrScalingOptions,
+    NoiseOptions,
+    Rendezvous,
+    ResumeOptions,
+    ThroughputOptions,
+)
 from app.contract.resume_request import resume_run
 from app.contract.run_request import planned_run, refuse_for_a_run, run_request, weighed_on_samples
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
@@ -33,7 +41,7 @@ from app.contract.targets import missing_module
 from app.contract.throughput import throughput_options
 from app.core.errors import InvalidValue, PlanError, field_key
 from app.core.plan_request import plan_request
-from app.core.plan_types import NodeGroup, PlanRequest
+from app.core.plan_types import NodeGroup, Plan, PlanRequest
 from app.core.planner import plan
 from app.core.request_limits import check_limits
 
@@ -54,6 +62,7 @@ class CheckOptions:
     steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
     resume: ResumeOptions | None = None  # the run checkpointed and resumed on other replicas
     throughput: ThroughputOptions | None = None  # measure the micro-step's curve (contract/throughput.py)
+    lr_scaling: LrScalingOptions | None = None  # an lr-scaling probe (lr_scaling_spec.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,8 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
             )
         asked = throughput_options(options.throughput, request.plan, searched=fit is not None)
         spec = dataclasses.replace(spec, throughput=asked)
+    if options.lr_scaling is not None:
+        spec = dataclasses.replace(spec, lr_scaling=_probe(request, planned, spec))
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, options.noise_scale)
     if spec.mesh is not None:
@@ -143,6 +154,25 @@ def echoed(body: Mapping[str, Any], spec: CheckSpec) -> dict[str, Any]:
     """The request as a job shows it: as sent, with the workload that runs where the plan
     chose it (a token-normalised plan runs tokens), so that no one reads a null and guesses."""
     return {**body, "workload": spec.workload}
+
+
+def _probe(request: CheckRequest, planned: Plan, spec: CheckSpec) -> LrScalingSpec:
+    """The lr-scaling probe asked for; label_noise moves the built-in model's noise only."""
+    asked = request.options.lr_scaling
+    assert asked is not None
+    if asked.label_noise and (spec.model != SYNTHETIC or spec.workload == "tokens"):
+        raise SpecError(
+            "label_noise is the built-in model's knob (noise on its synthetic targets): send it 0 with "
+            "a registered model or the tokens workload",
+            "/lr_scaling/label_noise",
+        )
+    if request.options.steps > 1:
+        raise SpecError(
+            "an lr-scaling probe trains its own runs: send steps 1 with lr_scaling, or check the run "
+            "without it",
+            "/steps",
+        )
+    return probe_spec(request.plan, planned, asked)
 
 
 def _refuse_a_missing_factory(model: str, factory: str, flag: bool) -> None:

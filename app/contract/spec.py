@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
+from app.contract.lr_scaling_spec import LrScalingSpec
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, ThroughputOptions
@@ -84,6 +85,8 @@ class CheckSpec:
     resume_plan: Plan | None = None
     # Time one replica's micro-step at each size after the check (contract/throughput.py).
     throughput: ThroughputOptions | None = None
+    # An lr-scaling probe after the first step (contract/lr_scaling_spec.py), else None.
+    lr_scaling: LrScalingSpec | None = None
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
+from app.schemas.lr_scaling_probe import LrScalingOut
 from app.schemas.measured_throughput import MeasuredThroughputOut
 from app.schemas.run_results import ControlStepOut, EpochEndOut, ResumeCheckOut, TrajectoryStepOut
 
@@ -283,4 +284,10 @@ class CheckResultOut(BaseModel):
         None,
         description="With `throughput`: one replica's micro-step timed at each micro-batch size "
         "(GET /v1/checks/{id}/throughput.png draws it).",
+    )
+    lr_scaling: LrScalingOut | None = Field(
+        None,
+        description="With lr_scaling in the request: the probe's base run and each rule's run at the "
+        "plan's global batch, their held-out loss curves and the verdict "
+        "(GET /v1/checks/{id}/lr_scaling.png draws them).",
     )

@@ -25,6 +25,7 @@ from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOpt
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
+from app.schemas.lr_scaling_probe import LrScalingRequestIn
 from app.schemas.measured_throughput import ThroughputIn
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
@@ -179,6 +180,11 @@ class CheckRequestIn(BaseModel):
         description="After the check, time one replica's micro-step at each micro-batch size (the "
         "result's `throughput`: its points, the fastest and the knee, and the curve a plan takes).",
     )
+    lr_scaling: LrScalingRequestIn | None = Field(
+        None,
+        description="An lr-scaling probe after the first step: does the plan's scaled lr train as well "
+        "as the base batch did? Needs plan.learning_rate.",
+    )
 
     def to_core(self) -> CheckRequest:
         """The request in core types, as /v1/plans reads its plan: validated once, here."""
@@ -204,6 +210,7 @@ class CheckRequestIn(BaseModel):
                 if self.resume
                 else None,
                 throughput=None if self.throughput is None else self.throughput.to_core(),
+                lr_scaling=self.lr_scaling.to_core() if self.lr_scaling else None,
             ),
         )
 

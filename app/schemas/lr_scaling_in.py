@@ -22,7 +22,7 @@ class _ProbePart(BaseModel):
 
 class LossPointIn(_ProbePart):
     samples: int
-    loss: float
+    loss: float | None = Field(description="The held-out loss; null once the run diverged.")
 
 
 class ProbeBaseIn(_ProbePart):

@@ -26,6 +26,7 @@ OPERATION_IDS = {
     ("delete", "/v1/checks/{check_id}"): "cancel_check",
     ("get", "/v1/checks/{check_id}/trajectory.{format}"): "get_check_trajectory",
     ("get", "/v1/checks/{check_id}/throughput.{format}"): "get_check_throughput",
+    ("get", "/v1/checks/{check_id}/lr_scaling.{format}"): "get_check_lr_scaling",
     ("get", "/v1/check-models"): "list_check_models",
     ("get", "/v1/host"): "get_host",
     ("get", "/livez"): "livez",

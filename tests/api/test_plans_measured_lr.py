@@ -36,9 +36,10 @@ EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size":
 
 @dataclasses.dataclass(frozen=True)
 class ProbeResult(CheckResult):
-    """A check result with the lr-scaling probe's answer in it, as the worker's will be."""
+    """A check result with a hand-written lr-scaling probe's answer in it (the plan's example);
+    test_a_real_probe_feeds_the_plan runs the worker's own."""
 
-    lr_scaling: dict[str, Any] | None = None
+    lr_scaling: dict[str, Any] | None = None  # type: ignore[assignment]  # the example's JSON
 
 
 class ProbeRunner(FakeRunner):
@@ -51,7 +52,7 @@ class ProbeRunner(FakeRunner):
         if self.probe is None:
             return result
         fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(CheckResult)}
-        return ProbeResult(**fields, lr_scaling=self.probe)
+        return ProbeResult(**{**fields, "lr_scaling": self.probe})
 
 
 @pytest.fixture

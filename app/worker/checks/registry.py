@@ -8,6 +8,7 @@ from typing import Any
 
 from app.worker.checks.ddp_check import DdpStep
 from app.worker.checks.kind import CheckKind
+from app.worker.checks.lr_scaling_probe import LrScalingProbe
 from app.worker.checks.mesh_check import MeshStep
 from app.worker.checks.mesh_run import MeshRun
 from app.worker.checks.resume_check import ResumeRun
@@ -23,4 +24,5 @@ KINDS: tuple[CheckKind[Any], ...] = (
     MeshRun(),
     ResumeRun(),
     ThroughputMeasure(),
+    LrScalingProbe(),
 )
