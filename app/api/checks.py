@@ -96,30 +96,12 @@ def not_finished(job: Job, what: str = "trajectory") -> Conflict:
     )
 
 
-def no_throughput(job: Job) -> NotFound:
-    why = (
-        'it was not asked to measure one: send "throughput": {} with the check'
-        if job.status is JobStatus.SUCCEEDED
-        else f"it {job.status.value} without a result"
-    )
-    return NotFound(f"check {job.id!r} has no throughput: {why}")
-
-
 def _trajectory_of(job: Job) -> Mapping[str, Any]:
     """The finished job's result, when it holds a run; else the problem that says why not."""
     if not job.status.finished:
         raise not_finished(job)
     if job.result is None or job.result.get("trajectory") is None:
         raise no_trajectory(job)
-    return job.result
-
-
-def _throughput_of(job: Job) -> Mapping[str, Any]:
-    """The finished job's result, when it measured a throughput curve; else why not."""
-    if not job.status.finished:
-        raise not_finished(job, "throughput")
-    if job.result is None or job.result.get("throughput") is None:
-        raise no_throughput(job)
     return job.result
 
 
@@ -148,25 +130,6 @@ _TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
                 not_finished(Job(_EXAMPLE_ID, JobStatus.RUNNING, "2026-01-01T00:00:00Z", {}))
             )
         },
-    ),
-}
-
-_RUNNING = Job(_EXAMPLE_ID, JobStatus.RUNNING, "2026-01-01T00:00:00Z", {})
-_THROUGHPUT_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The chart: samples/s against the micro-batch, the fastest and the knee marked.",
-        "content": _TRAJECTORY_PROBLEMS[200]["content"],
-    },
-    **_PROBLEMS,
-    404: problem_response(
-        "No such check, or it measured no throughput (not asked, or no result).",
-        {
-            "unknown_id": domain_problem(no_such_check(_EXAMPLE_ID)),
-            "not_measured": domain_problem(no_throughput(_EXAMPLE_JOB)),
-        },
-    ),
-    409: problem_response(
-        "The check has not finished.", {"running": domain_problem(not_finished(_RUNNING, "throughput"))}
     ),
 }
 
@@ -298,27 +261,6 @@ async def get_check_trajectory(
         f"{'passed' if result['passed'] else 'FAILED'}"
     )
     return await chart_response(trajectory_chart, result, format, title)
-
-
-@router.get(
-    "/checks/{check_id}/throughput.{format}",
-    summary="A check's measured throughput as a chart: samples/s against the micro-batch",
-    response_class=Response,
-    responses=_THROUGHPUT_PROBLEMS,
-)
-async def get_check_throughput(
-    check_id: str,
-    format: Annotated[Literal["png", "svg"], PathParam(description="The image format.")],
-    service: Service,
-) -> Response:
-    """The throughput curve a finished check measured (`throughput`): one replica's samples/s at
-    each micro-batch, with the fastest micro-batch and the knee (the smallest within the margin
-    of the fastest) marked."""
-    result = _throughput_of(await service.get(check_id))
-    from app.charts import throughput_chart  # matplotlib loads only when a chart is asked for
-
-    title = f"check {check_id}: one replica's micro-step on {result['throughput']['device']}"
-    return await chart_response(throughput_chart, result["throughput"], format, title)
 
 
 @router.delete(

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli.check import CheckFlags, CheckRequestFile, _check_here, _check_on_server, check_body
+from app.cli.check import _check_here, _check_on_server
+from app.cli.check_request import CheckFlags, CheckRequestFile, check_body
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher
@@ -79,8 +80,9 @@ def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measur
     return body
 
 
+# A typer command: each parameter is one of its options.
 @with_flag_groups
-def measure(
+def measure(  # noqa: PLR0913
     *,
     flags: PlanFlags,
     request: CheckRequestFile = None,

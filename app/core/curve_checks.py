@@ -10,6 +10,9 @@ from app.core.errors import InvalidValue, field_key
 from app.core.plan_types import NodeGroup, Topology
 from app.core.throughput_curve import Curve
 
+# A rate below this is no measurement (a sample every 11 days), and it would round a split's
+# integer weights to zero.
+MIN_SAMPLES_PER_S = 1e-6
 _MEASURE = "POST /v1/checks with throughput measures one: batchplan measure"
 
 
@@ -99,9 +102,10 @@ def _check_points(topology: Topology, index: int, group: NodeGroup) -> None:
                 f"order, each size once (sorted: {sorted(set(sizes))})",
                 pointer=f"{base}/{j}/micro_batch_size",
             )
-        if not (isinstance(rate, float) and math.isfinite(rate) and rate > 0):
+        if not (isinstance(rate, float) and math.isfinite(rate) and rate >= MIN_SAMPLES_PER_S):
             raise InvalidValue(
-                f"samples_per_s must be a finite number > 0 (a measured rate); point {j} has {rate!r}",
+                f"samples_per_s must be a finite number of at least {MIN_SAMPLES_PER_S:g} (a measured "
+                f"rate); point {j} has {rate!r}",
                 pointer=f"{base}/{j}/samples_per_s",
             )
 

@@ -221,6 +221,11 @@ def request_json(request: core.PlanRequest) -> dict[str, Any]:
 
 
 def _json_of(value: Any) -> Any:
+    # A curve and a probe's numbers are written as the request gives them, not as records.
+    if isinstance(value, core.Curve):
+        return curve_json(value)
+    if isinstance(value, core.LrScaling):
+        return lr_scaling_json(value)
     if isinstance(value, Enum):
         return value.value
     if is_dataclass(value) and not isinstance(value, type):

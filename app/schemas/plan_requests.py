@@ -19,6 +19,7 @@ from pydantic import (
 
 from app.core import plan_request as core_request
 from app.core import plan_types as core
+from app.core.curve_checks import MIN_SAMPLES_PER_S
 from app.core.plan_types import MAX_SAFE_INTEGER
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
@@ -70,7 +71,9 @@ class CurvePointIn(RequestModel):
     model_config = with_examples({"micro_batch_size": 16, "samples_per_s": 1840.0})
 
     micro_batch_size: Count
-    samples_per_s: StrictPositiveFloat = Field(description="Samples per second at this micro-batch.")
+    samples_per_s: Annotated[float, Field(ge=MIN_SAMPLES_PER_S, allow_inf_nan=False, strict=True)] = Field(
+        description="Samples per second at this micro-batch (at least 1e-6: a measured rate)."
+    )
 
 
 Curve = Annotated[
