@@ -188,3 +188,17 @@ def test_no_module_of_the_app_is_over_300_lines() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in (ROOT / "app").rglob("*.py")}
     assert len(sizes) > 100, "the walk found too few modules: is it reading the app?"
     assert {name: n for name, n in sizes.items() if n > 300} == {}
+
+
+def test_the_worked_example_of_a_check_kind_is_the_code() -> None:
+    """docs/architecture.md, "Adding a check kind": every registered kind is named, and the
+    example's declarations are the throughput kind's own lines."""
+    from app.worker.checks.registry import KINDS
+
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert [type(k).__name__ for k in KINDS if type(k).__name__ not in page] == []
+    source = (WORKER / "checks" / "throughput_check.py").read_text()
+    example = page[page.index("class ThroughputMeasure:") :]
+    for line in ("name: ClassVar", "stage: ClassVar", "laps: ClassVar", "return spec.throughput is not None"):
+        shown = next(x.strip() for x in example.splitlines() if line in x)
+        assert shown.split("  #")[0].strip() in source, shown
