@@ -235,7 +235,7 @@ class CheckJobOut(BaseModel):
 def job_json(job: Job) -> dict[str, Any]:
     """The job as `CheckJobOut` documents it, from what the store holds: its result is the
     codec's JSON of the rank's CheckResult, served as it is stored, not validated again on
-    every GET (tests/worker/test_check_result_schema.py holds that the model would serve it
+    every GET (tests/worker/checks/test_check_result_schema.py holds that the model would serve it
     unchanged)."""
     return {
         "id": job.id,

@@ -1,6 +1,6 @@
 """POST /v1/checks with `throughput` refused at its field, saying what works, and the throughput
 chart's documented problems (no such check, not measured, not finished), on a fake runner (no
-torch); the measurement itself runs on real ranks in tests/worker/test_throughput_check.py."""
+torch); the measurement itself runs on real ranks in tests/worker/checks/test_throughput_check.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ optimizer step are dropped (the plan's `sampler.leftover`): the next epoch start
 
 Read by position from `samplers.EpochOrder` (the `torch.randperm` DistributedSampler draws,
 padded or cut to the sampler's total size), a step at a time, so a run of a few steps over a
-large dataset reads only those steps. tests/worker/test_reference_run.py holds the layout
+large dataset reads only those steps. tests/worker/training/test_reference_run.py holds the layout
 against a DataLoader over torch's DistributedSampler and over the ProportionalSampler:
 
 - even: replica r's shard is positions r, r + dp, r + 2 dp, ... of the epoch

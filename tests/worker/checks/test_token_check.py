@@ -27,7 +27,7 @@ from app.worker.training.token_model import IGNORE_INDEX, TinyLanguageModel, tok
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CONTROLS = ["mean_per_micro_batch", "mean_per_replica", "padding_counted"]
 FACTORY = "app.worker.example_models:tiny_language_model"
 # 4 replicas x 2 micro-batches of 2 sequences of 16 tokens: 16 sequences, lengths 1 to 16.

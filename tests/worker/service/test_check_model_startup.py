@@ -1,6 +1,6 @@
 """What a bad BATCHPLAN_CHECK_MODELS entry does, as docs/your-own-model.md says: a module that
 is not installed stops start-up, naming the entry; right after start every registered model
-is pending, and says so, until a rank has built it (tests/worker/test_check_models.py shows
+is pending, and says so, until a rank has built it (tests/worker/service/test_check_models.py shows
 the real probe's loaded and failed)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from app.contract.model_registry import EXAMPLE_MODELS
 from app.main import create_app
 from app.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "your-own-model.md"
 MISSING = "mlp=app.worker.example_models:mlp,resnet=no_such_pkg_here.models:resnet"
 

@@ -24,7 +24,7 @@ pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLAN = {"topology": {"num_nodes": 2, "gpus_per_node": 2}, "global_batch_size": 32, "micro_batch_size": 4}
 
 

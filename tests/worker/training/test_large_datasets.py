@@ -133,5 +133,5 @@ def test_the_documented_permutation_limit_is_the_one_a_worker_applies() -> None:
     assert Limits.from_settings(Settings()).max_shuffled_samples == Settings().max_shuffled_samples
     limits = Limits.from_settings(Settings(max_shuffled_samples=123))
     assert limits.max_shuffled_samples == 123
-    table = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    table = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
     assert f"| `BATCHPLAN_MAX_SHUFFLED_SAMPLES` | `{Settings().max_shuffled_samples}` |" in table

@@ -20,7 +20,7 @@ from app.contract.targets import missing_module
 from app.main import create_app
 from app.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 
 
