@@ -200,10 +200,10 @@ def test_the_control_names_and_document_info_the_contract_quotes_are_served(open
     assert CONTROLS <= _named(CONTRACT)
     assert "`info.version`" in CONTRACT and openapi["info"]["version"]
     pytest.importorskip("torch")
-    from app.worker.checks import resume_parts, run_controls
+    from app.worker.checks import resume_controls, run_controls
     from app.worker.checks.controls import Control
 
-    modules = (run_controls, resume_parts)
+    modules = (run_controls, resume_controls)
     served = {v.name for m in modules for v in vars(m).values() if isinstance(v, Control)}
     assert served >= CONTROLS
 

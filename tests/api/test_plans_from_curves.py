@@ -116,12 +116,12 @@ WRONG = [
     (
         put(MIXED, f"{_group_curve(1)}.1.samples_per_s", 0),
         "/topology/node_groups/1/throughput_curve/1/samples_per_s",
-        "greater than 0",
+        "greater than or equal to 0.000001",
     ),
     (
         put(MIXED, f"{_group_curve(1)}.1.samples_per_s", -3.5),
         "/topology/node_groups/1/throughput_curve/1/samples_per_s",
-        "greater than 0",
+        "greater than or equal to 0.000001",
     ),
     (
         put(MIXED, _group_curve(1), None),  # a group without a curve beside one with

@@ -59,7 +59,7 @@ def test_every_worker_route_requires_the_key() -> None:
     app = _app(api_key=KEY)
     worker = _routes(app, "/v1/checks") + _routes(app, "/v1/host")
     # POST, GET list, GET one, DELETE one, GET a run's chart, GET /v1/host: all of them, not only some
-    assert {m for m, _ in worker} == {"GET", "POST", "DELETE"} and len(worker) == 6, worker
+    assert {m for m, _ in worker} == {"GET", "POST", "DELETE"} and len(worker) == 8, worker
     with TestClient(app) as client:
         for method, path in worker:
             _assert_401(_call(client, method, path))

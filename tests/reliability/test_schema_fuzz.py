@@ -47,6 +47,7 @@ WORKER_PATHS = (
     "/v1/checks/{check_id}",
     "/v1/checks/{check_id}/trajectory.{format}",
     "/v1/checks/{check_id}/throughput.{format}",
+    "/v1/checks/{check_id}/lr_scaling.{format}",
     "/v1/check-models",
 )
 PROBLEM = "application/problem+json"

@@ -91,6 +91,8 @@ def _sequence_length(spec: CheckSpec, work: Workload) -> int | None:
     return spec.sequence_length
 
 
+# Over 60 lines: one timed loop's setup, its points and the record it fills, in the order the
+# result lists them.
 def measure_throughput(ctx: Context) -> Throughput:
     """Rank 0's points, smallest micro-batch first; the first size that runs out of device
     memory ends the curve there."""

@@ -105,6 +105,8 @@ class _Size:
     peak: int
 
 
+# Over 60 lines: warm-up, calibration and the rounds that take turns over the sizes share
+# the clock and each size's samples; apart, every part would carry all of them.
 def time_sizes(
     module: nn.Module,
     loss: Loss,
