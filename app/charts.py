@@ -81,9 +81,7 @@ def schedule_chart(schedule: Schedule, fmt: str, title: str) -> bytes:
     if notes:
         fig.text(0.01, 0.01, "\n".join(notes), fontsize=7.5, va="bottom", color="tab:red")
     fig.tight_layout(rect=(0, footer, 1, 1))
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=100)
-    return buffer.getvalue()
+    return _image(fig, fmt)
 
 
 def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
@@ -132,9 +130,7 @@ def trajectory_chart(result: Mapping[str, Any], fmt: str, title: str) -> bytes:
     lr_ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=100)
-    return buffer.getvalue()
+    return _image(fig, fmt)
 
 
 def _epoch_starts(trajectory: list[dict[str, Any]]) -> list[int]:
@@ -181,9 +177,7 @@ def throughput_chart(throughput: Mapping[str, Any], fmt: str, title: str) -> byt
     )
     fig.suptitle(title)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt, dpi=100)
-    return buffer.getvalue()
+    return _image(fig, fmt)
 
 
 def lr_scaling_chart(probe: Mapping[str, Any], fmt: str, title: str) -> bytes:
@@ -218,6 +212,11 @@ def lr_scaling_chart(probe: Mapping[str, Any], fmt: str, title: str) -> bytes:
     fig.suptitle(title)
     fig.text(0.01, 0.01, "\n".join(textwrap.wrap(probe["verdict"], 130)), fontsize=7.5, va="bottom")
     fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return _image(fig, fmt)
+
+
+def _image(fig: Figure, fmt: str) -> bytes:
+    """The figure as the answer's bytes, in `fmt` (png or svg)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format=fmt, dpi=100)
     return buffer.getvalue()

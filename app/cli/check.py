@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from app.cli.check_request import CheckFlags, CheckRequestFile, check_body
+from app.cli.check_request import (
+    AsJson,
+    CheckFlags,
+    CheckRequestFile,
+    LauncherFlag,
+    ProcessesFlag,
+    WaitFlag,
+    check_body,
+)
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
@@ -28,19 +36,12 @@ def check(  # noqa: PLR0913
     flags: PlanFlags,
     request: CheckRequestFile = None,
     run: CheckFlags,
-    launcher: Annotated[
-        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
-    ] = "direct",
-    processes: Annotated[
-        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
-    ] = None,
-    wait: Annotated[
-        float | None,
-        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
-    ] = None,
+    launcher: LauncherFlag = "direct",
+    processes: ProcessesFlag = None,
+    wait: WaitFlag = None,
     url: Url = None,
     api_key: ApiKey = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+    as_json: AsJson = False,
     lr_chart: Annotated[
         Path | None,
         typer.Option(
@@ -70,9 +71,9 @@ def check(  # noqa: PLR0913
         where = "--model" if run.model else f"the request file's model {model!r}"
         fail({"detail": f"give {where} (a registered name) or --model-factory, not both"})
     if url:
-        done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
+        done = check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
     else:
-        done = _check_here(body, run, processes, launcher)
+        done = check_here(body, run, processes, launcher)
     status = show_check(done, as_json)
     if chart is not None:
         _save_chart(done, chart, url, api_key)
@@ -98,7 +99,7 @@ def _save_chart(done: Json, path: Path, url: str | None, api_key: str | None) ->
     typer.echo(f"wrote {path}", err=True)
 
 
-def _check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:
+def check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:
     """Submit the check and wait for it, showing its phase; Ctrl-C cancels it on the server."""
     progress = Progress("check")
     with client_errors(), make_client(url, api_key) as client:
@@ -128,7 +129,7 @@ def _check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> 
             raise typer.Exit(130) from None
 
 
-def _check_here(body: Json, run: CheckFlags, processes: int | None, launcher: Launcher) -> Json:
+def check_here(body: Json, run: CheckFlags, processes: int | None, launcher: Launcher) -> Json:
     """Validate and plan as a server would, then run the ranks here, showing the phase."""
     progress = Progress("local check")
     try:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.local_check import Launcher
 from app.cli.options import PlanFlags
 from app.cli.output import fail
 from app.cli.requests import plan_body, plan_request
@@ -188,3 +189,17 @@ def _check_resume(body: Json, at_step: int, replicas: int | None) -> Json:
             }
         )
     return {"at_step": at_step, "data_parallel_size": replicas}
+
+
+# Options both commands that run a check take (check, measure).
+LauncherFlag = Annotated[
+    Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+]
+ProcessesFlag = Annotated[
+    int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
+]
+WaitFlag = Annotated[
+    float | None,
+    typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")]

@@ -9,11 +9,18 @@ from typing import Annotated
 
 import typer
 
-from app.cli.check import _check_here, _check_on_server
-from app.cli.check_request import CheckFlags, CheckRequestFile, check_body
+from app.cli.check import check_here, check_on_server
+from app.cli.check_request import (
+    AsJson,
+    CheckFlags,
+    CheckRequestFile,
+    LauncherFlag,
+    ProcessesFlag,
+    WaitFlag,
+    check_body,
+)
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
-from app.cli.local_check import Launcher
 from app.cli.options import ApiKey, PlanFlags, Url
 from app.cli.output import client_errors, fail, show_check
 from app.cli.run_table import chart_format
@@ -88,19 +95,12 @@ def measure(  # noqa: PLR0913
     request: CheckRequestFile = None,
     run: CheckFlags,
     sizes: MeasureFlags,
-    launcher: Annotated[
-        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
-    ] = "direct",
-    processes: Annotated[
-        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
-    ] = None,
-    wait: Annotated[
-        float | None,
-        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
-    ] = None,
+    launcher: LauncherFlag = "direct",
+    processes: ProcessesFlag = None,
+    wait: WaitFlag = None,
     url: Url = None,
     api_key: ApiKey = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False,
+    as_json: AsJson = False,
     chart: Annotated[
         Path | None,
         typer.Option(
@@ -117,9 +117,9 @@ def measure(  # noqa: PLR0913
     if run.model_factory and url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
     if url:
-        done = _check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
+        done = check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
     else:
-        done = _check_here(body, run, processes, launcher)
+        done = check_here(body, run, processes, launcher)
     result = done.get("result") if done.get("status") == "succeeded" else None
     if not isinstance(result, dict) or not result.get("throughput"):
         raise typer.Exit(show_check(done, as_json))
