@@ -190,11 +190,20 @@ def _one_tree(tree: Path, case: str, runs: int) -> dict[str, Any]:
         return dict(json.loads(out.read_text()))
 
 
+def _cases_of(tree: Path) -> str:
+    """The text of `tree`'s bench, where its case names stand (its --help lists them too, but
+    importing it would need its tree's app)."""
+    return (tree / "bench" / "profile_checks.py").read_text()
+
+
 def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
     """Each case under both trees in turn, `rounds` times: medians over every counted run."""
     this = HERE.parent
     print(f"base {base}, this tree {this}; {rounds} rounds of {runs} runs each, in turn")
     for case in cases:
+        if f'"{case}"' not in _cases_of(base):
+            print(f"{case}: not a case of the base's bench (a later one): skipped")
+            continue
         times: dict[str, list[float]] = {"base": [], "this": []}
         answers: dict[str, Any] = {}
         for _ in range(rounds):
@@ -203,8 +212,23 @@ def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
                 times[label] += answer["times"]
                 answers[label] = _deterministic(answer["result"])
         old, new = statistics.median(times["base"]), statistics.median(times["this"])
-        same = "equal" if answers["base"] == answers["this"] else "DIFFERENT"
-        print(f"{case}: base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; answers {same}")
+        print(f"{case}: base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; {_agreement(answers)}")
+
+
+def _agreement(answers: dict[str, dict[str, Any]]) -> str:
+    """Whether the deterministic fields both trees answer are equal; a field only one tree has
+    (a later revision's new field, null where the case does not ask for it) is named apart."""
+    base, this = answers["base"], answers["this"]
+    shared = base.keys() & this.keys()
+    differ = sorted(k for k in shared if base[k] != this[k])
+    verdict = f"all {len(shared)} shared fields equal"
+    if differ:
+        verdict = f"answers DIFFERENT in {', '.join(differ)}"
+    for label, only in (("base", base.keys() - this.keys()), ("this", this.keys() - base.keys())):
+        if only:
+            values = ", ".join(f"{k}={answers[label][k]!r}" for k in sorted(only))
+            verdict += f"; only {label} has {values}"
+    return verdict
 
 
 def main() -> int:

@@ -9,20 +9,12 @@ from typing import Annotated
 
 import typer
 
-from app.cli.check_request import (
-    AsJson,
-    CheckFlags,
-    CheckRequestFile,
-    LauncherFlag,
-    ProcessesFlag,
-    WaitFlag,
-    check_body,
-)
+from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_body
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
 from app.cli.lr_scaling_table import save_lr_chart
-from app.cli.options import ApiKey, PlanFlags, Url
+from app.cli.options import PlanFlags
 from app.cli.output import client_errors, fail, show_check
 from app.cli.progress import Progress, ServerPhase
 from app.cli.run_table import chart_format, draw_chart
@@ -31,29 +23,22 @@ from app.client import BatchplanError, CheckTimeout, Json
 
 # A typer command: each parameter is one of its options.
 @with_flag_groups
-def check(  # noqa: PLR0913
+def check(
     *,
     flags: PlanFlags,
     request: CheckRequestFile = None,
     run: CheckFlags,
-    launcher: LauncherFlag = "direct",
-    processes: ProcessesFlag = None,
-    wait: WaitFlag = None,
-    url: Url = None,
-    api_key: ApiKey = None,
-    as_json: AsJson = False,
+    job: JobFlags,
     lr_chart: Annotated[
         Path | None,
         typer.Option(
             help="With --lr-scaling: save the probe's chart (held-out loss per run) to this .png or .svg.",
-            show_default=False,
         ),
     ] = None,
     chart: Annotated[
         Path | None,
         typer.Option(
             help="With --steps: save the run's chart (loss and lr per step) to this .png or .svg file.",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -62,7 +47,7 @@ def check(  # noqa: PLR0913
 
     Exit status: 0 passed, 1 failed, 2 did not run (an error)."""
     body = check_body(request, flags, run)
-    if run.model_factory and url:
+    if run.model_factory and job.url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
     # The model may come from --model or from --request's file: either beside a factory is
     # two models, and only one would run.
@@ -70,15 +55,12 @@ def check(  # noqa: PLR0913
     if run.model_factory and model is not None and model != "synthetic":
         where = "--model" if run.model else f"the request file's model {model!r}"
         fail({"detail": f"give {where} (a registered name) or --model-factory, not both"})
-    if url:
-        done = check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
-    else:
-        done = check_here(body, run, processes, launcher)
-    status = show_check(done, as_json)
+    done = run_check(body, run, job)
+    status = show_check(done, job.as_json)
     if chart is not None:
-        _save_chart(done, chart, url, api_key)
+        _save_chart(done, chart, job.url, job.api_key)
     if lr_chart is not None:
-        save_lr_chart(done, lr_chart, url, api_key)
+        save_lr_chart(done, lr_chart, job.url, job.api_key)
     raise typer.Exit(status)
 
 
@@ -99,7 +81,14 @@ def _save_chart(done: Json, path: Path, url: str | None, api_key: str | None) ->
     typer.echo(f"wrote {path}", err=True)
 
 
-def check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:
+def run_check(body: Json, run: CheckFlags, job: JobFlags) -> Json:
+    """The check `body` asks for, on --url's server or here: its finished job."""
+    if job.url:
+        return _check_on_server(body, job.url, job.api_key, job.wait or (run.timeout or 120.0) + 60.0)
+    return _check_here(body, run, job.processes, job.launcher)
+
+
+def _check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> Json:
     """Submit the check and wait for it, showing its phase; Ctrl-C cancels it on the server."""
     progress = Progress("check")
     with client_errors(), make_client(url, api_key) as client:
@@ -129,7 +118,7 @@ def check_on_server(body: Json, url: str, api_key: str | None, wait: float) -> J
             raise typer.Exit(130) from None
 
 
-def check_here(body: Json, run: CheckFlags, processes: int | None, launcher: Launcher) -> Json:
+def _check_here(body: Json, run: CheckFlags, processes: int | None, launcher: Launcher) -> Json:
     """Validate and plan as a server would, then run the ranks here, showing the phase."""
     progress = Progress("local check")
     try:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from app.cli.local_check import Launcher
-from app.cli.options import PlanFlags
+from app.cli.options import ApiKey, PlanFlags, Url
 from app.cli.output import fail
 from app.cli.requests import plan_body, plan_request
 from app.client import Json
@@ -18,9 +18,7 @@ from app.contract.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorklo
 
 CheckRequestFile = Annotated[
     Path | None,
-    typer.Option(
-        help="A JSON plan request, or a whole check request {plan, backend, ...}.", show_default=False
-    ),
+    typer.Option(help="A JSON plan request, or a whole check request {plan, backend, ...}."),
 ]
 
 
@@ -30,19 +28,14 @@ class CheckFlags:
 
     backend: Annotated[
         Backend | None,
-        typer.Option(
-            help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto).", show_default=False
-        ),
+        typer.Option(help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto)."),
     ] = None
-    dtype: Annotated[
-        DType | None, typer.Option(help="Precision of the step (default: float64).", show_default=False)
-    ] = None
+    dtype: Annotated[DType | None, typer.Option(help="Precision of the step (default: float64).")] = None
     seed: Annotated[
         int | None,
         typer.Option(
             help="The check's seed (default: 0): model weights, synthetic samples, and the "
             "shuffle when there is no dataset. The sampler's seed is --data-seed.",
-            show_default=False,
         ),
     ] = None
     timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
@@ -51,7 +44,6 @@ class CheckFlags:
         typer.Option(
             help="Optimizer steps (default 1: the first step's gradient). More train the plan's recipe "
             "and hold every step against a single-process run, with the run-level controls.",
-            show_default=False,
         ),
     ] = None
     resume_at: Annotated[
@@ -60,7 +52,6 @@ class CheckFlags:
             help="With --steps: checkpoint the run after this many optimizer steps and resume it on "
             "--resume-replicas replicas (the plan re-made for them, the same global batch; at most "
             "the plan's replicas).",
-            show_default=False,
         ),
     ] = None
     model: Annotated[
@@ -73,7 +64,6 @@ class CheckFlags:
         str | None,
         typer.Option(
             help="Local only: train package.module:factory's (model, dataset, loss_fn) in this environment.",
-            show_default=False,
         ),
     ] = None
     workload: Annotated[
@@ -81,7 +71,6 @@ class CheckFlags:
         typer.Option(
             help="synthetic: samples of the model; tokens: a language model's token-normalised step "
             "and its controls (default: tokens when the plan's loss normalisation is token).",
-            show_default=False,
         ),
     ] = None
     noise_steps: Annotated[
@@ -89,12 +78,11 @@ class CheckFlags:
         typer.Option(
             help=f"Steps that measure the gradient noise scale (default: {DEFAULT_NOISE_STEPS} for a "
             "registered model or factory, else 0).",
-            show_default=False,
         ),
     ] = None
     noise_lr: Annotated[
         float | None,
-        typer.Option(help="SGD learning rate between those steps (default: 0).", show_default=False),
+        typer.Option(help="SGD learning rate between those steps (default: 0)."),
     ] = None
     fit_micro_batch: Annotated[
         bool,
@@ -106,14 +94,11 @@ class CheckFlags:
         int | None,
         typer.Option(
             help="The device memory to fit into (needed on CPU; implies --fit-micro-batch).",
-            show_default=False,
         ),
     ] = None
     safety_margin: Annotated[
         float | None,
-        typer.Option(
-            help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU).", show_default=False
-        ),
+        typer.Option(help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU)."),
     ] = None
     lr_scaling: Annotated[
         int | None,
@@ -121,21 +106,18 @@ class CheckFlags:
             metavar="SAMPLES",
             help="An lr-scaling probe: train the base batch and each rule's lr at the global batch over "
             "SAMPLES samples and say which rule keeps the loss of the base run (docs/lr-scaling.md).",
-            show_default=False,
         ),
     ] = None
     lr_rules: Annotated[
         str | None,
         typer.Option(
             help="With --lr-scaling: the rules, comma-separated (default: none,sqrt,linear and the plan's).",
-            show_default=False,
         ),
     ] = None
     label_noise: Annotated[
         float | None,
         typer.Option(
             help="With --lr-scaling: Gaussian noise on the built-in model's targets (its noise knob).",
-            show_default=False,
         ),
     ] = None
 
@@ -191,15 +173,21 @@ def _check_resume(body: Json, at_step: int, replicas: int | None) -> Json:
     return {"at_step": at_step, "data_parallel_size": replicas}
 
 
-# Options both commands that run a check take (check, measure).
-LauncherFlag = Annotated[
-    Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
-]
-ProcessesFlag = Annotated[
-    int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
-]
-WaitFlag = Annotated[
-    float | None,
-    typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")]
+@dataclass(frozen=True)
+class JobFlags:
+    """Where the check runs (here, or on --url's server) and how its finished job prints: the
+    options both commands that run a check take (check, measure)."""
+
+    launcher: Annotated[
+        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+    ] = "direct"
+    processes: Annotated[
+        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
+    ] = None
+    wait: Annotated[
+        float | None,
+        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
+    ] = None
+    url: Url = None
+    api_key: ApiKey = None
+    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False

@@ -9,19 +9,11 @@ from typing import Annotated
 
 import typer
 
-from app.cli.check import check_here, check_on_server
-from app.cli.check_request import (
-    AsJson,
-    CheckFlags,
-    CheckRequestFile,
-    LauncherFlag,
-    ProcessesFlag,
-    WaitFlag,
-    check_body,
-)
+from app.cli.check import run_check
+from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_body
 from app.cli.compute import make_client
 from app.cli.flag_groups import with_flag_groups
-from app.cli.options import ApiKey, PlanFlags, Url
+from app.cli.options import PlanFlags
 from app.cli.output import client_errors, fail, show_check
 from app.cli.run_table import chart_format
 from app.cli.throughput_table import curve_lines, draw_throughput_chart
@@ -37,26 +29,23 @@ class MeasureFlags:
         typer.Option(
             help="Comma-separated, increasing: 1,2,4,8 (default: powers of two up to the plan's cap, "
             "else up to 128).",
-            show_default=False,
         ),
     ] = None
     repeats: Annotated[
         int | None,
-        typer.Option(help="Timed repeats per size; the median counts (default 10).", show_default=False),
+        typer.Option(help="Timed repeats per size; the median counts (default 10)."),
     ] = None
     # --warmup-steps is the plan's lr warmup; this is the request's throughput.warmup_steps.
     measure_warmup_steps: Annotated[
         int | None,
-        typer.Option(help="Untimed micro-steps before each size's repeats (default 3).", show_default=False),
+        typer.Option(help="Untimed micro-steps before each size's repeats (default 3)."),
     ] = None
     time_optimizer_step: Annotated[
         bool, typer.Option("--time-optimizer-step", help="Time an AdamW step with each micro-step.")
     ] = False
     margin: Annotated[
         float | None,
-        typer.Option(
-            help="The knee: within this fraction of the fastest samples/s (default 0.05).", show_default=False
-        ),
+        typer.Option(help="The knee: within this fraction of the fastest samples/s (default 0.05)."),
     ] = None
 
 
@@ -89,23 +78,17 @@ def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measur
 
 # A typer command: each parameter is one of its options.
 @with_flag_groups
-def measure(  # noqa: PLR0913
+def measure(
     *,
     flags: PlanFlags,
     request: CheckRequestFile = None,
     run: CheckFlags,
     sizes: MeasureFlags,
-    launcher: LauncherFlag = "direct",
-    processes: ProcessesFlag = None,
-    wait: WaitFlag = None,
-    url: Url = None,
-    api_key: ApiKey = None,
-    as_json: AsJson = False,
+    job: JobFlags,
     chart: Annotated[
         Path | None,
         typer.Option(
             help="Save the curve's chart (samples/s per micro-batch) to this .png or .svg file.",
-            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -114,23 +97,20 @@ def measure(  # noqa: PLR0913
 
     Exit status: 0 measured (and the check passed), 1 the check failed, 2 did not run."""
     body = measure_body(request, flags, run, sizes)
-    if run.model_factory and url:
+    if run.model_factory and job.url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})
-    if url:
-        done = check_on_server(body, url, api_key, wait or (run.timeout or 120.0) + 60.0)
-    else:
-        done = check_here(body, run, processes, launcher)
+    done = run_check(body, run, job)
     result = done.get("result") if done.get("status") == "succeeded" else None
     if not isinstance(result, dict) or not result.get("throughput"):
-        raise typer.Exit(show_check(done, as_json))
-    if as_json:
+        raise typer.Exit(show_check(done, job.as_json))
+    if job.as_json:
         status = show_check(done, True)
     else:
         status = 0 if result.get("passed") else 1
         verdict = "passed" if status == 0 else "FAILED (`batchplan check` shows why)"
         typer.echo("\n".join([*curve_lines(result["throughput"]), f"the check of the plan {verdict}"]))
     if chart is not None:
-        _save_chart(done, result["throughput"], chart, url, api_key)
+        _save_chart(done, result["throughput"], chart, job.url, job.api_key)
     raise typer.Exit(status)
 
 

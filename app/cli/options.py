@@ -31,15 +31,15 @@ DIVISIBILITY_HELP = (
     "the global batch, balance gives replicas different micro-batches."
 )
 
-NumNodes = Annotated[int | None, typer.Option(help="Nodes in the cluster (default: 1).", show_default=False)]
-GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8).", show_default=False)]
+NumNodes = Annotated[int | None, typer.Option(help="Nodes in the cluster (default: 1).")]
+GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8).")]
 NodeGroups = Annotated[
     list[str] | None,
-    typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP, show_default=False),
+    typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP),
 ]
 ThroughputCurves = Annotated[
     list[str] | None,
-    typer.Option("--throughput-curve", metavar="[GROUP=]MICRO:RATE,...", help=CURVE_HELP, show_default=False),
+    typer.Option("--throughput-curve", metavar="[GROUP=]MICRO:RATE,...", help=CURVE_HELP),
 ]
 GlobalBatch = Annotated[
     int | None,
@@ -80,9 +80,7 @@ Normalization = Annotated[
 ]
 BaseBatchTokens = Annotated[
     int | None,
-    typer.Option(
-        help="Scale the lr against tokens per step instead of --base-batch-size.", show_default=False
-    ),
+    typer.Option(help="Scale the lr against tokens per step instead of --base-batch-size."),
 ]
 NumSamples = Annotated[int | None, typer.Option(help="Dataset size (adds the sampler).")]
 DropLast = Annotated[
@@ -118,43 +116,36 @@ LrScalingResult = Annotated[
     typer.Option(
         help="An lr-scaling probe's result, a JSON file (the check as GET /v1/checks/ID answers it, "
         "its result, or result.lr_scaling): the lr scales by the rule it measured best (rule measured).",
-        show_default=False,
     ),
 ]
 LrScalingCheck = Annotated[
     str | None,
     typer.Option(
         help="With --url: the id of a finished lr-scaling probe on that server (rule measured).",
-        show_default=False,
     ),
 ]
 ResumeStep = Annotated[
     int | None,
-    typer.Option(help="Resume after this many optimizer steps (the plan's resume).", show_default=False),
+    typer.Option(help="Resume after this many optimizer steps (the plan's resume)."),
 ]
 ResumeSamples = Annotated[
     int | None,
-    typer.Option(
-        help="Resume after this many consumed samples, instead of --resume-step.", show_default=False
-    ),
+    typer.Option(help="Resume after this many consumed samples, instead of --resume-step."),
 ]
 ResumeReplicas = Annotated[
     int | None,
     typer.Option(
         help="Resume on this data-parallel size (default: the plan's); with `check --resume-at`, the "
         "replicas the checked run goes on with.",
-        show_default=False,
     ),
 ]
-RequestFile = Annotated[
-    Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", show_default=False)
-]
+RequestFile = Annotated[Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).")]
 Url = Annotated[
     str | None, typer.Option(help="A batchplan server, e.g. http://127.0.0.1:8000 (default: compute here).")
 ]
 ApiKey = Annotated[
     str | None,
-    typer.Option(envvar="BATCHPLAN_API_KEY", help="Sent as Authorization: Bearer.", show_default=False),
+    typer.Option(envvar="BATCHPLAN_API_KEY", help="Sent as Authorization: Bearer."),
 ]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
@@ -227,7 +218,6 @@ class ExportFlags:
         typer.Option(
             "--preflight/--no-preflight",
             help="slurm, torchrun, kubernetes: run the gradient check before training (default: on).",
-            show_default=False,
         ),
     ] = None
     preflight_steps: Annotated[

@@ -30,12 +30,8 @@ from app.core.plan_types import (
 from app.core.sampler import even_sampler, proportional_sampler
 
 
-@dataclass(eq=False)
-class SpecError(DomainError):
+class SpecError(DomainError, slug="invalid-value", title="A value in the request is invalid"):
     """A plan that cannot be checked as asked; `pointer` names the field of the check request."""
-
-    slug: str = "invalid-value"
-    title: str = "A value in the request is invalid"
 
 
 @dataclass(frozen=True, slots=True)

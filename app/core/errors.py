@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from app.core.records import record
 
@@ -42,18 +42,29 @@ class FieldIssue:
 
 @dataclass(eq=False)
 class DomainError(Exception):
-    """An error a client can act on. `slug` names the problem type; `pointer` the request field,
-    when there is one; `suggestions` the nearest valid values, each working on its own;
-    `combined_suggestions` changes of several fields that work only together."""
+    """An error a client can act on. `pointer` names the request field, when there is one;
+    `suggestions` the nearest valid values, each working on its own; `combined_suggestions`
+    changes of several fields that work only together. The problem type is the class's:
+    `slug` names it, `kind` is what the web layer maps to a status, each subclass sets them in
+    its class line (`class NotFound(DomainError, slug=..., title=..., kind=...)`)."""
 
     detail: str
     pointer: str = ""
     suggestions: dict[str, list[int]] = field(default_factory=dict)
     combined_suggestions: list[dict[str, int]] = field(default_factory=list)
-    slug: str = "invalid-request"
-    title: str = "The request is invalid"
-    kind: ErrorKind = ErrorKind.INVALID
     retry_after: int | None = None  # seconds, for busy and unavailable
+
+    slug: ClassVar[str] = "invalid-request"
+    title: ClassVar[str] = "The request is invalid"
+    kind: ClassVar[ErrorKind] = ErrorKind.INVALID
+
+    def __init_subclass__(
+        cls, *, slug: str | None = None, title: str | None = None, kind: ErrorKind | None = None, **rest: Any
+    ) -> None:
+        super().__init_subclass__(**rest)
+        cls.slug = slug or cls.slug
+        cls.title = title or cls.title
+        cls.kind = kind or cls.kind
 
     def __post_init__(self) -> None:
         super().__init__(self.detail)
@@ -68,74 +79,54 @@ class DomainError(Exception):
         return dataclasses.replace(self, pointer=prefix + self.pointer)
 
 
-@dataclass(eq=False)
-class PlanError(DomainError):
+class PlanError(DomainError, slug="invalid-plan", title="The plan request is invalid"):
     """A request the planner cannot turn into a plan."""
-
-    slug: str = "invalid-plan"
-    title: str = "The plan request is invalid"
 
     @property
     def errors(self) -> list[FieldIssue]:
         return [FieldIssue(self.pointer, self.detail)]
 
 
-@dataclass(eq=False)
-class InvalidValue(PlanError):
+class InvalidValue(PlanError, slug="invalid-value", title="A value in the request is invalid"):
     """A value that is out of range or contradicts another value."""
 
-    slug: str = "invalid-value"
-    title: str = "A value in the request is invalid"
 
-
-@dataclass(eq=False)
-class InfeasiblePlan(PlanError):
+class InfeasiblePlan(
+    PlanError,
+    slug="infeasible-plan",
+    title="The batch cannot be split as requested",
+    kind=ErrorKind.INFEASIBLE,
+):
     """Valid values that do not divide into whole per-replica numbers."""
 
-    slug: str = "infeasible-plan"
-    title: str = "The batch cannot be split as requested"
-    kind: ErrorKind = ErrorKind.INFEASIBLE
 
-
-@dataclass(eq=False)
-class TopologyError(PlanError):
+class TopologyError(
+    PlanError,
+    slug="invalid-topology",
+    title="The cluster cannot be split into the requested parallel groups",
+    kind=ErrorKind.INFEASIBLE,
+):
     """The GPUs cannot be arranged into the requested parallel groups."""
-
-    slug: str = "invalid-topology"
-    title: str = "The cluster cannot be split into the requested parallel groups"
-    kind: ErrorKind = ErrorKind.INFEASIBLE
 
 
 # The errors below keep the problem types the service has always answered with
 # (`http-<status>`), so clients that match on `type` see no change.
 
 
-@dataclass(eq=False)
-class NotFound(DomainError):
-    slug: str = "http-404"
-    title: str = "Not found"
-    kind: ErrorKind = ErrorKind.NOT_FOUND
+class NotFound(DomainError, slug="http-404", title="Not found", kind=ErrorKind.NOT_FOUND):
+    pass
 
 
-@dataclass(eq=False)
-class Conflict(DomainError):
-    slug: str = "http-409"
-    title: str = "HTTP error"
-    kind: ErrorKind = ErrorKind.CONFLICT
+class Conflict(DomainError, slug="http-409", title="HTTP error", kind=ErrorKind.CONFLICT):
+    pass
 
 
-@dataclass(eq=False)
-class Busy(DomainError):
-    slug: str = "http-429"
-    title: str = "Too many requests"
-    kind: ErrorKind = ErrorKind.BUSY
+class Busy(DomainError, slug="http-429", title="Too many requests", kind=ErrorKind.BUSY):
+    pass
 
 
-@dataclass(eq=False)
-class Unavailable(DomainError):
-    slug: str = "http-503"
-    title: str = "HTTP error"
-    kind: ErrorKind = ErrorKind.UNAVAILABLE
+class Unavailable(DomainError, slug="http-503", title="HTTP error", kind=ErrorKind.UNAVAILABLE):
+    pass
 
 
 def passes(check: Callable[[T], Any], error: type[Exception]) -> Callable[[T], bool]:

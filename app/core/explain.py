@@ -13,25 +13,34 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
+from app.core.records import record
 
 _MAX_LISTED = 4
+
+
+@record
+class BatchSplit:
+    """How the global batch is shared out: what both the split's and the loss scales' sentences
+    read."""
+
+    dp: int
+    global_batch: int
+    accumulation: int
+    groups: tuple[ReplicaGroup, ...]
+    common_micro: int | None  # every replica's micro-batch, when they share one
 
 
 def _ranks(g: ReplicaGroup) -> str:
     return f"rank {g.start}" if g.count == 1 else f"ranks {g.start}-{g.stop - 1}"
 
 
-# Keyword-only, one per part of the plan the sentences read: a record of them would be the Plan
-# being built, which the planner assembles after the explanation.
-def explain(  # noqa: PLR0913
+# Keyword-only, one per part of the plan the sentences read: a record of them all would be the
+# Plan being built, which the planner assembles after the explanation.
+def explain(
     *,
     world: int,
     parallelism: Parallelism,
-    dp: int,
-    global_batch: int,
-    accumulation: int,
-    groups: tuple[ReplicaGroup, ...],
-    common_micro: int | None,
+    split: BatchSplit,
     reduction: LossReduction,
     sampler: SamplerPlan | None,
     lr: LearningRatePlan | None,
@@ -41,21 +50,20 @@ def explain(  # noqa: PLR0913
     wrapper: str = "ddp",
 ) -> list[str]:
     mp = parallelism.model_parallel_size
+    dp, global_batch, accumulation = split.dp, split.global_batch, split.accumulation
     out = [
         f"{world} GPUs in model-parallel groups of tensor {parallelism.tensor} x pipeline "
         f"{parallelism.pipeline} x context {parallelism.context} = {mp} give {dp} "
         f"data-parallel replicas; the batch is split over replicas, not over GPUs."
     ]
-    out += _split_sentences(dp, global_batch, accumulation, groups, common_micro, by_throughput)
+    out += _split_sentences(split, by_throughput)
     if accumulation > 1:
         out.append(
             f"Run the first {accumulation - 1} of every {accumulation} micro-batches inside "
             f"model.no_sync(), so DDP all-reduces once per optimizer step, then step the "
             f"optimizer."
         )
-    out += _scale_sentences(
-        dp, global_batch, accumulation, groups, common_micro, reduction, parallelism, wrapper
-    )
+    out += _scale_sentences(split, reduction, parallelism, wrapper)
     if lr is not None:
         out += _learning_rate_sentences(lr, global_batch, sequence_length)
         out += lr_evidence_sentences(lr, global_batch, sequence_length)  # measured or assumed (issue 39)
@@ -75,15 +83,10 @@ def explain(  # noqa: PLR0913
     return out
 
 
-def _split_sentences(
-    dp: int,
-    global_batch: int,
-    accumulation: int,
-    groups: tuple[ReplicaGroup, ...],
-    common_micro: int | None,
-    by_throughput: bool,
-) -> list[str]:
+def _split_sentences(split: BatchSplit, by_throughput: bool) -> list[str]:
     """How the batch is split, and how each process builds its loader for it."""
+    dp, global_batch, accumulation = split.dp, split.global_batch, split.accumulation
+    groups, common_micro = split.groups, split.common_micro
     per_step = global_batch // accumulation
     if common_micro is not None:
         # DataParallel's loader batch is one micro-step over all GPUs: the whole batch only
@@ -120,16 +123,11 @@ def _split_sentences(
 
 
 def _scale_sentences(
-    dp: int,
-    global_batch: int,
-    accumulation: int,
-    groups: tuple[ReplicaGroup, ...],
-    common_micro: int | None,
-    reduction: LossReduction,
-    parallelism: Parallelism,
-    wrapper: str,
+    split: BatchSplit, reduction: LossReduction, parallelism: Parallelism, wrapper: str
 ) -> list[str]:
     """What each micro-batch's loss is multiplied by, and why."""
+    dp, global_batch, accumulation = split.dp, split.global_batch, split.accumulation
+    groups, common_micro = split.groups, split.common_micro
     # No scales under loss_normalization token: app.core.tokens explains what each rank does.
     scales = sorted({g.loss_scale for g in groups if g.loss_scale is not None})
     if not scales:

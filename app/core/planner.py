@@ -8,7 +8,7 @@ from app.core import device_mesh
 from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
 from app.core.curve_checks import validate_curves
 from app.core.errors import InvalidValue, PlanError, passes
-from app.core.explain import explain, mesh_sentences
+from app.core.explain import BatchSplit, explain, mesh_sentences
 from app.core.field_suggestions import with_request_fields
 from app.core.noise_scale import efficiency, readable
 from app.core.plan_types import (
@@ -195,11 +195,7 @@ def _plan(request: PlanRequest) -> Plan:
     explanation = explain(
         world=layout.world_size,
         parallelism=request.parallelism,
-        dp=dp,
-        global_batch=G,
-        accumulation=g,
-        groups=groups,
-        common_micro=common,
+        split=BatchSplit(dp, G, g, groups, common),
         reduction=request.loss_reduction,
         sampler=sampler,
         lr=lr_plan,

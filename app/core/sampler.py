@@ -44,14 +44,21 @@ def even_sampler(
     )
 
 
+def proportional_micro_steps(num_samples: int, samples_per_micro_step: int, drop_last: bool) -> int:
+    """Micro-steps in an epoch of the proportional layout: the last partial one dropped, or
+    padded to whole by repeating indices from the start (as DistributedSampler pads)."""
+    if drop_last:
+        return num_samples // samples_per_micro_step
+    return ceil_div(num_samples, samples_per_micro_step)
+
+
 def proportional_sampler(
     dataset: DatasetSpec, replicas: int, samples_per_micro_step: int, accumulation: int
 ) -> SamplerPlan:
     """Micro-step k takes the next `samples_per_micro_step` indices of the (shuffled,
     padded) epoch; replica r reads its own slice of them. Padding, as in PyTorch,
     repeats indices from the start of the epoch."""
-    n = dataset.num_samples
-    micro_steps = n // samples_per_micro_step if dataset.drop_last else ceil_div(n, samples_per_micro_step)
+    micro_steps = proportional_micro_steps(dataset.num_samples, samples_per_micro_step, dataset.drop_last)
     total = micro_steps * samples_per_micro_step
     return _plan(
         dataset, "proportional", replicas, None, total, micro_steps, accumulation, samples_per_micro_step

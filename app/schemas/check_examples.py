@@ -8,6 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+
+def _two_epoch_plan(**body: Any) -> dict[str, Any]:
+    """The plan the run and resume examples train 20 steps of: 10 steps an epoch on 4 replicas."""
+    return {
+        "topology": {"num_nodes": 1, "gpus_per_node": 4},
+        "global_batch_size": 32,
+        "micro_batch_size": 4,
+        "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
+        **body,
+    }
+
+
 CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
     "even": {
         "summary": "4 replicas, global batch 64, 2 accumulation steps",
@@ -69,12 +81,8 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
         "reference run, beside the run-level controls. The result's `trajectory` lists the steps; "
         "GET /v1/checks/{id}/trajectory.png draws them.",
         "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "global_batch_size": 32,
-                "micro_batch_size": 4,
-                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
-                "learning_rate": {
+            "plan": _two_epoch_plan(
+                learning_rate={
                     "base_lr": 0.1,
                     "rule": "none",
                     "warmup_steps": 4,
@@ -84,7 +92,7 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
                     "weight_decay": 0.01,
                     "max_grad_norm": 0.5,
                 },
-            },
+            ),
             "steps": 20,
         },
     },
@@ -96,12 +104,7 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
         "uninterrupted single-process reference, beside the resume controls. The result's `resume` "
         "says where each replica resumed.",
         "value": {
-            "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "global_batch_size": 32,
-                "micro_batch_size": 4,
-                "dataset": {"num_samples": 320, "shuffle": True, "seed": 0},
-            },
+            "plan": _two_epoch_plan(),
             "steps": 20,
             "resume": {"at_step": 7, "data_parallel_size": 2},
         },

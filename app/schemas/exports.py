@@ -263,13 +263,17 @@ class ScheduleResumeOut(ResponseModel):
 class ScheduleOut(ResponseModel):
     model_config = with_examples(SCHEDULE_EXAMPLE)
 
-    train_steps: int
-    train_samples: int
-    rampup_steps: int
-    warmup_steps: int
-    peak_lr: float | None
-    min_lr: float | None
-    decay: str
+    train_steps: int = Field(description="Optimizer steps in the run the series covers.")
+    train_samples: int = Field(description="Samples those steps consume together.")
+    rampup_steps: int = Field(
+        description="Steps before the global batch reaches its full size (0 without ramp-up)."
+    )
+    warmup_steps: int = Field(
+        description="Steps of linear lr warmup, as the plan's learning_rate gives them."
+    )
+    peak_lr: float | None = Field(description="The lr at the end of warmup; null without learning_rate.")
+    min_lr: float | None = Field(description="The floor the decay ends at; null without learning_rate.")
+    decay: str = Field(description="After warmup: constant, cosine, linear or step.")
     stages: list[StageOut] = Field(description="Runs of steps with one global batch.")
     points: list[SchedulePointOut]
     downsampled: bool = Field(description="True when the series holds a subset of the steps.")

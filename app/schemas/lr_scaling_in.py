@@ -10,6 +10,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.schemas.examples import lr_scaling_result
 from app.schemas.types import Count, PositiveFloat, with_examples
 
 _Ratio = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -48,21 +49,7 @@ class LrScalingIn(_ProbePart):
     """The probe's result (`result.lr_scaling` of its check): the plan reads best_rule, each
     rule's run and the base; the rest is kept for what the probe says."""
 
-    model_config = with_examples(
-        {
-            "base": {"batch_size": 64, "lr": 0.1},
-            "rules": [
-                {"rule": "none", "lr": 0.1, "final_loss_ratio": 1.09, "holds": False},
-                {"rule": "sqrt", "lr": 0.2828, "final_loss_ratio": 1.031, "holds": False},
-                {"rule": "linear", "lr": 0.8, "final_loss_ratio": 1.012, "holds": True},
-            ],
-            "best_rule": "linear",
-            "plan_rule_holds": True,
-            "regime": "linear",
-            "verdict": "at 512, linear scaling to 0.8 keeps the loss within 1.2 % of the 64-sample run "
-            "over 50,000 samples; sqrt lags by 3.1 %",
-        }
-    )
+    model_config = with_examples(lr_scaling_result())
 
     base: ProbeBaseIn | None = None
     rules: list[ProbeRunIn] = Field(default_factory=list, max_length=16)

@@ -59,15 +59,17 @@ class LearningRateOut(ResponseModel):
         }
     )
 
-    optimizer: str
-    rule: str
-    requested_rule: str
-    base_lr: float
-    base_batch_size: int
-    factor: float
-    lr: float
-    warmup_steps: int
-    warmup_start_lr: float
+    optimizer: str = Field(description="The optimizer the recipe is for, as requested.")
+    rule: str = Field(description="The scaling rule applied (auto resolved to the rule it chose).")
+    requested_rule: str = Field(description="The rule as requested (auto, linear, sqrt, ...).")
+    base_lr: float = Field(description="The lr known to work at base_batch_size, as requested.")
+    base_batch_size: int = Field(description="The global batch base_lr was tuned at, as requested.")
+    factor: float = Field(
+        description="What the rule multiplies base_lr by at this global batch: lr / base_lr."
+    )
+    lr: float = Field(description="The scaled learning rate: the peak, reached at the end of warmup.")
+    warmup_steps: int = Field(description="Optimizer steps of linear warmup from warmup_start_lr to lr.")
+    warmup_start_lr: float = Field(description="The lr of step 0 (lr itself without warmup).")
     adam: AdamOut | None = None
     base_batch_tokens: int | None = Field(
         None, description="As requested: the factor is then against tokens per step, not samples."

@@ -73,20 +73,34 @@ class SamplerOut(ResponseModel):
         }
     )
 
-    kind: str = Field(examples=["DistributedSampler", "proportional"])
-    num_replicas: int
-    shuffle: bool
-    seed: int
-    drop_last: bool
+    kind: str = Field(
+        description="DistributedSampler when every replica takes the same micro-batch; proportional "
+        "(the python export's ProportionalSampler) when they differ.",
+        examples=["DistributedSampler", "proportional"],
+    )
+    num_replicas: int = Field(description="The sampler's num_replicas: the data-parallel replicas.")
+    shuffle: bool = Field(description="As the dataset asks: the epoch's order is shuffled with seed + epoch.")
+    seed: int = Field(description="The sampler's seed; set_epoch(epoch) adds the epoch to it.")
+    drop_last: bool = Field(description="True: the epoch's tail that fills no whole micro-step is left out.")
     num_samples_per_replica: int | None = Field(description="null when replicas differ.")
-    total_size: int
-    padded_samples: int
-    dropped_samples: int
-    micro_steps_per_epoch: int
-    optimizer_steps_per_epoch: int
-    samples_per_micro_step: int
-    epochs: int | None
-    total_optimizer_steps: int | None
+    total_size: int = Field(
+        description="Indices one epoch reads over all replicas, after padding or dropping."
+    )
+    padded_samples: int = Field(
+        description="Indices repeated from the epoch's start to fill the last micro-step (drop_last false)."
+    )
+    dropped_samples: int = Field(description="Samples each epoch leaves out (drop_last true).")
+    micro_steps_per_epoch: int = Field(
+        description="Forward/backward passes each replica runs in an epoch: its len(DataLoader)."
+    )
+    optimizer_steps_per_epoch: int = Field(
+        description="Whole optimizer steps per epoch: micro_steps_per_epoch // gradient_accumulation_steps."
+    )
+    samples_per_micro_step: int = Field(description="Samples all replicas read together in one micro-step.")
+    epochs: int | None = Field(description="As dataset.epochs asks; null when it does not say.")
+    total_optimizer_steps: int | None = Field(
+        description="optimizer_steps_per_epoch x epochs; null without epochs."
+    )
     leftover_micro_steps: int = Field(
         0,
         description="Micro-steps per epoch past the last whole optimizer step (micro_steps_per_epoch "

@@ -156,7 +156,8 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> None:
 def _pid(path: Path, timeout: float = 10) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
+        # IndexError: the daemon has created the file but not yet written its pid.
+        with contextlib.suppress(OSError, ValueError, IndexError):
             return int(path.read_text().split()[0])
         time.sleep(0.05)
     raise SlurmUnavailable(f"no pid file {path}")

@@ -4,7 +4,6 @@ its output, the refusal of a plan the format cannot express, and an exporter's s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from app.core.errors import PlanError
 from app.core.plan_types import Plan, PlanRequest
@@ -48,12 +47,10 @@ class Export:
     text: str
 
 
-@dataclass(eq=False)
-class ExportUnsupported(PlanError):
+class ExportUnsupported(
+    PlanError, slug="export-unsupported", title="This plan cannot be written in the requested format"
+):
     """The plan is valid but this format cannot express it."""
-
-    slug: str = "export-unsupported"
-    title: str = "This plan cannot be written in the requested format"
 
 
 Exporter = Callable[[ExportInput], Export]

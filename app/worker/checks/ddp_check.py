@@ -30,7 +30,13 @@ from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
-from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.gradients import (
+    Batch,
+    BatchFeed,
+    ddp_gradient,
+    reference_gradient,
+    weighted_gradients,
+)
 from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, model_code
 
@@ -86,12 +92,7 @@ class DdpStep:
     def plan(self, ctx: Context, state: _Step) -> None:
         batches = _local_batches(ctx.spec, ctx.shards, state.sampled, None)
         state.grad = ddp_gradient(
-            state.model,
-            batches,
-            factor=self._factor(ctx),
-            workload=ctx.workload,
-            dtype=ctx.dtype,
-            device=ctx.device,
+            state.model, batches, BatchFeed(ctx.workload, ctx.dtype, ctx.device, self._factor(ctx))
         )
 
     def controls(self, ctx: Context, state: _Step) -> None:
@@ -106,22 +107,17 @@ class DdpStep:
         state.computed = dict(zip(passes, self._control_steps(ctx, state, passes), strict=True))
 
     def _control_steps(self, ctx: Context, state: _Step, controls: list[SampleControl]) -> list[torch.Tensor]:
-        spec, shards, factor, work = ctx.spec, ctx.shards, self._factor(ctx), ctx.workload
-        runs = [_local_batches(spec, shards, state.sampled, c) for c in controls]
+        feed = BatchFeed(ctx.workload, ctx.dtype, ctx.device, self._factor(ctx))
+        runs = [_local_batches(ctx.spec, ctx.shards, state.sampled, c) for c in controls]
         if forward_is_collective(state.model.module):
-            return [
-                ddp_gradient(state.model, b, factor=factor, workload=work, dtype=ctx.dtype, device=ctx.device)
-                for b in runs
-            ]
+            return [ddp_gradient(state.model, b, feed) for b in runs]
         # A workload's sum over a batch's samples is its mean times their number: controls that
         # read the same micro-batch summed and averaged share its one backward.
         means = [
             [(b, scale * len(b), "mean") if r == "sum" else (b, scale, r) for b, scale, r in run]
             for run in runs
         ]
-        return weighted_gradients(
-            state.model.module, means, factor=factor, workload=work, dtype=ctx.dtype, device=ctx.device
-        )
+        return weighted_gradients(state.model.module, means, feed)
 
     def measure(self, ctx: Context, state: _Step) -> bool:
         if ctx.spec.noise_steps <= 0:

@@ -55,7 +55,7 @@ def _place(sizes: dict[str, int], rank: int) -> dict[str, int]:
     return place
 
 
-class _MeshRank:
+class MeshRank:
     """This rank's share of the run: its stage of the model, sharded, and how it steps."""
 
     def __init__(
@@ -168,7 +168,7 @@ class _MeshRank:
 class _Run:
     """What the mesh run builds and records on this rank."""
 
-    me: _MeshRank
+    me: MeshRank
     optimizer: torch.optim.Optimizer
     feed: Iterator[tuple[int, list[list[int]]]]
     referee: Referee | None  # rank 0's reference run and run-level controls, in lockstep
@@ -194,7 +194,7 @@ class MeshRun:
         plan = spec.run_plan  # a mesh check trains samples: build_spec weighed them so
         assert plan is not None and plan.learning_rate is not None, "a run's spec carries its plan"
         split: Callable[[nn.Module, DeviceMesh], nn.Module] = ctx.parallelize or synthetic_parallelize
-        me = _MeshRank(spec, plan, group, ctx.workload, split)
+        me = MeshRank(spec, plan, group, ctx.workload, split)
         optimizer = build_optimizer(plan.learning_rate, me.module.parameters())
         feed = replica_steps(plan, me.dp_rank, spec.steps)
         referee, order = None, []

@@ -22,9 +22,9 @@ from app.contract.mesh_spec import mesh_sizes
 from app.contract.spec import replica_range
 from app.core.plan_types import LearningRatePlan, Plan
 from app.worker.checks.kind import Context
-from app.worker.checks.mesh_run import _MeshRank
+from app.worker.checks.mesh_run import MeshRank
 from app.worker.checks.resume_parts import first_ranks, sub_mesh, summed
-from app.worker.training.gradients import Batch, micro_steps
+from app.worker.training.gradients import Batch, BatchFeed, micro_steps
 from app.worker.training.mesh_models import build_mesh, synthetic_parallelize
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.replica_feed import ReplicaStep
@@ -80,9 +80,7 @@ class DdpRanks:
             ]
         if not self.member:
             return epoch, 0.0, valid
-        total = micro_steps(
-            self.model, batches, factor=self.factor, workload=self.work, dtype=ctx.dtype, device=ctx.device
-        )
+        total = micro_steps(self.model, batches, BatchFeed(self.work, ctx.dtype, ctx.device, self.factor))
         return epoch, total / dp, valid
 
     def clip(self, max_norm: float) -> None:
@@ -114,7 +112,7 @@ class MeshRanks:
             self.feeds: dict[int, Iterator[ReplicaStep]] = {}
             return
         spec = dataclasses.replace(ctx.spec, mesh=sizes)
-        self.me = _MeshRank(spec, plan, ctx.group, work, ctx.parallelize or synthetic_parallelize, mesh=mesh)
+        self.me = MeshRank(spec, plan, ctx.group, work, ctx.parallelize or synthetic_parallelize, mesh=mesh)
         self.feeds = {self.me.dp_rank: feeds(self.me.dp_rank)}
         self.optimizer = build_optimizer(run_recipe(ctx), self.me.module.parameters())
 

@@ -30,7 +30,7 @@ from app.core.plan_types import Plan
 from app.core.recipe import lr_of
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.run_referee import Referee
-from app.worker.training.gradients import Batch, micro_steps
+from app.worker.training.gradients import Batch, BatchFeed, micro_steps
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.replica_feed import replica_steps
 from app.worker.training.token_model import TokenWorkload
@@ -130,9 +130,7 @@ class DdpRun:
             else:
                 state.valid.append(None)
                 batches = [(b, scales[r], plan.loss_reduction) for r, (_, bs) in reads.items() for b in bs]
-            total = micro_steps(
-                state.model, batches, factor=factor, workload=state.work, dtype=ctx.dtype, device=device
-            )
+            total = micro_steps(state.model, batches, BatchFeed(state.work, ctx.dtype, device, factor))
             state.losses.append(total / dp)
             if recipe.max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(state.module.parameters(), recipe.max_grad_norm)

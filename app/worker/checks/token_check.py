@@ -28,7 +28,13 @@ from app.worker.checks import equivalence
 from app.worker.checks.controls import Control, partition
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import Measured, judged_result
-from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.gradients import (
+    Batch,
+    BatchFeed,
+    ddp_gradient,
+    reference_gradient,
+    weighted_gradients,
+)
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload
@@ -186,9 +192,7 @@ class TokenStep:
     def _step(self, ctx: Context, state: _Step, scale: Scale) -> torch.Tensor:
         factor = ctx.group.world / ctx.spec.data_parallel_size
         batches = self._batches(state, scale)
-        return ddp_gradient(
-            state.model, batches, factor=factor, workload=state.tokens, dtype=ctx.dtype, device=ctx.device
-        )
+        return ddp_gradient(state.model, batches, BatchFeed(state.tokens, ctx.dtype, ctx.device, factor))
 
     def plan(self, ctx: Context, state: _Step) -> None:
         state.global_valid = _all_reduced_valid_tokens(state.counts, state.local, ctx.device)
@@ -204,7 +208,7 @@ class TokenStep:
         factor = ctx.group.world / ctx.spec.data_parallel_size
         runs = [self._batches(state, c.scale) for c in applicable]
         gradients = weighted_gradients(
-            state.module, runs, factor=factor, workload=state.tokens, dtype=ctx.dtype, device=ctx.device
+            state.module, runs, BatchFeed(state.tokens, ctx.dtype, ctx.device, factor)
         )
         state.control_grads = list(zip(applicable, gradients, strict=True))
 

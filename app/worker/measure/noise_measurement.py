@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.spec import CheckSpec
 from app.core import noise_scale
-from app.worker.training.gradients import Batch, ddp_gradient, mean_gradient
+from app.worker.training.gradients import Batch, BatchFeed, ddp_gradient, mean_gradient
 from app.worker.training.workload import Workload
 
 
@@ -94,7 +94,7 @@ def _step_estimate(
     dist.all_reduce(small)
     dist.all_reduce(samples)
     step_batches: list[Batch] = [(b, scales[r], spec.loss_reduction) for r in local for b in batches[r]]
-    big = ddp_gradient(model, step_batches, factor=factor, workload=workload, dtype=dtype, device=device)
+    big = ddp_gradient(model, step_batches, BatchFeed(workload, dtype, device, factor))
     estimate = noise_scale.step_estimate(
         list(zip(small.tolist(), samples.tolist(), strict=True)),
         float(big.double().pow(2).sum()),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,15 +18,18 @@ from app.worker.training.workload import Workload
 Batch = tuple[Sequence[int], float, str]  # sample indices, loss scale, reduction
 
 
-def micro_steps(
-    model: DistributedDataParallel,
-    batches: Sequence[Batch],
-    *,
-    factor: float,
-    workload: Workload,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> float:
+@dataclass(frozen=True, slots=True)
+class BatchFeed:
+    """How a rank turns a Batch into a backward: the workload's tensors in `dtype` on `device`,
+    each loss times its scale and `factor` (processes / replicas, see `micro_steps`)."""
+
+    workload: Workload
+    dtype: torch.dtype
+    device: torch.device
+    factor: float
+
+
+def micro_steps(model: DistributedDataParallel, batches: Sequence[Batch], feed: BatchFeed) -> float:
     """One step's backward passes: every local micro-batch but the last under `no_sync()`, each
     loss times its scale and `factor`; the last backward lets DDP all-reduce (a mean over
     processes). Returns the sum of the losses times their scales.
@@ -33,6 +37,7 @@ def micro_steps(
     `factor` = processes / replicas: a process that runs several replicas sums their
     gradients, and DDP's mean over processes then equals the mean over replicas.
     """
+    workload, factor = feed.workload, feed.factor
     model.zero_grad(set_to_none=True)
     cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
     total = 0.0
@@ -40,7 +45,7 @@ def micro_steps(
         key = tuple(indices)
         if key not in cache:
             # Controls that make every replica read the same samples reuse the same tensors.
-            cache = {key: workload.batch(indices, dtype, device)}
+            cache = {key: workload.batch(indices, feed.dtype, feed.device)}
         x, y = cache[key]
         with nullcontext() if i == len(batches) - 1 else model.no_sync():
             loss = workload.loss(model, x, y, reduction)
@@ -49,28 +54,14 @@ def micro_steps(
     return total
 
 
-def ddp_gradient(
-    model: DistributedDataParallel,
-    batches: Sequence[Batch],
-    *,
-    factor: float,
-    workload: Workload,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> torch.Tensor:
+def ddp_gradient(model: DistributedDataParallel, batches: Sequence[Batch], feed: BatchFeed) -> torch.Tensor:
     """One step's gradient (`micro_steps`), as every process holds it after DDP's all-reduce."""
-    micro_steps(model, batches, factor=factor, workload=workload, dtype=dtype, device=device)
+    micro_steps(model, batches, feed)
     return flat_gradient(model.module).detach().clone()
 
 
 def weighted_gradients(
-    module: torch.nn.Module,
-    runs: Sequence[Sequence[Batch]],
-    *,
-    factor: float,
-    workload: Workload,
-    dtype: torch.dtype,
-    device: torch.device,
+    module: torch.nn.Module, runs: Sequence[Sequence[Batch]], feed: BatchFeed
 ) -> list[torch.Tensor]:
     """What `ddp_gradient` gives for each run's batches, from one backward pass per distinct
     (micro-batch, reduction) on this rank and one all-reduce for every run.
@@ -80,6 +71,7 @@ def weighted_gradients(
     The module runs without DDP (whose hooks would all-reduce each backward): only for a
     module whose forward makes no collective of its own (no training SyncBatchNorm).
     """
+    workload, dtype, device, factor = feed.workload, feed.dtype, feed.device, feed.factor
     units: dict[tuple[tuple[int, ...], str], list[float]] = {}
     for r, batches in enumerate(runs):
         for indices, scale, reduction in batches:

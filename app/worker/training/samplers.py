@@ -14,6 +14,8 @@ from functools import lru_cache
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
+from app.core.sampler import proportional_micro_steps
+
 
 class IndexDataset(Dataset[int]):
     """Sample i is the number i; the model's inputs are computed from it (see synthetic_model.py)."""
@@ -130,11 +132,11 @@ class ProportionalSampler(Sampler[int]):
         self.drop_last = drop_last
         self.epoch = 0
         self.micro_batch_size = micro_batch_sizes[rank]
-        self.samples_per_micro_step = sum(micro_batch_sizes)
         self.offset = sum(micro_batch_sizes[:rank])
-        per_step = self.samples_per_micro_step
-        self.micro_steps = num_samples // per_step if drop_last else -(-num_samples // per_step)
-        self.total_size = self.micro_steps * per_step
+        # The planner's own arithmetic: the sampler reads the epoch the plan's numbers describe.
+        self.samples_per_micro_step = sum(micro_batch_sizes)
+        self.micro_steps = proportional_micro_steps(num_samples, self.samples_per_micro_step, drop_last)
+        self.total_size = self.micro_steps * self.samples_per_micro_step
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -54,9 +54,9 @@ def _answers(rank: int, world: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     weighed: list[int] = []  # how many controls each call weighed with passes of their own
 
-    def counted(module: Any, runs: Any, **more: Any) -> Any:
+    def counted(module: Any, runs: Any, feed: Any) -> Any:
         weighed.append(len(runs))
-        return WEIGHTED(module, runs, **more)
+        return WEIGHTED(module, runs, feed)
 
     for name, plan in PLANS.items():
         spec = build_spec(check_request({"plan": plan}))
