@@ -32,7 +32,6 @@ from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import (
     Batch,
-    BatchFeed,
     ddp_gradient,
     reference_gradient,
     weighted_gradients,
@@ -86,14 +85,9 @@ class DdpStep:
         ctx.timer.lap("data")
         return _Step(model, findings, sampled, local, search)
 
-    def _factor(self, ctx: Context) -> float:
-        return ctx.group.world / ctx.spec.data_parallel_size
-
     def plan(self, ctx: Context, state: _Step) -> None:
         batches = _local_batches(ctx.spec, ctx.shards, state.sampled, None)
-        state.grad = ddp_gradient(
-            state.model, batches, BatchFeed(ctx.workload, ctx.dtype, ctx.device, self._factor(ctx))
-        )
+        state.grad = ddp_gradient(state.model, batches, ctx.feed(ctx.workload))
 
     def controls(self, ctx: Context, state: _Step) -> None:
         spec, shards = ctx.spec, ctx.shards
@@ -107,7 +101,7 @@ class DdpStep:
         state.computed = dict(zip(passes, self._control_steps(ctx, state, passes), strict=True))
 
     def _control_steps(self, ctx: Context, state: _Step, controls: list[SampleControl]) -> list[torch.Tensor]:
-        feed = BatchFeed(ctx.workload, ctx.dtype, ctx.device, self._factor(ctx))
+        feed = ctx.feed(ctx.workload)
         runs = [_local_batches(ctx.spec, ctx.shards, state.sampled, c) for c in controls]
         if forward_is_collective(state.model.module):
             return [ddp_gradient(state.model, b, feed) for b in runs]
@@ -127,7 +121,7 @@ class DdpStep:
             ctx.workload,
             ctx.spec,
             state.local,
-            factor=self._factor(ctx),
+            factor=ctx.factor,
             dtype=ctx.dtype,
             device=ctx.device,
         )

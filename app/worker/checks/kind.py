@@ -23,6 +23,7 @@ from app.contract.spec import CheckSpec
 from app.contract.timings import Timer
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.shards import Shards
+from app.worker.training.gradients import BatchFeed
 from app.worker.training.mesh_models import Parallelize, registered_parallelize
 from app.worker.training.workload import Workload
 
@@ -47,6 +48,16 @@ class Context:
     @property
     def device(self) -> torch.device:
         return self.group.device
+
+    @property
+    def factor(self) -> float:
+        """Processes / replicas: a process that runs several replicas sums their gradients, and
+        DDP's mean over processes then equals the mean over replicas (gradients.micro_steps)."""
+        return self.group.world / self.spec.data_parallel_size
+
+    def feed(self, workload: Workload) -> BatchFeed:
+        """How this rank runs `workload`'s batches in the spec's step."""
+        return BatchFeed(workload, self.dtype, self.device, self.factor)
 
     @property
     def leader(self) -> bool:

@@ -30,7 +30,6 @@ from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.training.gradients import (
     Batch,
-    BatchFeed,
     ddp_gradient,
     reference_gradient,
     weighted_gradients,
@@ -190,9 +189,7 @@ class TokenStep:
         ]
 
     def _step(self, ctx: Context, state: _Step, scale: Scale) -> torch.Tensor:
-        factor = ctx.group.world / ctx.spec.data_parallel_size
-        batches = self._batches(state, scale)
-        return ddp_gradient(state.model, batches, BatchFeed(state.tokens, ctx.dtype, ctx.device, factor))
+        return ddp_gradient(state.model, self._batches(state, scale), ctx.feed(state.tokens))
 
     def plan(self, ctx: Context, state: _Step) -> None:
         state.global_valid = _all_reduced_valid_tokens(state.counts, state.local, ctx.device)
@@ -205,11 +202,8 @@ class TokenStep:
         if forward_is_collective(state.module):
             state.control_grads = [(c, self._step(ctx, state, c.scale)) for c in applicable]
             return
-        factor = ctx.group.world / ctx.spec.data_parallel_size
         runs = [self._batches(state, c.scale) for c in applicable]
-        gradients = weighted_gradients(
-            state.module, runs, BatchFeed(state.tokens, ctx.dtype, ctx.device, factor)
-        )
+        gradients = weighted_gradients(state.module, runs, ctx.feed(state.tokens))
         state.control_grads = list(zip(applicable, gradients, strict=True))
 
     def measure(self, ctx: Context, state: _Step) -> bool:
