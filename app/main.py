@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from app.api import checks, exports, lr_scaling_chart, ops, plans, throughput_chart
 from app.api.access_log import AccessLogMiddleware
 from app.api.deps import require_planner_key
-from app.api.docs import install_docs
+from app.api.docs import CDN_PAGES_OFF, install_docs
 from app.api.exposure import warn_once_bound
 from app.api.metrics import Metrics
 from app.api.middleware import ServiceMiddleware
@@ -188,10 +188,9 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
         version=_version(),
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url=None,
-        redoc_url=None,
         openapi_tags=TAGS,
         generate_unique_id_function=operation_id,
+        **CDN_PAGES_OFF,
     )
     install_docs(app)
     app.state.settings = settings

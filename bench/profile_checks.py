@@ -14,9 +14,11 @@ deterministic fields), to diff two trees' answers.
 
 `--base DIR` compares with another revision side by side (a worktree of it: `git worktree add
 /tmp/base REV`): each case runs `--rounds` times in turn under that tree and this one (each a
-fresh process tree with its own tree first on PYTHONPATH), and the script prints each tree's
-median rank time and their ratio (this tree / base), and whether the deterministic fields of
-both answers are equal.
+fresh process tree of this script with that tree first on PYTHONPATH: one measurement of both
+apps), and the script prints each tree's median rank time, its median CPU time summed over the
+ranks (the work done, which other load on the host moves less than it moves the wall time),
+their ratios (this tree / base), and whether the deterministic fields of both answers are
+equal.
 """
 
 from __future__ import annotations
@@ -50,23 +52,23 @@ def _mesh(parallelism: dict[str, int]) -> dict[str, Any]:
     return _plan(4, micro_batch_size=3, gradient_accumulation_steps=4, parallelism=parallelism)
 
 
+def _tokens(replicas: int, global_sequences: int) -> dict[str, Any]:
+    """Sequences of 16 tokens, 4 a micro-batch, the loss averaged over tokens."""
+    return _plan(
+        replicas,
+        sequence_length=16,
+        global_batch_tokens=global_sequences * 16,
+        micro_batch_tokens=4 * 16,
+        loss_normalization="token",
+    )
+
+
 # name: (processes, check request). bench_checks.py's bodies, and the 262,144-sample check.
 CASES: dict[str, tuple[int, dict[str, Any]]] = {
     "ddp2": (2, {"plan": _plan(2, global_batch_size=16, micro_batch_size=4)}),
     "ddp4": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4)}),
     "ddp8": (8, {"plan": _plan(8, global_batch_size=64, micro_batch_size=4)}),
-    "tokens8": (
-        8,
-        {
-            "plan": _plan(
-                8,
-                sequence_length=16,
-                global_batch_tokens=64 * 16,
-                micro_batch_tokens=4 * 16,
-                loss_normalization="token",
-            )
-        },
-    ),
+    "tokens8": (8, {"plan": _tokens(8, 64)}),
     "dp2_x_tp2": (4, {"plan": _mesh({"tensor": 2})}),
     "pp2_x_dp2": (4, {"plan": _mesh({"pipeline": 2})}),
     "fsdp4": (4, {"plan": _mesh({"data_parallel_shard": 4})}),
@@ -76,19 +78,7 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
     ),
     # Runs of several steps, after the first step's check (the run kinds).
     "ddp4_run8": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4), "steps": 8}),
-    "tokens4_run6": (
-        4,
-        {
-            "plan": _plan(
-                4,
-                sequence_length=16,
-                global_batch_tokens=32 * 16,
-                micro_batch_tokens=4 * 16,
-                loss_normalization="token",
-            ),
-            "steps": 6,
-        },
-    ),
+    "tokens4_run6": (4, {"plan": _tokens(4, 32), "steps": 6}),
     "dp2_x_tp2_run6": (4, {"plan": _mesh({"tensor": 2}), "steps": 6}),
 }
 
@@ -99,11 +89,19 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     import torch.distributed as dist
     from torch._C._distributed_c10d import PrefixStore, TCPStore
 
-    from app.contract.codec import encode
-    from app.contract.request import build_spec, check_request
-    from app.worker.checks.driver import run_spec
     from app.worker.checks.result_parts import CheckGroup
     from app.worker.training.workload import load
+
+    try:
+        from app.contract.codec import encode
+        from app.contract.request import build_spec, check_request
+        from app.worker.checks.driver import run_spec
+    except ImportError:  # --base at b02164f (issue 36's "today's main"): its names then
+        from app.worker.checks.check_kinds import run_spec
+        from app.worker.contract.request import build_spec, check_request
+
+        def encode(result: Any) -> Any:
+            return result.to_json()
 
     torch.set_num_threads(1)
     store = TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
@@ -112,6 +110,7 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
     device = torch.device("cpu")
     profiler = cProfile.Profile() if args["profile"] and rank == 0 else None
     times: list[float] = []
+    cpu: list[float] = []  # this rank's CPU seconds a run: less moved by other load than times
     results: list[Any] = []
     # One group for every run, as a warm rank keeps its group from one check to the next.
     dist.init_process_group("gloo", store=PrefixStore("checks", store), rank=rank, world_size=world)
@@ -121,18 +120,21 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
             counted = run > 0
             if profiler is not None and counted:
                 profiler.enable()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             result = run_spec(spec, CheckGroup(rank, world, device, "gloo"), workload, None)
+            cpu_spent = time.process_time() - cpu_started
             dist.barrier()
             elapsed = time.perf_counter() - started
             if profiler is not None and counted:
                 profiler.disable()
             if counted:
                 times.append(elapsed)
+                cpu.append(cpu_spent)
                 results.append(result)
     finally:
         dist.destroy_process_group()
     if rank != 0:
+        out.send({"cpu": cpu})
         return
     last = results[-1]
     payload = encode(last)
@@ -143,7 +145,7 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
         stats.sort_stats("tottime").print_stats(args["top"])
         stats.sort_stats("cumulative").print_stats(args["top"])
         stats_text = buffer.getvalue()
-    out.send({"times": times, "result": payload, "profile": stats_text})
+    out.send({"times": times, "cpu": cpu, "result": payload, "profile": stats_text})
 
 
 def run_case(name: str, runs: int, profile: bool, top: int) -> dict[str, Any]:
@@ -157,9 +159,12 @@ def run_case(name: str, runs: int, profile: bool, top: int) -> dict[str, Any]:
     procs = [ctx.Process(target=_rank, args=(r, world, port, request, args, send)) for r in range(world)]
     for p in procs:
         p.start()
-    answer = receive.recv()
+    answers = [receive.recv() for _ in procs]
     for p in procs:
         p.join(timeout=120)
+    answer = next(a for a in answers if "result" in a)
+    # A run's CPU seconds over all its ranks: the work the check did, whoever waited for whom.
+    answer["cpu"] = [sum(run) for run in zip(*(a["cpu"] for a in answers), strict=True)]
     return dict(answer)
 
 
@@ -174,7 +179,8 @@ def _one_tree(tree: Path, case: str, runs: int) -> dict[str, Any]:
         subprocess.run(
             [
                 sys.executable,
-                str(tree / "bench" / "profile_checks.py"),  # each tree's own: names differ
+                # This bench under both trees (PYTHONPATH picks the app): one measurement
+                __file__,
                 "--case",
                 case,
                 "--runs",
@@ -190,29 +196,31 @@ def _one_tree(tree: Path, case: str, runs: int) -> dict[str, Any]:
         return dict(json.loads(out.read_text()))
 
 
-def _cases_of(tree: Path) -> str:
-    """The text of `tree`'s bench, where its case names stand (its --help lists them too, but
-    importing it would need its tree's app)."""
-    return (tree / "bench" / "profile_checks.py").read_text()
-
-
 def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
     """Each case under both trees in turn, `rounds` times: medians over every counted run."""
     this = HERE.parent
     print(f"base {base}, this tree {this}; {rounds} rounds of {runs} runs each, in turn")
     for case in cases:
-        if f'"{case}"' not in _cases_of(base):
-            print(f"{case}: not a case of the base's bench (a later one): skipped")
-            continue
         times: dict[str, list[float]] = {"base": [], "this": []}
+        cpu: dict[str, list[float]] = {"base": [], "this": []}
         answers: dict[str, Any] = {}
-        for _ in range(rounds):
-            for label, tree in (("base", base), ("this", this)):
-                answer = _one_tree(tree, case, runs)
-                times[label] += answer["times"]
-                answers[label] = _deterministic(answer["result"])
+        try:
+            for _ in range(rounds):
+                for label, tree in (("base", base), ("this", this)):
+                    answer = _one_tree(tree, case, runs)
+                    times[label] += answer["times"]
+                    cpu[label] += answer["cpu"]
+                    answers[label] = _deterministic(answer["result"])
+        except subprocess.CalledProcessError:
+            print(f"{case}: the base cannot run it (a later kind): skipped")
+            continue
         old, new = statistics.median(times["base"]), statistics.median(times["this"])
-        print(f"{case}: base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; {_agreement(answers)}")
+        old_cpu, new_cpu = statistics.median(cpu["base"]), statistics.median(cpu["this"])
+        print(
+            f"{case}: wall base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; CPU over its ranks "
+            f"base {old_cpu:.4f} s, this {new_cpu:.4f} s, ratio {new_cpu / old_cpu:.2f}; "
+            + _agreement(answers)
+        )
 
 
 def _agreement(answers: dict[str, dict[str, Any]]) -> str:
@@ -249,7 +257,8 @@ def main() -> int:
         return 0
     if args.raw:
         answer = run_case(args.case[0], args.runs, False, 0)
-        args.raw.write_text(json.dumps({"times": answer["times"], "result": answer["result"]}))
+        raw = {"times": answer["times"], "cpu": answer["cpu"], "result": answer["result"]}
+        args.raw.write_text(json.dumps(raw))
         return 0
     import app
 
@@ -262,7 +271,8 @@ def main() -> int:
         median = statistics.median(answer["times"])
         print(
             f"{name}: median {median:.4f} s (min {min(answer['times']):.4f}, max {max(answer['times']):.4f}) "
-            f"over {args.runs}; passed {result['passed']}, rel_l2 {result['rel_l2']:.2e}, "
+            f"over {args.runs}, CPU over its ranks {statistics.median(answer['cpu']):.4f} s; "
+            f"passed {result['passed']}, rel_l2 {result['rel_l2']:.2e}, "
             f"controls {[c['name'] for c in result['controls']]}"
         )
         print(f"  rank 0 laps (last run): {laps}")

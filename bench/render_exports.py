@@ -26,22 +26,18 @@ from fastapi.testclient import TestClient
 from app.core.exports.registry import EXPORTERS
 from app.main import create_app
 from app.schemas.checks import CHECK_EXAMPLES
-from app.schemas.examples import PLAN_EXAMPLES, plan_example
+from app.schemas.examples import PLAN_EXAMPLES, h100_and_a100, plan_example
 from app.settings import Settings
 
 EXTRA_BODIES: dict[str, dict[str, Any]] = {
-    "uneven_mixed": {
-        "topology": {
-            "node_groups": [
-                {"name": "h100", "num_nodes": 1, "gpus_per_node": 3, "relative_throughput": 2.0},
-                {"name": "a100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-            ]
-        },
-        "global_batch_size": 70,
-        "max_micro_batch_size": 9,
-        "dataset": {"num_samples": 1000, "epochs": 2},
-        "learning_rate": {"base_lr": 0.1, "base_batch_size": 32, "optimizer": "sgd", "warmup_epochs": 1},
-    },
+    "uneven_mixed": h100_and_a100(
+        {"num_nodes": 1, "gpus_per_node": 3, "relative_throughput": 2.0},
+        {"num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+        global_batch_size=70,
+        max_micro_batch_size=9,
+        dataset={"num_samples": 1000, "epochs": 2},
+        learning_rate={"base_lr": 0.1, "base_batch_size": 32, "optimizer": "sgd", "warmup_epochs": 1},
+    ),
     "mesh_hsdp_tp": {
         "topology": {"num_nodes": 2, "gpus_per_node": 8},
         "parallelism": {"tensor": 2, "data_parallel_shard": 2},

@@ -7,7 +7,7 @@ fields to these (tests/api/test_host_records.py), so that the two are never writ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from app.contract.model_registry import PROBE_PENDING, SYNTHETIC
 
@@ -66,18 +66,16 @@ def registered_model(name: str, built: BuiltModel | None) -> ModelDescription:
     """A registered model: pending until a rank has built it, then what the rank found."""
     if built is None:
         return ModelDescription(name, "pending", PROBE_PENDING, None, None, None, None, None, None, False)
-    return ModelDescription(
-        name=name,
-        status="loaded" if built.loaded else "failed",
-        status_detail=None,
-        loaded=built.loaded,
-        error=built.error,
-        description=built.description,
-        parameters=built.parameters,
-        dataset_size=built.dataset_size,
-        sequence_length=built.sequence_length,
-        default=False,
-    )
+    status: ModelStatus = "loaded" if built.loaded else "failed"
+    return ModelDescription(name, status, None, **_found(built), default=False)
+
+
+# What a rank found of a model that the list repeats, by the same names in both records.
+_FOUND = ("loaded", "error", "description", "parameters", "dataset_size", "sequence_length")
+
+
+def _found(built: BuiltModel) -> dict[str, Any]:
+    return {name: getattr(built, name) for name in _FOUND}
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,18 @@ from app.contract.spec import CheckSpec
 
 @dataclass(frozen=True, slots=True)
 class _Message:
+    # The codec's tag for the record, named in the class line: `class Run(_Message, op="run")`.
     op: ClassVar[str]
+
+    # No super() call: slots=True makes this class again, so the zero-argument form's cell
+    # names the old one; object's hook does nothing.
+    def __init_subclass__(cls, op: str | None = None) -> None:
+        if op is not None:  # dataclass(slots=True) makes the class again, without the keyword
+            cls.op = op
 
 
 @dataclass(frozen=True, slots=True)
-class Join(_Message):
-    op: ClassVar[str] = "join"
+class Join(_Message, op="join"):
     endpoint: str
     run_id: str
     nnodes: int
@@ -37,10 +43,9 @@ class Join(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class Joined(_Message):
+class Joined(_Message, op="joined"):
     """The node's place in the check (rendezvous.Assignment)."""
 
-    op: ClassVar[str] = "joined"
     node_rank: int
     nnodes: int
     offset: int
@@ -49,8 +54,7 @@ class Joined(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class Run(_Message):
-    op: ClassVar[str] = "run"
+class Run(_Message, op="run"):
     endpoint: str
     run_id: str
     nnodes: int
@@ -73,8 +77,8 @@ class Run(_Message):
 
 
 @dataclass(frozen=True, slots=True)
-class Exit(_Message):
-    op: ClassVar[str] = "exit"
+class Exit(_Message, op="exit"):
+    """Leave: the rank process ends."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,32 +93,28 @@ class HostInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Ready(_Message):
-    op: ClassVar[str] = "ready"
+class Ready(_Message, op="ready"):
     pid: int
     host: HostInfo
 
 
 @dataclass(frozen=True, slots=True)
-class Models(_Message):
-    op: ClassVar[str] = "models"
+class Models(_Message, op="models"):
     models: dict[str, BuiltModel]
 
 
 @dataclass(frozen=True, slots=True)
-class Done(_Message):
-    op: ClassVar[str] = "done"
+class Done(_Message, op="done"):
+    """A rank that is not the leader finished its part of the check."""
 
 
 @dataclass(frozen=True, slots=True)
-class Result(_Message):
-    op: ClassVar[str] = "result"
+class Result(_Message, op="result"):
     result: CheckResult
 
 
 @dataclass(frozen=True, slots=True)
-class Error(_Message):
-    op: ClassVar[str] = "error"
+class Error(_Message, op="error"):
     error: str
     # When the model's own code raised: its traceback, trimmed to the model's frames.
     traceback: str | None = None

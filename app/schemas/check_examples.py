@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.schemas.examples import h100_and_a100
+
 
 def _two_epoch_plan(**body: Any) -> dict[str, Any]:
     """The plan the run and resume examples train 20 steps of: 10 steps an epoch on 4 replicas."""
@@ -38,16 +40,12 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
     "mixed": {
         "summary": "A mixed cluster with uneven micro-batches",
         "value": {
-            "plan": {
-                "topology": {
-                    "node_groups": [
-                        {"name": "h100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-                        {"name": "a100", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-                    ]
-                },
-                "global_batch_size": 60,
-                "max_micro_batch_size": 8,
-            }
+            "plan": h100_and_a100(
+                {"num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
+                {"num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
+                global_batch_size=60,
+                max_micro_batch_size=8,
+            )
         },
     },
     "registered_model": {

@@ -15,9 +15,10 @@ def _eight_gpu_nodes(num_nodes: int, **body: Any) -> dict[str, Any]:
     return {"topology": {"num_nodes": num_nodes, "gpus_per_node": 8}, **body}
 
 
-def _h100_and_a100(h100: dict[str, Any], a100: dict[str, Any], **body: Any) -> dict[str, Any]:
-    """A request body on the mixed examples' cluster (2 nodes of 8 H100, 1 of 4 A100), each
-    group given how its speed is known."""
+def h100_and_a100(h100: dict[str, Any], a100: dict[str, Any], **body: Any) -> dict[str, Any]:
+    """A request body on a cluster of an H100 group and an A100 group, each group's dict giving
+    how its speed is known and, where it differs from the mixed examples' cluster (2 nodes of 8
+    H100, 1 of 4 A100), its size."""
     return {
         "topology": {
             "node_groups": [
@@ -74,7 +75,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "mixed": {
         "summary": "Mixed H100 and A100 nodes, split by throughput",
-        "value": _h100_and_a100(
+        "value": h100_and_a100(
             {"relative_throughput": 2.0, "max_micro_batch_size": 64},
             {"relative_throughput": 1.0, "max_micro_batch_size": 32},
             global_batch_size=1000,
@@ -83,7 +84,7 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "mixed_curves": {
         "summary": "Mixed H100 and A100 nodes, split by their measured throughput curves",
-        "value": _h100_and_a100(
+        "value": h100_and_a100(
             {
                 "max_micro_batch_size": 64,
                 "throughput_curve": _curve({8: 960.0, 16: 1840.0, 32: 2600.0, 64: 2700.0}),

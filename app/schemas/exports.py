@@ -73,11 +73,8 @@ class ExportOptionsIn(BaseModel):
         "instead of the built-in model.",
         examples=["app.worker.example_models:mlp"],
     )
-    setup: str | None = Field(
+    setup: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\r\n]+$")] | None = Field(
         None,
-        min_length=1,
-        max_length=512,
-        pattern=r"^[^\r\n]+$",
         description="slurm, torchrun: one shell line that activates the job's environment (under "
         "`sbatch --export=NONE` nothing of the submitting shell is inherited).",
         examples=["source /shared/venvs/train/bin/activate"],

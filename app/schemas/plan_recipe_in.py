@@ -140,19 +140,14 @@ class LearningRateIn(RequestModel):
     nesterov: bool = Field(
         False, strict=True, description="Nesterov momentum (SGD with momentum > 0).", examples=[True]
     )
-    weight_decay: float = Field(
+    weight_decay: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
         0.0,
-        ge=0,
-        le=1,
-        allow_inf_nan=False,
         description="As torch's optimizers apply it, to every parameter: L2 in the gradient for "
         "sgd, lars and adam, decoupled for adamw and lamb.",
         examples=[0.1],
     )
-    max_grad_norm: float | None = Field(
+    max_grad_norm: PositiveFloat | None = Field(
         None,
-        gt=0,
-        allow_inf_nan=False,
         description="Clip the all-reduced gradient to this global L2 norm (torch's "
         "clip_grad_norm_) before each optimizer step; default none: no clipping.",
         examples=[1.0],
@@ -163,11 +158,10 @@ class LearningRateIn(RequestModel):
         "as it is); the plan scales by its best_rule. Its base must be this plan's base_lr and "
         "base_batch_size.",
     )
-    lr_scaling_check: str | None = Field(
+    lr_scaling_check: (
+        Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] | None
+    ) = Field(
         None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_-]+$",
         description='With rule "measured": the id of a finished lr-scaling probe on this server '
         "(`POST /v1/checks` with `lr_scaling`), instead of lr_scaling; the plan names it.",
         examples=["4f9c2b7e0d1a4c6b8e3f5a7c9d2e1b0a"],

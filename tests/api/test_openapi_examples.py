@@ -4,14 +4,13 @@ operation really answers to the request that provokes it."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.apps import fake_client
+from support.apps import fake_client, wait_job
 from support.fake_runner import FakeRunner
 
 from app.api.problems import NOT_JSON_EXAMPLE
@@ -71,14 +70,6 @@ def _request_examples(schema: dict[str, Any]) -> list[tuple[str, str, Any]]:
     return cases
 
 
-def _finished(client: TestClient, location: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while (job := client.get(location).json())["status"] in ("queued", "running"):
-        assert time.monotonic() < deadline, job
-        time.sleep(0.01)
-    return job  # type: ignore[no-any-return]
-
-
 def test_every_request_example_succeeds_as_sent(client: TestClient, schema: dict[str, Any]) -> None:
     cases = _request_examples(schema)
     assert {url for _, url, _ in cases} >= {
@@ -92,7 +83,7 @@ def test_every_request_example_succeeds_as_sent(client: TestClient, schema: dict
         response = client.request(method, url, json=body)
         assert 200 <= response.status_code < 300, (url, body, response.text)
         if response.status_code == 202:  # a check: it is accepted and runs to the end
-            job = _finished(client, response.headers["location"])
+            job = wait_job(client, response.headers["location"])
             assert job["status"] == "succeeded" and job["result"]["passed"], job
 
 
@@ -209,7 +200,7 @@ def test_documented_worker_errors_are_what_the_worker_answers(
     accepted = client.post(
         "/v1/checks", json={"plan": plan_example("homogeneous") | {"global_batch_size": 16}}
     )
-    finished = _finished(client, accepted.headers["location"])
+    finished = wait_job(client, accepted.headers["location"])
     conflict = client.delete(f"/v1/checks/{finished['id']}").json()
     expected = examples["/v1/checks/{check_id}", "delete", "409", "already_finished"]
     assert conflict == {**expected, "detail": expected["detail"].replace(check_id, finished["id"])}

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.apps import runner_client
+from support.apps import runner_client, succeeded, wait_job
 from support.bodies import put
 from support.fake_runner import FakeRunner
 from support.problems import assert_field_error, assert_wrong_plan
@@ -65,18 +64,10 @@ def checks(tmp_path: Path, runner: ProbeRunner) -> Iterator[TestClient]:
     yield from runner_client(tmp_path, runner)
 
 
-def _finished(client: TestClient, location: str, status: str = "succeeded") -> str:
-    deadline = time.monotonic() + 10
-    while (job := client.get(location).json())["status"] != status:
-        assert time.monotonic() < deadline, job
-        time.sleep(0.01)
-    return str(job["id"])
-
-
 def _probe_id(client: TestClient, runner: ProbeRunner, probe: dict[str, Any] | None = PROBE) -> str:
     runner.probe = probe
     try:
-        return _finished(client, client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"])
+        return str(succeeded(client, {"plan": EVEN_2})["id"])
     finally:
         runner.probe = None
 
@@ -153,7 +144,7 @@ def test_an_unknown_check_id_is_a_422_at_its_field(checks: TestClient) -> None:
 
 
 def test_a_check_that_is_not_a_probe_is_a_422(checks: TestClient) -> None:
-    plain = _finished(checks, checks.post("/v1/checks", json={"plan": EVEN_2}).headers["location"])
+    plain = succeeded(checks, {"plan": EVEN_2})["id"]
     problem = assert_field_error(
         checks.post("/v1/plans", json=_by_id(plain)), "/learning_rate/lr_scaling_check"
     )
@@ -162,7 +153,9 @@ def test_a_check_that_is_not_a_probe_is_a_422(checks: TestClient) -> None:
 
 def test_a_failed_probe_is_a_422(checks: TestClient, runner: ProbeRunner) -> None:
     runner.error = RankError("rank 1 fell over")
-    failed = _finished(checks, checks.post("/v1/checks", json={"plan": EVEN_2}).headers["location"], "failed")
+    failed = wait_job(checks, checks.post("/v1/checks", json={"plan": EVEN_2}).headers["location"], "failed")[
+        "id"
+    ]
     problem = assert_field_error(
         checks.post("/v1/plans", json=_by_id(failed)), "/learning_rate/lr_scaling_check"
     )
@@ -173,13 +166,13 @@ def test_a_probe_still_running_is_a_409_until_it_finishes(checks: TestClient, ru
     gate = runner.gate = checks.portal.call(_event)  # type: ignore[union-attr]
     runner.probe = PROBE
     location = checks.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
-    check_id = _finished(checks, location, "running")
+    check_id = wait_job(checks, location, "running")["id"]
     problem = assert_field_error(
         checks.post("/v1/plans", json=_by_id(check_id)), "/learning_rate/lr_scaling_check", 409
     )
     assert "is running" in problem["detail"] and "?wait=" in problem["detail"]
     checks.portal.call(gate.set)  # type: ignore[union-attr]
-    _finished(checks, location)
+    wait_job(checks, location, "succeeded")
     assert checks.post("/v1/plans", json=_by_id(check_id)).status_code == 200
 
 

@@ -4,14 +4,12 @@ torch); the measurement itself runs on real ranks in tests/worker/checks/test_th
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.apps import fake_client
+from support.apps import documented_problems, fake_client, held_running, succeeded
 from support.fake_runner import FakeRunner
 
 from app.charts import throughput_chart
@@ -21,14 +19,13 @@ from app.contract.throughput import SPREAD_IS, Throughput, ThroughputPoint
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16, "max_micro_batch_size": 8}
 
 
-@pytest.fixture(scope="module")
-def runner() -> FakeRunner:
-    return FakeRunner()
+# The module's one server runs its checks here; a test holds a check running with its gate.
+RUNNER = FakeRunner()
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory, runner: FakeRunner) -> Iterator[TestClient]:
-    yield from fake_client(tmp_path_factory, runner)
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    yield from fake_client(tmp_path_factory, RUNNER)
 
 
 def refused(client: TestClient, throughput: Any, plan: dict[str, Any] = PLAN) -> dict[str, Any]:
@@ -82,45 +79,24 @@ def test_a_group_cap_bounds_the_sizes_and_a_mesh_is_refused(client: TestClient) 
     assert pointers(refused(client, {}, mesh)) == ["/throughput"]
 
 
-def _documented(client: TestClient, status: str) -> dict[str, Any]:
-    paths = client.get("/openapi.json").json()["paths"]
-    responses = paths["/v1/checks/{check_id}/throughput.{format}"]["get"]["responses"]
-    examples = responses[status]["content"]["application/problem+json"]["examples"]
-    return {name: e["value"] for name, e in examples.items()}
+def _problems(client: TestClient, status: str) -> dict[str, Any]:
+    return documented_problems(client, "/v1/checks/{check_id}/throughput.{format}", status)
 
 
-def _finished(client: TestClient, body: dict[str, Any]) -> str:
-    check_id: str = client.post("/v1/checks", json=body).json()["id"]
-    for _ in range(500):
-        if client.get(f"/v1/checks/{check_id}").json()["status"] == "succeeded":
-            return check_id
-        time.sleep(0.01)
-    raise AssertionError(check_id)
-
-
-def test_the_chart_answers_the_documented_problems(client: TestClient, runner: FakeRunner) -> None:
-    not_found, conflict = _documented(client, "404"), _documented(client, "409")
+def test_the_chart_answers_the_documented_problems(client: TestClient) -> None:
+    not_found, conflict = _problems(client, "404"), _problems(client, "409")
     example_id = not_found["unknown_id"]["detail"].split("'")[1]
     assert client.get(f"/v1/checks/{example_id}/throughput.png").json() == not_found["unknown_id"]
-    plain = _finished(client, {"plan": PLAN})
+    plain = succeeded(client, {"plan": PLAN})["id"]
     answer = client.get(f"/v1/checks/{plain}/throughput.svg")
     assert answer.status_code == 404
     expected = not_found["not_measured"]
     assert answer.json() == {**expected, "detail": expected["detail"].replace(example_id, plain)}
-    runner.gate = asyncio.Event()
-    try:
-        held = client.post("/v1/checks", json={"plan": PLAN, "throughput": {}}).json()["id"]
-        for _ in range(500):
-            if client.get(f"/v1/checks/{held}").json()["status"] == "running":
-                break
-            time.sleep(0.01)
+    with held_running(client, RUNNER, {"plan": PLAN, "throughput": {}}) as held:
         answer = client.get(f"/v1/checks/{held}/throughput.png")
         assert answer.status_code == 409
         running = conflict["running"]
         assert answer.json() == {**running, "detail": running["detail"].replace(example_id, held)}
-    finally:
-        assert client.delete(f"/v1/checks/{held}").status_code == 200
-        runner.gate = None
 
 
 def test_the_chart_draws_a_single_point_and_a_curve() -> None:

@@ -3,15 +3,13 @@ and each documented problem (no such check, one step, not finished) is what the 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.apps import fake_client
+from support.apps import documented_problems, fake_client, held_running, succeeded
 from support.fake_runner import FakeRunner, passing_result
 
 from app.contract.check_result import CheckResult, ResumeOutcome
@@ -55,27 +53,12 @@ def client(tmp_path_factory: pytest.TempPathFactory, runner: RunRunner) -> Itera
     yield from fake_client(tmp_path_factory, runner)
 
 
-def _documented(client: TestClient, status: str) -> dict[str, Any]:
-    operation = client.get("/openapi.json").json()["paths"]["/v1/checks/{check_id}/trajectory.{format}"][
-        "get"
-    ]
-    examples = operation["responses"][status]["content"]["application/problem+json"]["examples"]
-    return {name: e["value"] for name, e in examples.items()}
-
-
-def _finished(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/v1/checks", json=body)
-    assert response.status_code == 202, response.text
-    for _ in range(500):
-        job: dict[str, Any] = client.get(response.headers["location"]).json()
-        if job["status"] == "succeeded":
-            return job
-        time.sleep(0.01)
-    raise AssertionError(job)
+def _problems(client: TestClient, status: str) -> dict[str, Any]:
+    return documented_problems(client, "/v1/checks/{check_id}/trajectory.{format}", status)
 
 
 def test_a_finished_run_is_drawn_as_png_and_svg(client: TestClient) -> None:
-    job = _finished(client, {"plan": PLAN, "steps": 4})
+    job = succeeded(client, {"plan": PLAN, "steps": 4})
     png = client.get(f"/v1/checks/{job['id']}/trajectory.png")
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
     assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
@@ -85,36 +68,27 @@ def test_a_finished_run_is_drawn_as_png_and_svg(client: TestClient) -> None:
 
 def test_a_resume_check_is_drawn_with_its_resume_step(client: TestClient) -> None:
     resume = {"at_step": 2, "data_parallel_size": 1}
-    job = _finished(client, {"plan": PLAN, "steps": 4, "resume": resume})
+    job = succeeded(client, {"plan": PLAN, "steps": 4, "resume": resume})
     assert job["result"]["resume"]["at_step"] == 2
     svg = client.get(f"/v1/checks/{job['id']}/trajectory.svg")
     assert svg.status_code == 200 and b"resumed at step 2: 2 -&gt; 1 replicas" in svg.content
 
 
 def test_the_documented_problems_are_what_the_route_answers(client: TestClient, runner: RunRunner) -> None:
-    not_found, conflict = _documented(client, "404"), _documented(client, "409")
+    not_found, conflict = _problems(client, "404"), _problems(client, "409")
     example_id = not_found["unknown_id"]["detail"].split("'")[1]
     assert client.get(f"/v1/checks/{example_id}/trajectory.png").json() == not_found["unknown_id"]
-    one = _finished(client, {"plan": PLAN})
+    one = succeeded(client, {"plan": PLAN})
     answer = client.get(f"/v1/checks/{one['id']}/trajectory.png")
     assert answer.status_code == 404
     assert answer.json() == {
         **not_found["one_step"],
         "detail": not_found["one_step"]["detail"].replace(example_id, one["id"]),
     }
-    runner.gate = asyncio.Event()  # the next check waits: it stays running
-    try:
-        held = client.post("/v1/checks", json={"plan": PLAN, "steps": 4}).json()["id"]
-        for _ in range(500):
-            if client.get(f"/v1/checks/{held}").json()["status"] == "running":
-                break
-            time.sleep(0.01)
+    with held_running(client, runner, {"plan": PLAN, "steps": 4}) as held:
         answer = client.get(f"/v1/checks/{held}/trajectory.svg")
         assert answer.status_code == 409
         assert answer.json() == {
             **conflict["running"],
             "detail": conflict["running"]["detail"].replace(example_id, held),
         }
-    finally:
-        assert client.delete(f"/v1/checks/{held}").status_code == 200
-        runner.gate = None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.bodies import fast_and_slow
-from support.cli import API_KEY, Invoke
+from support.cli import API_KEY, Invoke, on
 from support.servers import Server, serve
 
 from app.cli.output import show_check
@@ -37,7 +37,7 @@ def _phases(stderr: str, label: str) -> list[str]:
 
 @pytest.mark.slow
 def test_check_on_a_server(run: Invoke, worker_server: Server) -> None:
-    out = run("check", *PLAN, "--backend", "gloo", "--url", worker_server.url, "--api-key", API_KEY)
+    out = run("check", *PLAN, "--backend", "gloo", *on(worker_server))
     assert out.exit_code == 0, out.stderr
     _assert_passed_output(out.stdout)
     # Not a terminal: plain progress lines on stderr, one per phase (the ranks are warm).
@@ -92,7 +92,7 @@ def test_check_errors_on_a_server(run: Invoke, worker_server: Server) -> None:
     no_key = run("check", *PLAN, "--url", worker_server.url)
     assert no_key.exit_code == 2 and "API key" in no_key.stderr and "--api-key" in no_key.stderr
     infeasible = ["check", "--gpus-per-node", "2", "-b", "15", "-m", "4"]
-    remote = run(*infeasible, "--url", worker_server.url, "--api-key", API_KEY)
+    remote = run(*infeasible, *on(worker_server))
     local = run(*infeasible)
     assert remote.exit_code == local.exit_code == 2
     assert remote.stderr == local.stderr
@@ -126,7 +126,7 @@ def test_client_check_lifecycle(worker_server: Server) -> None:
 
 @pytest.mark.slow
 def test_host_command(run: Invoke, worker_server: Server) -> None:
-    out = run("host", "--url", worker_server.url, "--api-key", API_KEY)
+    out = run("host", *on(worker_server))
     assert out.exit_code == 0, out.stderr
     host = json.loads(out.stdout)
     assert host["worker_enabled"] is True and "gloo" in host["backends"]
@@ -228,7 +228,7 @@ def test_a_check_lists_the_controls_that_ran_and_those_skipped_with_why(
 def test_the_workload_flag_picks_what_runs_and_the_output_says_it(run: Invoke, worker_server: Server) -> None:
     """--workload over the plan's default: tokens on a plan normalised by samples (which the
     tokens check shows wrong on uneven lengths: exit 1), synthetic on one normalised by tokens."""
-    server = ["--url", worker_server.url, "--api-key", API_KEY]
+    server = on(worker_server)
     tokens = [
         "--gpus-per-node",
         "2",

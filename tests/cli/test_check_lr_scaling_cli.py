@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.cli import API_KEY, Invoke
+from support.cli import Invoke, on
 from support.servers import Server
 
 PROBE = [
@@ -38,7 +38,7 @@ def _assert_probe_output(stdout: str) -> None:
 def test_the_probe_on_a_server(run: Invoke, worker_server: Server, tmp_path: Path) -> None:
     chart = tmp_path / "lr.svg"
     args = ["--lr-scaling", "4096", "--lr-rules", "sqrt", "--lr-chart", str(chart)]
-    out = run("check", *PROBE, *args, "--url", worker_server.url, "--api-key", API_KEY)
+    out = run("check", *PROBE, *args, *on(worker_server))
     assert out.exit_code == 0, out.stderr
     _assert_probe_output(out.stdout)
     assert chart.read_bytes().startswith(b"<?xml") and f"wrote {chart}" in out.stderr

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.cli import API_KEY, Invoke
+from support.cli import Invoke, on
 from support.servers import Server
 
 # 2 replicas, accumulation 2, a warmup from 0 and clipping: the run-level controls all apply.
@@ -33,10 +33,7 @@ def test_a_run_on_a_server_prints_its_steps_and_saves_its_chart(
         "12",
         "--chart",
         str(chart),
-        "--url",
-        worker_server.url,
-        "--api-key",
-        API_KEY,
+        *on(worker_server),
     )
     assert out.exit_code == 0, out.stderr
     assert "the run of 12 optimizer steps matches the single-process reference run" in out.stdout
@@ -61,7 +58,7 @@ def test_a_run_on_a_server_prints_its_steps_and_saves_its_chart(
 @pytest.mark.slow
 def test_a_chart_needs_a_run(run: Invoke, worker_server: Server, tmp_path: Path) -> None:
     chart = tmp_path / "one.png"
-    out = run("check", *RUN, "--chart", str(chart), "--url", worker_server.url, "--api-key", API_KEY)
+    out = run("check", *RUN, "--chart", str(chart), *on(worker_server))
     assert out.exit_code == 2 and "the check has no run (give --steps above 1)" in out.stderr
     assert not chart.exists()
 
@@ -90,7 +87,7 @@ def _resumed(stdout: str) -> None:
 
 @pytest.mark.slow
 def test_a_resume_check_on_a_server_prints_its_resume(run: Invoke, worker_server: Server) -> None:
-    out = run("check", *RUN, *RESUME, "--url", worker_server.url, "--api-key", API_KEY)
+    out = run("check", *RUN, *RESUME, *on(worker_server))
     assert out.exit_code == 0, out.stderr
     _resumed(out.stdout)
     assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.cli import API_KEY, Invoke
+from support.cli import Invoke, on
 from support.servers import Server
 
 PLAN = ["--gpus-per-node", "2", "-b", "16", "--max-micro-batch-size", "16"]
@@ -43,9 +43,7 @@ def test_measure_on_a_server_prints_the_table_and_saves_the_chart(
     run: Invoke, worker_server: Server, tmp_path: Path
 ) -> None:
     chart = tmp_path / "curve.png"
-    out = run(
-        "measure", *PLAN, *MEASURE, "--chart", str(chart), "--url", worker_server.url, "--api-key", API_KEY
-    )
+    out = run("measure", *PLAN, *MEASURE, "--chart", str(chart), *on(worker_server))
     assert out.exit_code == 0, out.stderr
     _table_holds(out.stdout)
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and f"wrote {chart}" in out.stderr

@@ -14,28 +14,15 @@ from typing import Any
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from support.bodies import node_groups, sample_plan
 
 from app.core.exports import ExportInput, ExportOptions, export
 from app.core.exports.elastic_table import elastic_table, run_id
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
 
-BODY: dict[str, Any] = {
-    "topology": {"num_nodes": 2, "gpus_per_node": 2},
-    "global_batch_size": 24,
-    "micro_batch_size": 3,
-    "dataset": {"num_samples": 100, "epochs": 2},
-    "learning_rate": {"base_lr": 0.1, "base_batch_size": 24},
-}
-MIXED = {
-    "topology": {
-        "node_groups": [
-            {"name": "fast", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 2.0},
-            {"name": "slow", "num_nodes": 1, "gpus_per_node": 2, "relative_throughput": 1.0},
-        ]
-    },
-    "global_batch_size": 24,
-}
+BODY = sample_plan(2, 2, 24, 3, {"num_samples": 100, "epochs": 2})
+MIXED = {"topology": node_groups(("fast", 1, 2, 2.0), ("slow", 1, 2, 1.0)), "global_batch_size": 24}
 
 
 def _input(body: dict[str, Any], **options: Any) -> ExportInput:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from export_helpers import export_input
+from support.bodies import sample_plan
 
 from app.core.exports import EXPORTERS, ExportInput, ExportOptions, ExportUnsupported, export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
@@ -29,25 +30,20 @@ UPDATE = os.environ.get("BATCHPLAN_UPDATE_GOLDEN") == "1"
 COMMAND = "BATCHPLAN_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/core/test_exports_golden.py"
 LAUNCHERS = ("torchrun", "slurm", "kubernetes")
 
-RECIPE = {
-    "topology": {"num_nodes": 2, "gpus_per_node": 4},
-    "global_batch_size": 256,
-    "micro_batch_size": 8,
-    "dataset": {"num_samples": 50000, "epochs": 3},
-    "learning_rate": {
-        "base_lr": 0.001,
-        "base_batch_size": 256,
-        "rule": "none",
-        "optimizer": "adamw",
-        "warmup_steps": 20,
-        "warmup_start_lr": 0.0,
-        "decay": "cosine",
-        "min_lr": 0.0001,
-        "weight_decay": 0.05,
-        "max_grad_norm": 1.0,
-        "train_steps": 500,
-    },
+RECIPE_LR = {
+    "base_lr": 0.001,
+    "base_batch_size": 256,
+    "rule": "none",
+    "optimizer": "adamw",
+    "warmup_steps": 20,
+    "warmup_start_lr": 0.0,
+    "decay": "cosine",
+    "min_lr": 0.0001,
+    "weight_decay": 0.05,
+    "max_grad_norm": 1.0,
+    "train_steps": 500,
 }
+RECIPE = sample_plan(2, 4, 256, 8, {"num_samples": 50000, "epochs": 3}, RECIPE_LR)
 HSDP_TENSOR = {
     "topology": {"num_nodes": 2, "gpus_per_node": 8},
     "parallelism": {"tensor": 2, "data_parallel_shard": 4},

@@ -7,18 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.bodies import sample_plan
 
 from app.core.exports import ExportInput, export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
 
-BODY: dict[str, Any] = {
-    "topology": {"num_nodes": 1, "gpus_per_node": 4},
-    "global_batch_size": 12,
-    "micro_batch_size": 3,
-    "dataset": {"num_samples": 96, "epochs": 2},
-    "learning_rate": {"base_lr": 0.1, "base_batch_size": 12},
-}
+BODY = sample_plan(1, 4, 12, 3, {"num_samples": 96, "epochs": 2})
 TOOLS = {
     "hf-trainer": [
         "per_device_train_batch_size=3 and",

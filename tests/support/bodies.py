@@ -25,6 +25,25 @@ def fast_and_slow(fast_throughput: float, global_batch_size: int) -> dict[str, A
     return {"topology": {"node_groups": groups}, "global_batch_size": global_batch_size}
 
 
+def sample_plan(
+    num_nodes: int,
+    gpus_per_node: int,
+    global_batch_size: int,
+    micro_batch_size: int,
+    dataset: dict[str, Any],
+    learning_rate: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A plan by samples with its micro-batch given; its lr at the base (factor 1) unless
+    `learning_rate` says."""
+    return {
+        "topology": {"num_nodes": num_nodes, "gpus_per_node": gpus_per_node},
+        "global_batch_size": global_batch_size,
+        "micro_batch_size": micro_batch_size,
+        "dataset": dataset,
+        "learning_rate": learning_rate or {"base_lr": 0.1, "base_batch_size": global_batch_size},
+    }
+
+
 def node_groups(*groups: tuple[str, int, int, float]) -> dict[str, Any]:
     """A topology of node groups, each (name, num_nodes, gpus_per_node, relative_throughput)."""
     keys = ("name", "num_nodes", "gpus_per_node", "relative_throughput")

@@ -23,6 +23,11 @@ class Run:
 Invoke = Callable[..., Run]
 
 
+def on(server: Server) -> list[str]:
+    """The flags that send a command to `server` (the `worker_server` fixture's key)."""
+    return ["--url", server.url, "--api-key", API_KEY]
+
+
 def both(run: Invoke, server: Server, *args: str) -> tuple[Run, Run]:
     """The command computed here, then by the server (--url)."""
     local = run(*args)

@@ -34,6 +34,11 @@ def comment(lines: list[str], mark: str = "#") -> str:
     return "\n".join(f"{mark} {line}".rstrip() for line in lines)
 
 
+def summary_comment(x: ExportInput) -> str:
+    """The plan's summary as a shell script's opening comment."""
+    return comment(summary(x))
+
+
 def summary(x: ExportInput) -> list[str]:
     p = x.plan
     lines = [

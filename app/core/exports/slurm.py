@@ -15,11 +15,10 @@ import shlex
 from app.core.exports.common import (
     Export,
     ExportInput,
-    comment,
     node_groups,
     num_nodes,
     pinned_ranks,
-    summary,
+    summary_comment,
     uniform_gpus_per_node,
 )
 from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
@@ -68,7 +67,7 @@ def export_slurm(x: ExportInput) -> Export:
     span = min(PORT_SPAN, 65536 - x.options.port)
     first_nodes = "$SLURM_JOB_NODELIST_HET_GROUP_0" if het else "$SLURM_JOB_NODELIST"
     lines += [
-        comment(summary(x)),
+        summary_comment(x),
         "# One task per node runs torchrun, which starts one process per GPU.",
         "set -euo pipefail",
         *setup_lines(x),

@@ -10,11 +10,10 @@ from app.core.exports.common import (
     Export,
     ExportInput,
     NodeGroup,
-    comment,
     node_groups,
     num_nodes,
     pinned_ranks,
-    summary,
+    summary_comment,
     uniform_gpus_per_node,
 )
 from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
@@ -42,7 +41,7 @@ def export_torchrun(x: ExportInput) -> Export:
     shells = LOCAL_SHELL if nodes == 1 and not elastic else NODE_SHELLS
     head = [
         "#!/usr/bin/env bash",
-        comment(summary(x)),
+        summary_comment(x),
         "set -euo pipefail",
         *setup_lines(x, shells),
         *(elastic_batch_env(x) if elastic else batch_env(x)),

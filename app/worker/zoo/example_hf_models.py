@@ -51,15 +51,15 @@ def gpt2(seed: int = 0, dropout: float = 0.0) -> tuple[nn.Module, Dataset[Any], 
     """A two-layer GPT-2 language model, dropout off (p=0) for the check."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    # All three of GPT-2's dropouts (residual, embedding, attention) take the one p.
+    dropouts: dict[str, Any] = dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
     config = GPT2Config(
         n_layer=2,
         n_head=2,
         n_embd=WIDTH,
         vocab_size=VOCAB,
         n_positions=TOKENS,
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
+        **dropouts,
         bos_token_id=0,
         eos_token_id=0,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bodies import sample_plan
 
 pytest.importorskip("torch")
 
@@ -42,22 +43,17 @@ ROOT = TESTS.parent
 STEPS = 6
 # 2 replicas, accumulation 2, 3 optimizer steps an epoch; a warmup from 0, a cosine decay and
 # clipping that bites: every mistake changes this run.
-PLAN = {
-    "topology": {"num_nodes": 1, "gpus_per_node": 2},
-    "global_batch_size": 8,
-    "micro_batch_size": 2,
-    "dataset": {"num_samples": 24, "seed": 5},
-    "learning_rate": {
-        "base_lr": 0.2,
-        "rule": "none",
-        "warmup_steps": 2,
-        "warmup_start_lr": 0.0,
-        "decay": "cosine",
-        "train_steps": 8,
-        "weight_decay": 0.01,
-        "max_grad_norm": 0.3,
-    },
+PLAN_LR = {
+    "base_lr": 0.2,
+    "rule": "none",
+    "warmup_steps": 2,
+    "warmup_start_lr": 0.0,
+    "decay": "cosine",
+    "train_steps": 8,
+    "weight_decay": 0.01,
+    "max_grad_norm": 0.3,
 }
+PLAN = sample_plan(1, 2, 8, 2, {"num_samples": 24, "seed": 5}, PLAN_LR)
 
 
 @pytest.fixture(scope="module")
