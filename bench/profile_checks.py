@@ -30,6 +30,7 @@ import json
 import multiprocessing as mp
 import os
 import pstats
+import random
 import statistics
 import subprocess
 import sys
@@ -205,8 +206,10 @@ def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
         cpu: dict[str, list[float]] = {"base": [], "this": []}
         answers: dict[str, Any] = {}
         try:
-            for _ in range(rounds):
-                for label, tree in (("base", base), ("this", this)):
+            for turn in range(rounds):
+                # Each round in the other order: a host whose load drifts favours neither tree.
+                order = (("base", base), ("this", this))
+                for label, tree in order if turn % 2 == 0 else order[::-1]:
                     answer = _one_tree(tree, case, runs)
                     times[label] += answer["times"]
                     cpu[label] += answer["cpu"]
@@ -214,13 +217,22 @@ def compare(base: Path, cases: list[str], runs: int, rounds: int) -> None:
         except subprocess.CalledProcessError:
             print(f"{case}: the base cannot run it (a later kind): skipped")
             continue
-        old, new = statistics.median(times["base"]), statistics.median(times["this"])
-        old_cpu, new_cpu = statistics.median(cpu["base"]), statistics.median(cpu["this"])
-        print(
-            f"{case}: wall base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f}; CPU over its ranks "
-            f"base {old_cpu:.4f} s, this {new_cpu:.4f} s, ratio {new_cpu / old_cpu:.2f}; "
-            + _agreement(answers)
-        )
+        print(f"{case}: wall {_ratio(times)}; CPU over its ranks {_ratio(cpu)}; {_agreement(answers)}")
+
+
+def _ratio(samples: dict[str, list[float]], draws: int = 2000) -> str:
+    """Both medians, their ratio (this / base) and its 90 % bootstrap interval: a run's time
+    on 2 cores moves by half from one run to the next (ranks wait for a core, and a waiting
+    gloo rank polls), so the ratio alone says little until the interval is narrow."""
+    base, this = samples["base"], samples["this"]
+    rng = random.Random(0)
+    ratios = sorted(
+        statistics.median(rng.choices(this, k=len(this))) / statistics.median(rng.choices(base, k=len(base)))
+        for _ in range(draws)
+    )
+    low, high = ratios[draws // 20], ratios[-draws // 20]
+    old, new = statistics.median(base), statistics.median(this)
+    return f"base {old:.4f} s, this {new:.4f} s, ratio {new / old:.2f} [90 %: {low:.2f}-{high:.2f}]"
 
 
 def _agreement(answers: dict[str, dict[str, Any]]) -> str:
