@@ -30,12 +30,7 @@ from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
-from app.worker.training.gradients import (
-    Batch,
-    ddp_gradient,
-    reference_gradient,
-    weighted_gradients,
-)
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, model_code
 
@@ -116,15 +111,7 @@ class DdpStep:
     def measure(self, ctx: Context, state: _Step) -> bool:
         if ctx.spec.noise_steps <= 0:
             return False
-        state.noise = measure_noise_scale(
-            state.model,
-            ctx.workload,
-            ctx.spec,
-            state.local,
-            factor=ctx.factor,
-            dtype=ctx.dtype,
-            device=ctx.device,
-        )
+        state.noise = measure_noise_scale(state.model, ctx.spec, state.local, ctx.feed(ctx.workload))
         return True
 
     @staticmethod

@@ -28,12 +28,7 @@ from app.worker.checks import equivalence
 from app.worker.checks.controls import Control, partition
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import Measured, judged_result
-from app.worker.training.gradients import (
-    Batch,
-    ddp_gradient,
-    reference_gradient,
-    weighted_gradients,
-)
+from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload

@@ -15,7 +15,6 @@ from torch.nn.parallel import DistributedDataParallel
 from app.contract.spec import CheckSpec
 from app.core import noise_scale
 from app.worker.training.gradients import Batch, BatchFeed, ddp_gradient, mean_gradient
-from app.worker.training.workload import Workload
 
 
 def measurement_batches(
@@ -44,22 +43,12 @@ def measurement_batches(
 
 
 def measure_noise_scale(
-    model: DistributedDataParallel,
-    workload: Workload,
-    spec: CheckSpec,
-    local: range,
-    *,
-    factor: float,
-    dtype: torch.dtype,
-    device: torch.device,
+    model: DistributedDataParallel, spec: CheckSpec, local: range, feed: BatchFeed
 ) -> dict[str, Any] | None:
     """McCandlish et al.'s two-batch estimate over `spec.noise_steps` steps: each replica's
     gradient is a small batch, DDP's all-reduced gradient the big one (with one replica, the
     accumulation steps' micro-batches are the small batches). Rank 0 returns the estimate."""
-    steps = [
-        _step_estimate(model, workload, spec, local, step, factor=factor, dtype=dtype, device=device)
-        for step in range(spec.noise_steps)
-    ]
+    steps = [_step_estimate(model, spec, local, step, feed) for step in range(spec.noise_steps)]
     model.zero_grad(set_to_none=True)
     if dist.get_rank() != 0:
         return None
@@ -67,18 +56,11 @@ def measure_noise_scale(
 
 
 def _step_estimate(
-    model: DistributedDataParallel,
-    workload: Workload,
-    spec: CheckSpec,
-    local: range,
-    step: int,
-    *,
-    factor: float,
-    dtype: torch.dtype,
-    device: torch.device,
+    model: DistributedDataParallel, spec: CheckSpec, local: range, step: int, feed: BatchFeed
 ) -> noise_scale.StepEstimate:
     """One step's |G|^2 at the small and the big batch (a collective: every rank calls it),
     then the SGD step between measurements, if any."""
+    workload, dtype, device = feed.workload, feed.dtype, feed.device
     sizes, scales = spec.micro_batch_sizes(), spec.loss_scales()
     per_micro = spec.data_parallel_size == 1
     units = spec.gradient_accumulation_steps if per_micro else spec.data_parallel_size
@@ -94,7 +76,7 @@ def _step_estimate(
     dist.all_reduce(small)
     dist.all_reduce(samples)
     step_batches: list[Batch] = [(b, scales[r], spec.loss_reduction) for r in local for b in batches[r]]
-    big = ddp_gradient(model, step_batches, BatchFeed(workload, dtype, device, factor))
+    big = ddp_gradient(model, step_batches, feed)
     estimate = noise_scale.step_estimate(
         list(zip(small.tolist(), samples.tolist(), strict=True)),
         float(big.double().pow(2).sum()),
