@@ -51,7 +51,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 
 
 def test_host_and_readyz_report_warm_ranks(client: TestClient) -> None:
-    host = client.get("/v1/host").json()
+    # The registered models build in the background after the ranks are warm; until each has,
+    # /v1/host and /v1/check-models, read one after the other, can see it pending and then built.
+    host = wait_warm(client, 4, models=True)
     assert host["worker_enabled"] and host["ready"] and host["warm_processes"] == 4
     assert "gloo" in host["backends"] and host["gpus"] == 0
     assert [p["state"] for p in host["processes"]] == ["idle"] * 4
