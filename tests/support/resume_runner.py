@@ -11,6 +11,7 @@ micro-batch, so that a node killed by a test dies mid-run rather than after it.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
@@ -51,6 +52,10 @@ def main() -> None:
     skeleton.main()
     if int(os.environ.get("RANK", "0")) == 0:
         torch.save({k: v.detach().clone() for k, v in built[-1].named_parameters()}, out)
+    # The model this runner kept holds the process groups (FSDP's in reference cycles): free it
+    # while Python is alive, as the skeleton frees its own (see the skeleton's end).
+    built.clear()
+    gc.collect()
 
 
 if __name__ == "__main__":

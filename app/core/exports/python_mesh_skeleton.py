@@ -28,6 +28,7 @@ the loop first on CPU with a toy model and data set (gloo):
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import math
 import os
@@ -201,6 +202,12 @@ __DEVICE__
             save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
     if rank == 0:
         print(f"done: {steps} optimizer steps", flush=True)
+    # As the DDP skeleton's end: FSDP's and the mesh's modules hold the process groups and their
+    # last work objects in reference cycles; left to interpreter shutdown, gloo's threads free
+    # tensors after Python is gone ("terminate called without an active exception"). Free them
+    # while Python is alive, then let every rank arrive before any tears the groups down.
+    del model, optimizer, scheduler, loader, sampler, mesh
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
