@@ -8,7 +8,7 @@ FastAPI's "self-hosting JavaScript and CSS for docs" recipe with the files from 
 from __future__ import annotations
 
 from importlib.resources import files
-from typing import Any
+from typing import TypedDict
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
@@ -16,9 +16,16 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 STATIC_URL = "/static-offline-docs"
+
+
+class _CdnPagesOff(TypedDict):  # typed, so mypy checks the keys against FastAPI's own
+    docs_url: None
+    redoc_url: None
+
+
 # FastAPI's own pages load their assets from a CDN: the app is built with these, then
 # install_docs serves the same two pages with assets of its own.
-CDN_PAGES_OFF: dict[str, Any] = {"docs_url": None, "redoc_url": None}
+CDN_PAGES_OFF: _CdnPagesOff = {"docs_url": None, "redoc_url": None}
 
 
 def install_docs(app: FastAPI, *, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
