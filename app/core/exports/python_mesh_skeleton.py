@@ -202,14 +202,7 @@ __DEVICE__
             save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
     if rank == 0:
         print(f"done: {steps} optimizer steps", flush=True)
-    # As the DDP skeleton's end: FSDP's and the mesh's modules hold the process groups and their
-    # last work objects in reference cycles; left to interpreter shutdown, gloo's threads free
-    # tensors after Python is gone ("terminate called without an active exception"). Free them
-    # while Python is alive, then let every rank arrive before any tears the groups down.
-    del model, optimizer, scheduler, loader, sampler, mesh
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+__TEARDOWN__
 
 
 if __name__ == "__main__":
@@ -256,6 +249,7 @@ def export_mesh_python(x: ExportInput) -> Export:
         "__LR_FUNCTION__": lr_block(x),
         "__OPTIMIZER_CALL__": optimizer_call(x, "model.parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
+        "__FREED__": "model, optimizer, scheduler, loader, sampler, mesh",
     }
     for name, default in (("shuffle", True), ("seed", 0), ("drop_last", False)):
         fields[f"__{name.upper()}__"] = py_literal(getattr(sampler, name) if sampler else default)

@@ -226,15 +226,7 @@ __DEVICE__
         print(f"done: {step} optimizer steps", flush=True)
     print(f"rank {rank}/{world}: {step} optimizer steps, {len(seen)} micro-batches of sizes "
           f"{sorted(set(seen))}, accumulation {accumulation}", flush=True)
-    # DDP's reducer holds the process group and its last work objects; left to interpreter
-    # shutdown, gloo's threads free tensors after Python is gone and the rank aborts with
-    # "terminate called without an active exception". Free them while Python is alive (DDP's
-    # hooks form reference cycles, hence the collect), then let every rank arrive before any
-    # tears the group down.
-    del model, net, optimizer, scheduler, loader, sampler
-    gc.collect()
-    dist.barrier()
-    dist.destroy_process_group()
+__TEARDOWN__
 
 
 if __name__ == "__main__":
@@ -278,5 +270,6 @@ def export_python(x: ExportInput) -> Export:
         "__OPTIMIZER_SENTENCE__": sentence,
         "__OPTIMIZER_CALL__": optimizer_call(x, "params"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
+        "__FREED__": "model, net, optimizer, scheduler, loader, sampler",
     }
     return render_skeleton(_SKELETON, x, fields)
