@@ -38,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import Timing, fmt_time, machine_line, measure, table, verdict
 
-from app.core.errors import PlanError
-from app.core.plan_types import (
+from app.core.errors.domain import PlanError
+from app.core.planner import plan
+from app.core.records.plan_request import (
     Curve,
     DatasetSpec,
     Divisibility,
@@ -48,7 +49,6 @@ from app.core.plan_types import (
     PlanRequest,
     Topology,
 )
-from app.core.planner import plan
 
 IMAGENET = 1_281_167
 

@@ -36,7 +36,7 @@ import torch
 from bench_checks import check_over_http
 from models_report import MEMORY_BYTES, REPLICAS, report
 
-from app.core.micro_batch_search import budget_bytes
+from app.core.split.micro_batch_search import budget_bytes
 from app.worker.measure.memory import probe
 from app.worker.training.workload import Registered
 from app.worker.zoo import example_models

@@ -4,7 +4,7 @@ within 2x of the plan of the same cluster, end to end over HTTP?
 Issue 40: an infeasible request with 10,000 node groups took about 1.1 s over HTTP where the
 core's own suggestions took 20 ms. The GPU-count suggestions searched every node group's fields
 (a micro-batch of 3 on 10,000 groups: 3.7 s against 0.45 s for the plan); they now search a
-bounded number of groups (app.core.field_suggestions.GROUPS_SEARCHED_ON_LARGE_CLUSTERS).
+bounded number of groups (app.core.errors.suggestions.GROUPS_SEARCHED_ON_LARGE_CLUSTERS).
 
 One uvicorn worker (check worker off, body limit 64 MiB), the cluster of bench_scaling.py's
 10,000 node groups (seeded), and each case sent `--repeats` times in turn after a warm-up: the

@@ -19,8 +19,8 @@ from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.contract.codec import encode
 from app.contract.jobs import Job, JobStatus
-from app.core.errors import Conflict, NotFound, Unavailable
-from app.core.problems import domain_problem, problem_body
+from app.core.errors.domain import Conflict, NotFound, Unavailable
+from app.core.errors.problems import domain_problem, problem_body
 from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (
     CheckJobOut,

@@ -17,14 +17,14 @@ from app.api.json_body import JsonBodyRoute
 from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
-from app.core.elastic import elastic_plan
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
+from app.core.errors.problems import Problem
 from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, plan_and_export, unknown_format
-from app.core.plan_types import Plan
+from app.core.learning_rate.schedule import Schedule, schedule
 from app.core.planner import plan
-from app.core.problems import Problem
-from app.core.resume_ramp import with_resume
-from app.core.schedule import Schedule, schedule
+from app.core.records.plan_request import Plan
+from app.core.resume.elastic import elastic_plan
+from app.core.resume.ramp import with_resume
 from app.schemas.checked_options import checked_option_errors
 from app.schemas.elastic import (
     ELASTIC_REQUEST_EXAMPLE,
@@ -145,7 +145,7 @@ SUGGESTION_CHECKS["/v1/plans/export/{format}"] = _checked_options
 
 def _scheduled(body: ScheduleRequestIn) -> tuple[Plan, Schedule]:
     request, spec = body.plan.to_core(), body.to_core()
-    # A ramp-up run resumes by consumed samples along the ramp (app.core.resume_ramp), not as
+    # A ramp-up run resumes by consumed samples along the ramp (app.core.resume.ramp), not as
     # the plan alone would count them.
     try:
         the_plan = plan(dataclasses.replace(request, resume=None) if spec.rampup else request)

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from app.core.json_text import parse
+from app.core.request.json_text import parse
 
 
 class JsonBodyRequest(Request):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from app.contract.jobs import JobStatus
-from app.core.errors import Conflict, InvalidValue, NotFound
+from app.core.errors.domain import Conflict, InvalidValue, NotFound
 from app.schemas.lr_scaling_in import LrScalingIn
 from app.schemas.plan_recipe_in import LearningRateIn
 from app.worker.service.service import CheckService

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.metrics import Metrics
-from app.core.problems import MEDIA_TYPE, Problem, problem_json, too_large, unsupported_media_type
+from app.core.errors.problems import MEDIA_TYPE, Problem, problem_json, too_large, unsupported_media_type
 from app.logging_setup import request_id_var
 
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")

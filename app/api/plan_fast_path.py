@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.measured_lr import needs_lookup
 from app.api.plans import plan_answer
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
 from app.schemas.plan_requests import SCREEN, PlanRequestIn
 
 PATH = "/v1/plans"

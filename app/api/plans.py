@@ -11,9 +11,9 @@ from fastapi.routing import APIRoute
 from app.api.json_body import JsonBodyRoute
 from app.api.measured_lr import with_measured_lr
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
+from app.core.errors.problems import Problem
 from app.core.planner import plan
-from app.core.problems import Problem
 from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut, plan_json

@@ -12,8 +12,8 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import DomainError
-from app.core.problems import (
+from app.core.errors.domain import DomainError
+from app.core.errors.problems import (
     MEDIA_TYPE,
     Problem,
     domain_problem,

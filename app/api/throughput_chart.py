@@ -15,8 +15,8 @@ from app.api.checks import _EXAMPLE_ID, _EXAMPLE_JOB, _PROBLEMS, _TRAJECTORY_PRO
 from app.api.deps import require_api_key
 from app.api.problems import problem_response
 from app.contract.jobs import Job, JobStatus
-from app.core.errors import NotFound
-from app.core.problems import domain_problem
+from app.core.errors.domain import NotFound
+from app.core.errors.problems import domain_problem
 from app.worker.service.service import no_such_check
 
 router = APIRouter(prefix="/v1", tags=["checks"], dependencies=[Depends(require_api_key)])

@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from app.cli.output import client_errors, fail, table, validation_problem_of
 from app.client import BatchplanClient, Json
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
+from app.core.errors.problems import domain_problem
 from app.core.exports import EXPORTERS, plan_and_export, unknown_format
 from app.core.planner import plan as plan_locally
-from app.core.problems import domain_problem
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut
 

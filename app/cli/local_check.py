@@ -22,8 +22,8 @@ from app.cli.output import fail, validation_problem_of
 from app.cli.progress import local_phase
 from app.client import Json
 from app.contract.rank_command import RANK_PROGRAM, torchrun_argv
-from app.core.errors import DomainError
-from app.core.problems import domain_problem
+from app.core.errors.domain import DomainError
+from app.core.errors.problems import domain_problem
 from app.ports import free_port
 
 # "direct" starts the ranks here; "torchrun" starts one torchrun, which starts them.

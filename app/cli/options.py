@@ -15,7 +15,14 @@ from typing import Annotated
 import typer
 
 from app.client import Json
-from app.core.plan_types import Decay, Divisibility, LossNormalization, LossReduction, LRRule, Optimizer
+from app.core.records.plan_request import (
+    Decay,
+    Divisibility,
+    LossNormalization,
+    LossReduction,
+    LRRule,
+    Optimizer,
+)
 
 NODE_GROUP_HELP = (
     "A mixed cluster, one group per flag: NAME:NODES:GPUS_PER_NODE[:THROUGHPUT[:CAP]] "

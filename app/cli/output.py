@@ -18,7 +18,7 @@ from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
 from app.cli.throughput_table import measured_lines
 from app.client import BatchplanError, Json, ProblemError
-from app.core.problems import validation_problem
+from app.core.errors.problems import validation_problem
 from app.schemas.field_hints import with_field_hints
 
 # ----------------------------------------------------------------------------- problems

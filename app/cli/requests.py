@@ -12,8 +12,8 @@ import typer
 from app.cli.options import BatchFlags, PlanFlags
 from app.cli.output import fail
 from app.client import Json
-from app.core.json_text import parse
-from app.core.plan_types import LossNormalization, LRRule
+from app.core.records.plan_request import LossNormalization, LRRule
+from app.core.request.json_text import parse
 
 
 def node_group(text: str) -> Json:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from app.core.errors import Conflict
-from app.core.records import record
+from app.core.errors.domain import Conflict
+from app.core.records.record import record
 
 
 class JobStatus(StrEnum):

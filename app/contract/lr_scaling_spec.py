@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from app.contract.check_options import MAX_LR_PROBE_POINTS, MAX_LR_PROBE_SAMPLES
 from app.contract.options import LrScalingOptions
-from app.core.errors import InvalidValue, PlanError, field_key
-from app.core.plan_types import LearningRatePlan, LRRule, Plan, PlanRequest
+from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
+from app.core.records.plan_request import LearningRatePlan, LRRule, Plan, PlanRequest
 
 RULES: tuple[str, ...] = (LRRule.NONE.value, LRRule.SQRT.value, LRRule.LINEAR.value)
 _FIELD = "/lr_scaling/"

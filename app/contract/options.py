@@ -66,7 +66,7 @@ class Rendezvous:
 class ResumeOptions:
     """A run (`steps` above 1) checkpointed after `at_step` optimizer steps on the plan's
     replicas and resumed on `data_parallel_size` replicas: the same plan re-made for that many
-    replicas with the same global batch (app.core.resume)."""
+    replicas with the same global batch (app.core.resume.plan_resume)."""
 
     at_step: int
     data_parallel_size: int

@@ -39,11 +39,11 @@ from app.contract.run_request import planned_run, refuse_for_a_run, run_request,
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
 from app.contract.targets import missing_module
 from app.contract.throughput import throughput_options
-from app.core.errors import InvalidValue, PlanError, field_key
-from app.core.plan_request import plan_request
-from app.core.plan_types import NodeGroup, Plan, PlanRequest
+from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
-from app.core.request_limits import check_limits
+from app.core.records.plan_request import NodeGroup, Plan, PlanRequest
+from app.core.request.limits import check_limits
+from app.core.request.parse import plan_request
 
 
 @dataclass(frozen=True, slots=True)

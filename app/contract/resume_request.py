@@ -1,6 +1,6 @@
 """A resume check's request (`resume` beside `steps`): the run trains `at_step` optimizer steps
 on the plan's replicas, checkpoints, and goes on on `data_parallel_size` replicas with the
-plan re-made for them (the core's resume, app.core.resume). What cannot be checked so is
+plan re-made for them (the core's resume, app.core.resume.plan_resume). What cannot be checked so is
 refused here, each a 422 at the check request's field with values that work. Pure (standard
 library and the core): the web process builds it, every rank reads the plans it gives.
 """
@@ -11,11 +11,11 @@ import dataclasses
 
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.options import ResumeOptions
-from app.core.errors import InvalidValue, PlanError
-from app.core.plan_types import Plan, PlanRequest
+from app.core.errors.domain import InvalidValue, PlanError
 from app.core.planner import plan
-from app.core.resume import resumed_plan
-from app.core.resume_types import ResumeSpec
+from app.core.records.plan_request import Plan, PlanRequest
+from app.core.records.resume import ResumeSpec
+from app.core.resume.plan_resume import resumed_plan
 
 AT = "/resume/at_step"
 DP = "/resume/data_parallel_size"

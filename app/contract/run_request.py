@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 
 from app.contract.mesh_spec import mesh_sizes
-from app.core.errors import InvalidValue
-from app.core.plan_types import DatasetSpec, LearningRateSpec, LRRule, Optimizer, Plan, PlanRequest
+from app.core.errors.domain import InvalidValue
 from app.core.planner import plan
+from app.core.records.plan_request import DatasetSpec, LearningRateSpec, LRRule, Optimizer, Plan, PlanRequest
 
 DEFAULT_RUN_RECIPE = LearningRateSpec(base_lr=0.1, rule=LRRule.NONE, optimizer=Optimizer.SGD)
 

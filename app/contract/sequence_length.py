@@ -16,8 +16,8 @@ from typing import Any
 
 from app.contract.request import CheckRequest, build_spec
 from app.contract.spec import CheckSpec, SpecError
-from app.core.errors import DomainError
-from app.core.plan_types import PlanRequest
+from app.core.errors.domain import DomainError
+from app.core.records.plan_request import PlanRequest
 
 POINTER = "/plan/sequence_length"
 

@@ -17,8 +17,8 @@ from app.contract.lr_scaling_spec import LrScalingSpec
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, ThroughputOptions
-from app.core.errors import DomainError
-from app.core.plan_types import (
+from app.core.errors.domain import DomainError
+from app.core.records.plan_request import (
     BatchUnit,
     DatasetSpec,
     LossNormalizationName,
@@ -27,7 +27,7 @@ from app.core.plan_types import (
     PlanRequest,
     Split,
 )
-from app.core.sampler import even_sampler, proportional_sampler
+from app.core.split.sampler import even_sampler, proportional_sampler
 
 
 class SpecError(DomainError, slug="invalid-value", title="A value in the request is invalid"):

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from app.contract.check_options import DEFAULT_THROUGHPUT_LIMIT, MAX_THROUGHPUT_POINTS
 from app.contract.options import ThroughputOptions
-from app.core.errors import InvalidValue
-from app.core.plan_types import PlanRequest
+from app.core.errors.domain import InvalidValue
+from app.core.records.plan_request import PlanRequest
 
 SPREAD_IS = "interquartile range / median of the repeats' step times"
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from app.core import device_mesh
-from app.core.batch import BatchProblem, BatchSolution, choose_split, solve
-from app.core.curve_checks import validate_curves
-from app.core.errors import InvalidValue, PlanError, passes
-from app.core.explain import BatchSplit, explain, mesh_sentences
-from app.core.field_suggestions import with_request_fields
-from app.core.noise_scale import efficiency, readable
-from app.core.plan_types import (
+from app.core.cluster import device_mesh
+from app.core.cluster.topology import Layout, resolve_layout, validate_topology
+from app.core.errors.domain import InvalidValue, PlanError, passes
+from app.core.errors.suggestions import with_request_fields
+from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentences
+from app.core.explain.run_scale import scale_warnings
+from app.core.explain.throughput import throughput_sentences
+from app.core.learning_rate.noise_scale import efficiency, readable
+from app.core.records.plan_request import (
     BatchEfficiency,
     LossNormalization,
     LossReduction,
@@ -20,13 +21,12 @@ from app.core.plan_types import (
     ReplicaGroup,
     SamplerPlan,
 )
-from app.core.resume import resumed
-from app.core.run_scale import scale_warnings
-from app.core.sampler import even_sampler, proportional_sampler, sampler_warnings
-from app.core.throughput_explain import throughput_sentences
-from app.core.throughput_plan import Timing, curve_warnings, throughput_plan
-from app.core.tokens import in_samples, plan_learning_rate_for, token_plan, token_pointed
-from app.core.topology import Layout, resolve_layout, validate_topology
+from app.core.resume.plan_resume import resumed
+from app.core.split.batch import BatchProblem, BatchSolution, choose_split, solve
+from app.core.split.curve_checks import validate_curves
+from app.core.split.sampler import even_sampler, proportional_sampler, sampler_warnings
+from app.core.split.throughput_plan import Timing, curve_warnings, throughput_plan
+from app.core.tokens.token_plan import in_samples, plan_learning_rate_for, token_plan, token_pointed
 
 
 def _replica_groups(
@@ -104,9 +104,9 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
 
 
 def plan(request: PlanRequest) -> Plan:
-    """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens). A
+    """The plan; a batch given in tokens is solved in whole sequences (app.core.tokens.token_plan). A
     request it cannot plan raises a PlanError whose suggestions name request fields and work
-    (app.core.field_suggestions)."""
+    (app.core.errors.suggestions)."""
     try:
         return _planned(request, suggest=True)
     except PlanError as err:
@@ -114,7 +114,7 @@ def plan(request: PlanRequest) -> Plan:
 
 
 def _planned(request: PlanRequest, *, suggest: bool) -> Plan:
-    """The plan, and its resume when the request asks for one (app.core.resume): the resumed
+    """The plan, and its resume when the request asks for one (app.core.resume.plan_resume): the resumed
     run's plan is planned here too, and with `suggest`, the nearest data-parallel sizes that
     resume exactly are tried."""
     planned = _plan_or_raise(request)
@@ -186,7 +186,7 @@ def _plan(request: PlanRequest) -> Plan:
         lr_plan, lr_warnings = plan_learning_rate_for(
             request, G, sampler.optimizer_steps_per_epoch if sampler else None
         )
-        warnings += lr_warnings  # a warmup longer than the run is refused (app.core.recipe)
+        warnings += lr_warnings  # a warmup longer than the run is refused (app.core.learning_rate.recipe)
     batch_efficiency, efficiency_warnings = _efficiency(request, G)
     warnings += efficiency_warnings
     warnings += scale_warnings(g, sampler)

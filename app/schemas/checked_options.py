@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
+from app.core.errors.problems import CHECKED, nearest_bound
 from app.core.exports import EXPORTERS, ExportInput
 from app.core.planner import plan
-from app.core.problems import CHECKED, nearest_bound
 from app.schemas.exports import ExportOptionsIn
 from app.schemas.plan_requests import PlanRequestIn
 

@@ -5,7 +5,7 @@ A schema error's nearest bound is not always a value that plans: `global_batch_s
 plans, every candidate (the bound, a whole number next to a fractional one, and the planner's
 own suggestions for that field once the bound is in place) is substituted into the request
 with everything else unchanged, validated and planned; only the values that plan are kept,
-under the error's `ctx` key `app.core.problems.CHECKED`, where `validation_problem` reads them.
+under the error's `ctx` key `app.core.errors.problems.CHECKED`, where `validation_problem` reads them.
 
 It runs inside the plan request's validator, so every body that nests a plan request (a
 check's or a schedule's `/plan`) and the CLI, which validates without the web stack, get the
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 from pydantic import ModelWrapValidatorHandler, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
+from app.core.errors.problems import CHECKED, nearest_bound
 from app.core.planner import plan
-from app.core.problems import CHECKED, nearest_bound
 
 MOST = 3  # suggestions per field, nearest first
 
@@ -77,7 +77,7 @@ def _working_values(data: dict[str, Any], error: Any, validate: Validate, run: R
     located = _locate(data, error["loc"])
     if located is None:
         return []
-    key = _key(data, error["loc"])  # the planner names the field so (app.core.errors.field_key)
+    key = _key(data, error["loc"])  # the planner names the field so (app.core.errors.domain.field_key)
     working: list[int] = []
     tried: set[int] = set()
     while candidates and len(tried) < 4 * MOST:

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from app.core import elastic as core_elastic
-from app.core import plan_request as core_request
-from app.core.elastic_resume import ElasticResumeSpec
-from app.core.plan_types import MAX_SAFE_INTEGER, DatasetSpec
+from app.core.records.plan_request import MAX_SAFE_INTEGER, DatasetSpec
+from app.core.request import parse as core_request
+from app.core.resume import elastic as core_elastic
+from app.core.resume.elastic_resume import ElasticResumeSpec
 from app.schemas.checked_suggestions import checked_suggestions_validator
 from app.schemas.plan_requests import DatasetIn, LearningRateIn
 from app.schemas.types import WHOLE, Count, GpuCount, RequestModel, ResponseModel, with_examples

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from app.contract.check_options import MAX_STEPS
-from app.core import schedule as core_schedule
 from app.core.exports import ExportOptions
+from app.core.learning_rate import schedule as core_schedule
 from app.schemas.elastic import ELASTIC_INFEASIBLE_EXAMPLE as ELASTIC_INFEASIBLE_EXAMPLE  # noqa: PLC0414  (re-exported)
 from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE as ELASTIC_REQUEST_EXAMPLE  # noqa: PLC0414  (re-exported)
 from app.schemas.examples import plan_example

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.core import plan_types as core
-from app.core.plan_types import MAX_SAFE_INTEGER
+from app.core.records import plan_request as core
+from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.schemas.lr_scaling_in import LrScalingIn
 from app.schemas.types import WHOLE, Count, PositiveFloat, RequestModel, with_examples
 

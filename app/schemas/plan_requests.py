@@ -1,6 +1,6 @@
 """The body of POST /v1/plans (PlanRequestIn and its parts), as validated and documented.
 
-Building the core's PlanRequest from it is app.core.plan_request's job, shared with the rank
+Building the core's PlanRequest from it is app.core.request.parse's job, shared with the rank
 program, which reads the same JSON without pydantic.
 """
 
@@ -17,10 +17,10 @@ from pydantic import (
     model_validator,
 )
 
-from app.core import plan_request as core_request
-from app.core import plan_types as core
-from app.core.curve_checks import MIN_SAMPLES_PER_S
-from app.core.plan_types import MAX_SAFE_INTEGER
+from app.core.records import plan_request as core
+from app.core.records.plan_request import MAX_SAFE_INTEGER
+from app.core.request import parse as core_request
+from app.core.split.curve_checks import MIN_SAMPLES_PER_S
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
 from app.schemas.resume import ResumeIn

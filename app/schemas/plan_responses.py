@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, TypeAdapter
 
-from app.core import plan_types as core
+from app.core.records import plan_request as core
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
 from app.schemas.resume import ResumeOut
 from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut

@@ -1,4 +1,4 @@
-"""The plan request's `resume` and the plan's `resume` (app.core.resume), as HTTP validates and
+"""The plan request's `resume` and the plan's `resume` (app.core.resume.plan_resume), as HTTP validates and
 documents them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.core.plan_types import MAX_SAFE_INTEGER
+from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.schemas.types import WHOLE, GpuCount, RequestModel, ResponseModel, with_examples
 
 Steps = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE]

@@ -1,5 +1,5 @@
 """The plan's `throughput` in the answer of POST /v1/plans (ThroughputOut): a split from measured
-throughput curves, timed, beside the splits it was chosen over (app.core.throughput_plan)."""
+throughput curves, timed, beside the splits it was chosen over (app.core.split.throughput_plan)."""
 
 from __future__ import annotations
 

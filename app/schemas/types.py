@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from pydantic_core import PydanticCustomError
 
-from app.core.plan_types import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
+from app.core.records.plan_request import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
 
 
 def _whole_number(value: Any) -> Any:

@@ -236,9 +236,9 @@ def test_wrong_uses_are_a_422_at_their_field(
 
 
 def test_the_cli_and_rank_program_refuse_an_id_they_cannot_look_up() -> None:
-    from app.core.errors import InvalidValue
-    from app.core.plan_request import plan_request
+    from app.core.errors.domain import InvalidValue
     from app.core.planner import plan
+    from app.core.request.parse import plan_request
 
     with pytest.raises(InvalidValue) as refused:
         plan(plan_request(_by_id("abc")))

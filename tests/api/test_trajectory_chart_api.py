@@ -14,7 +14,7 @@ from support.fake_runner import FakeRunner, passing_result
 
 from app.contract.check_result import CheckResult, ResumeOutcome
 from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
-from app.core.resume_types import ResumeGroup
+from app.core.records.resume import ResumeGroup
 from app.worker.service.runner import CheckOrder
 
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}

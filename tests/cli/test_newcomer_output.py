@@ -14,8 +14,8 @@ import torch
 from support.cli import Invoke
 
 from app.cli.output import show_check
-from app.core.micro_batch_search import budget_bytes
 from app.core.planner import plan
+from app.core.split.micro_batch_search import budget_bytes
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.example_models import wide_mlp
 from app.worker.measure.memory import probe

@@ -12,8 +12,9 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from app.core.errors import PlanError
-from app.core.plan_types import (
+from app.core.errors.domain import PlanError
+from app.core.planner import plan
+from app.core.records.plan_request import (
     Divisibility,
     LossReduction,
     NodeGroup,
@@ -22,7 +23,6 @@ from app.core.plan_types import (
     PlanRequest,
     Topology,
 )
-from app.core.planner import plan
 
 
 def homogeneous(num_nodes: int, gpus_per_node: int = 1, **fields: Any) -> PlanRequest:

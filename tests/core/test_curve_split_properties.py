@@ -4,7 +4,7 @@ the same accumulation, nor any split of another accumulation that keeps the glob
 shorter predicted step.
 
 The oracle restates the documented prediction (docs/throughput-curves.md) in exact rationals,
-independently of app.core.throughput_curve: the measured time b / samples_per_s at each point,
+independently of app.core.records.throughput_curve: the measured time b / samples_per_s at each point,
 never shorter than a smaller point's, a straight line in time between points, the smallest
 point's time below it and the largest point's samples/s above it. The search is exhaustive: a
 dynamic programme over the replicas that tries every micro-batch of every replica."""
@@ -19,7 +19,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import ddp_gradient, examples, replica_micro_batches, try_plan
 
-from app.core.plan_types import Curve, Divisibility, NodeGroup, Parallelism, Plan, PlanRequest, Topology
+from app.core.records.plan_request import (
+    Curve,
+    Divisibility,
+    NodeGroup,
+    Parallelism,
+    Plan,
+    PlanRequest,
+    Topology,
+)
 
 Point = tuple[int, float]
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, try_plan
 
-from app.core.plan_types import PlanRequest, Topology
+from app.core.records.plan_request import PlanRequest, Topology
 
 
 def deepspeed_batch_config(

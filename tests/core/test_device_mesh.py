@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.device_mesh import coordinates, rank_map
-from app.core.errors import InvalidValue
-from app.core.plan_types import Parallelism, PlanRequest, Topology
+from app.core.cluster.device_mesh import coordinates, rank_map
+from app.core.errors.domain import InvalidValue
 from app.core.planner import plan
+from app.core.records.plan_request import Parallelism, PlanRequest, Topology
 
 
 def parallel_dims_accepts(

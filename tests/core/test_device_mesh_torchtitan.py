@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from app.core.device_mesh import ORDER
-from app.core.errors import InvalidValue
-from app.core.plan_types import Parallelism, PlanRequest, Topology
+from app.core.cluster.device_mesh import ORDER
+from app.core.errors.domain import InvalidValue
 from app.core.planner import plan
+from app.core.records.plan_request import Parallelism, PlanRequest, Topology
 
 pytestmark = [
     pytest.mark.slow,  # the probe builds 1,300-odd distinct layouts: 15-30 s on 2 cores

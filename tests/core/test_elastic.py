@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.elastic import HCN, ElasticRequest, candidate_batch_sizes, elastic_plan
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
+from app.core.resume.elastic import HCN, ElasticRequest, candidate_batch_sizes, elastic_plan
 
 
 def test_deepspeed_basic_10k() -> None:
@@ -75,7 +75,7 @@ def test_candidates_are_hcn_multiples_of_each_base() -> None:
 
 
 def test_learning_rate_is_one_value_for_every_count() -> None:
-    from app.core.plan_types import LearningRateSpec, LRRule
+    from app.core.records.plan_request import LearningRateSpec, LRRule
 
     result = elastic_plan(
         ElasticRequest(8, 64, (4, 8), 4096, learning_rate=LearningRateSpec(0.1, 256, LRRule.LINEAR))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import torch
 
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
 from app.core.exports import EXPORTERS, ExportInput
-from app.core.plan_types import Plan
 from app.core.planner import plan
+from app.core.records.plan_request import Plan
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 

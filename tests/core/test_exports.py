@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from export_helpers import EVEN, MIXED, PINNED, call_kwargs, export_input
 
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
 from app.core.exports import EXPORTERS, ExportUnsupported, export
-from app.core.plan_types import PlanRequest
+from app.core.records.plan_request import PlanRequest
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 
@@ -240,7 +240,7 @@ def test_pytorchjob_names_are_dns_1035_labels_with_room_for_worker_pod_names() -
 
     from fastapi.testclient import TestClient
 
-    from app.core.errors import InvalidValue
+    from app.core.errors.domain import InvalidValue
     from app.main import create_app
 
     x = export_input(EVEN["homogeneous"])  # 2 nodes: the longest pod name is <name>-worker-0

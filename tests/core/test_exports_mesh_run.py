@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.device_mesh import rank_map
+from app.core.cluster.device_mesh import rank_map
 from app.core.exports import ExportInput, export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn

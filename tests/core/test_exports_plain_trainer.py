@@ -26,7 +26,7 @@ import pytest
 from export_helpers import call_kwargs, export_input
 
 from app.core.exports import ExportInput, export
-from app.core.recipe import lr_of
+from app.core.learning_rate.recipe import lr_of
 
 pytestmark = [
     pytest.mark.slow,  # transformers takes seconds to import; each run about 1 s

@@ -12,7 +12,7 @@ from consumer_bodies import EVEN, refuses_model_parallel
 from export_helpers import call_kwargs, export_input
 
 from app.core.exports import ExportInput, export
-from app.core.recipe import lr_of
+from app.core.learning_rate.recipe import lr_of
 
 pytestmark = pytest.mark.slow  # each tool takes seconds to import
 

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import pytest
 
-from app.core import field_suggestions
-from app.core.errors import PlanError
-from app.core.field_suggestions import _Budget, gpu_suggestions
-from app.core.plan_types import NodeGroup, PlanRequest, Topology
+from app.core.errors import suggestions as field_suggestions
+from app.core.errors.domain import PlanError
+from app.core.errors.suggestions import _Budget, gpu_suggestions
 from app.core.planner import plan
+from app.core.records.plan_request import NodeGroup, PlanRequest, Topology
 
 
 def _cluster(n: int) -> Topology:

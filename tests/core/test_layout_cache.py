@@ -1,5 +1,5 @@
 """Layout's derived values (heterogeneous, uniform_cap, capacity) are cached per layout by
-app.core.topology's lock-free cached_property: the same values as functools.cached_property
+app.core.cluster.topology's lock-free cached_property: the same values as functools.cached_property
 gives over the same functions, each computed once per layout, and the layout stays frozen."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import functools
 
 import pytest
 
-from app.core import topology
-from app.core.plan_types import NodeGroup, Parallelism, Topology
-from app.core.topology import Layout, resolve_layout
+from app.core.cluster import topology
+from app.core.cluster.topology import Layout, resolve_layout
+from app.core.records.plan_request import NodeGroup, Parallelism, Topology
 
 DERIVED = ("heterogeneous", "uniform_cap", "capacity")
 

@@ -10,9 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, homogeneous
 
-from app.core.errors import InvalidValue
-from app.core.plan_types import DatasetSpec, LearningRateSpec, LRRule, Optimizer, PlanRequest, Topology
+from app.core.errors.domain import InvalidValue
 from app.core.planner import plan
+from app.core.records.plan_request import (
+    DatasetSpec,
+    LearningRateSpec,
+    LRRule,
+    Optimizer,
+    PlanRequest,
+    Topology,
+)
 
 
 def lr_plan(global_batch: int, spec: LearningRateSpec, gpus: int = 16, dataset: DatasetSpec | None = None):

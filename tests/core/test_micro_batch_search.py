@@ -1,4 +1,4 @@
-"""The micro-batch finder's pure search order (app.core.micro_batch_search): doubling then
+"""The micro-batch finder's pure search order (app.core.split.micro_batch_search): doubling then
 bisection against a linear scan, its refusals, the budget and the affine fit of the peaks."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.core.micro_batch_search import (
+from app.core.split.micro_batch_search import (
     SearchResult,
     Trial,
     affine_bytes_per_sample,

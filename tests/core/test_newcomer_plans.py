@@ -11,9 +11,9 @@ import pytest
 from export_helpers import export_input
 
 from app.core.exports import export
-from app.core.exports.common import ExportOptions
-from app.core.plan_types import MAX_SAFE_INTEGER, Plan
+from app.core.exports.parts.common import ExportOptions
 from app.core.planner import plan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, Plan
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 

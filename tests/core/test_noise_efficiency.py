@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.noise_scale import NEAR_FACTOR, efficiency, readable
+from app.core.learning_rate.noise_scale import NEAR_FACTOR, efficiency, readable
 
 U = 2.0**-52  # one unit in the last place of 1.0
 BATCHES = [1, 2, 3, 7, 64, 100, 512, 1000, 4096, 65536, 2**20, 2**40, 2**53 - 1]

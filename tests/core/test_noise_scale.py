@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.core.noise_scale import (
+from app.core.learning_rate.noise_scale import (
     SIGN_DISAGREEMENT,
     StepEstimate,
     doubts,

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import assert_invariants, examples, is_feasible, replica_micro_batches, requests, try_plan
 
-from app.core.plan_types import DatasetSpec, Divisibility, PlanRequest, Topology
+from app.core.records.plan_request import DatasetSpec, Divisibility, PlanRequest, Topology
 
 
 @examples(120)

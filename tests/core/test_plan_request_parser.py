@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from app.core.plan_request import plan_request, request_json
-from app.core.plan_types import PlanRequest, Topology
 from app.core.planner import plan
+from app.core.records.plan_request import PlanRequest, Topology
+from app.core.request.parse import plan_request, request_json
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import plan_json

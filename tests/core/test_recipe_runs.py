@@ -28,7 +28,7 @@ from support.bodies import node_groups
 from support.recipe_toys import DictDataset, PairDataset, build_model, dict_loss, pair_loss
 
 from app.core.exports import export
-from app.core.plan_types import Plan
+from app.core.records.plan_request import Plan
 from app.worker.training.reference_run import ReferenceRun, reference_run
 
 pytestmark = pytest.mark.slow

@@ -1,6 +1,6 @@
 """One schedule, every answer: for recipes drawn at random (warmup, its start, each decay, the
 floor, milestones, optimizers), the lr of every optimizer step in the schedule answer
-(app.core.schedule) is the lr each export gives, read the way its tool reads it:
+(app.core.learning_rate.schedule) is the lr each export gives, read the way its tool reads it:
 
 - python, hf-trainer, lightning and accelerate write batchplan's lr function into the file:
   the file's own `planned_lr`, executed, must give the schedule answer exactly;
@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.exports import ExportInput, ExportUnsupported, export
-from app.core.schedule import ScheduleSpec, schedule
+from app.core.learning_rate.schedule import ScheduleSpec, schedule
 from app.ports import free_port
 
 pytestmark = pytest.mark.slow  # the probe imports deepspeed, torchtitan and megatron-core

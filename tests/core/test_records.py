@@ -1,4 +1,4 @@
-"""The core's records (app.core.records.record) keep what `dataclass(frozen=True, slots=True)`
+"""The core's records (app.core.records.record.record) keep what `dataclass(frozen=True, slots=True)`
 gave them: every field is read-only to mypy, which CI runs; equal records hash alike, by their
 fields, as a frozen dataclass's do; they copy, pickle and `replace` as before."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import app.core
-from app.core.plan_types import LearningRateSpec
 from app.core.planner import plan
+from app.core.records.plan_request import LearningRateSpec
 from app.schemas.examples import plan_example
 from app.schemas.plan_requests import PlanRequestIn
 
@@ -56,7 +56,7 @@ def test_mypy_rejects_an_assignment_to_any_field_of_any_record(tmp_path: Path) -
         field = dataclasses.fields(cls)[0].name
         lines += [f"def touch{i}(x: {cls.__module__}.{cls.__qualname__}, v: Any) -> None:"]
         lines += [f"    x.{field} = v"]
-    lines += ["", "def fine(x: app.core.plan_types.NodeGroup) -> object:"]
+    lines += ["", "def fine(x: app.core.records.plan_request.NodeGroup) -> object:"]
     lines += ["    import dataclasses", "    return dataclasses.replace(x, num_nodes=2)"]
     snippet = tmp_path / "assign.py"
     snippet.write_text("\n".join(lines) + "\n")

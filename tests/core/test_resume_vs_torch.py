@@ -21,8 +21,8 @@ from typing import Any
 
 import torch.utils.data as tud
 
-from app.core.plan_types import Plan
 from app.core.planner import plan
+from app.core.records.plan_request import Plan
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.training.samplers import ProportionalSampler
 

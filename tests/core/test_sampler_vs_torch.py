@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, homogeneous
 
-from app.core.plan_types import MAX_SAFE_INTEGER, DatasetSpec, SamplerPlan
 from app.core.planner import plan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, DatasetSpec, SamplerPlan
 
 
 class SizedDataset(tud.Dataset[int]):

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import PlanError
+from app.core.errors.domain import PlanError
+from app.core.learning_rate.schedule import Decay, Rampup, ScheduleSpec, schedule
 from app.core.planner import plan
-from app.core.schedule import Decay, Rampup, ScheduleSpec, schedule
 from app.schemas.plan_requests import PlanRequestIn
 
 

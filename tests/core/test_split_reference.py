@@ -9,8 +9,8 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.split import proportional_shares
-from app.core.topology import Segment
+from app.core.cluster.topology import Segment
+from app.core.split.shares import proportional_shares
 
 Replica = tuple[float, int | None]  # throughput, cap
 

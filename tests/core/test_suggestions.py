@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import examples, requests, try_plan
 
-from app.core.errors import PlanError, TopologyError
-from app.core.plan_types import Divisibility, Parallelism, PlanRequest, Topology
+from app.core.errors.domain import PlanError, TopologyError
 from app.core.planner import plan
+from app.core.records.plan_request import Divisibility, Parallelism, PlanRequest, Topology
 
 TRIAD = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps")
 WINDOW = 200  # how far the brute-force search looks on either side

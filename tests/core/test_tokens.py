@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import PlanError
-from app.core.plan_request import plan_request
-from app.core.plan_types import Plan
+from app.core.errors.domain import PlanError
 from app.core.planner import plan
+from app.core.records.plan_request import Plan
+from app.core.request.parse import plan_request
 
 
 def torchtitan_accumulation(global_batch_size: int, local_batch_size: int, dp_degree: int) -> int | None:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.exports import ExportInput, export, to_yaml, yaml_writer
-from app.core.exports.common import ExportOptions
+from app.core.exports.parts.common import ExportOptions
 from app.schemas.examples import PLAN_EXAMPLES
 
 # Lines as scripts have them, and what a block cannot hold: trailing and leading spaces, tabs,

@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from support.doc_examples import ROOT, Example, examples, mismatches, pages, stated
 
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
 from app.core.exports import EXPORTERS, ExportInput
 from app.core.planner import plan
 from app.main import create_app

@@ -19,8 +19,8 @@ import pytest
 from slurm_cluster import Cluster
 
 from app.core.exports import ExportInput, export
-from app.core.plan_types import Plan
 from app.core.planner import plan
+from app.core.records.plan_request import Plan
 from app.schemas.plan_requests import PlanRequestIn
 
 pytest.importorskip("torch")

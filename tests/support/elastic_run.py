@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from app.core.exports import ExportInput, export
-from app.core.plan_types import Plan
 from app.core.planner import plan as run_plan
+from app.core.records.plan_request import Plan
 from app.ports import free_port
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.training.reference_run import reference_run

@@ -8,9 +8,9 @@ plans a format cannot express), `shell` (launch-script command lines) and `yaml_
 for every process; torchrun, slurm and python carry the per-rank table.
 """
 
-from app.core.exports.common import Export, Exporter, ExportInput, ExportOptions, ExportUnsupported
+from app.core.exports.parts.common import Export, Exporter, ExportInput, ExportOptions, ExportUnsupported
+from app.core.exports.parts.yaml_writer import to_yaml
 from app.core.exports.registry import EXPORTERS, export, plan_and_export, unknown_format
-from app.core.exports.yaml_writer import to_yaml
 
 __all__ = [
     "EXPORTERS",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from app.core.exports.common import (
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     comment,
@@ -26,11 +26,17 @@ from app.core.exports.common import (
     require_even,
     summary,
 )
-from app.core.exports.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
-from app.core.exports.python_literal import py_literal
-from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
-from app.core.exports.resume_notes import resume_notes
-from app.core.exports.training import leftover_sentence
+from app.core.exports.parts.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
+from app.core.exports.parts.python_literal import py_literal
+from app.core.exports.parts.recipe_code import (
+    lr_block,
+    optimizer_call,
+    optimizer_note,
+    recipe,
+    scheduler_call,
+)
+from app.core.exports.parts.resume_notes import resume_notes
+from app.core.exports.parts.training import leftover_sentence
 
 
 def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.core.errors import InvalidValue
-from app.core.exports.common import (
+from app.core.errors.domain import InvalidValue
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     ExportUnsupported,
@@ -18,10 +18,10 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
-from app.core.exports.mesh_env import mesh_env_items
-from app.core.exports.preflight import check_args, preflight_lines
-from app.core.exports.shell import shell_words
-from app.core.exports.yaml_writer import to_yaml
+from app.core.exports.parts.mesh_env import mesh_env_items
+from app.core.exports.parts.preflight import check_args, preflight_lines
+from app.core.exports.parts.shell import shell_words
+from app.core.exports.parts.yaml_writer import to_yaml
 
 # The training operator names pods and services `<job>-master-0` and `<job>-worker-<i>`, each a
 # DNS-1035 label: a lower-case letter first, at most 63 characters.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.exports.common import (
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     comment,
@@ -21,10 +21,16 @@ from app.core.exports.common import (
     require_uniform_nodes,
     summary,
 )
-from app.core.exports.python_literal import py_literal
-from app.core.exports.recipe_code import lr_block, optimizer_call, optimizer_note, recipe, scheduler_call
-from app.core.exports.resume_notes import resume_notes
-from app.core.exports.training import leftover_micro_batches
+from app.core.exports.parts.python_literal import py_literal
+from app.core.exports.parts.recipe_code import (
+    lr_block,
+    optimizer_call,
+    optimizer_note,
+    recipe,
+    scheduler_call,
+)
+from app.core.exports.parts.resume_notes import resume_notes
+from app.core.exports.parts.training import leftover_micro_batches
 
 _HOOKS = '''
 

@@ -2,15 +2,15 @@
 `pretrain_gpt.py` (or any Megatron training script) under torchrun. Megatron derives the
 data-parallel size itself (world size / (tensor x pipeline x context)) and the number of
 micro-batches as global / (micro x data-parallel size), changing with `--rampup-batch-size`
-as app.core.schedule replays it.
+as app.core.learning_rate.schedule replays it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from app.core.errors import PlanError
-from app.core.exports.common import (
+from app.core.errors.domain import PlanError
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     ExportUnsupported,
@@ -20,9 +20,9 @@ from app.core.exports.common import (
     summary,
     uniform_gpus_per_node,
 )
-from app.core.exports.training import OptimizerSettings, optimizer_settings, run_length
-from app.core.plan_types import LearningRatePlan
-from app.core.schedule import Rampup, ScheduleSpec, schedule
+from app.core.exports.parts.training import OptimizerSettings, optimizer_settings, run_length
+from app.core.learning_rate.schedule import Rampup, ScheduleSpec, schedule
+from app.core.records.plan_request import LearningRatePlan
 
 # Megatron's optimizers (--optimizer); its adam is AdamW-style, the same at weight decay 0.
 _OPTIMIZERS = {"adam": "adam", "adamw": "adam", "sgd": "sgd"}

@@ -3,17 +3,10 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 
 from __future__ import annotations
 
-from app.core.exports.common import Export, ExportInput, require_data_parallel
-from app.core.exports.elastic_table import elastic_table, run_id, table_source
-from app.core.exports.proportional_sampler_source import (
-    EVEN_SAMPLER_BODY,
-    PROPORTIONAL_SAMPLER,
-    PROPORTIONAL_SAMPLER_BODY,
-)
-from app.core.exports.python_literal import py_literal
-from app.core.exports.python_mesh_skeleton import export_mesh_python, needs_mesh
-from app.core.exports.python_resume_source import RESUME_SOURCE
-from app.core.exports.recipe_code import (
+from app.core.exports.parts.common import Export, ExportInput, require_data_parallel
+from app.core.exports.parts.elastic_table import elastic_table, run_id, table_source
+from app.core.exports.parts.python_literal import py_literal
+from app.core.exports.parts.recipe_code import (
     lr_block,
     max_grad_norm,
     optimizer_call,
@@ -21,8 +14,15 @@ from app.core.exports.recipe_code import (
     recipe,
     scheduler_call,
 )
-from app.core.exports.skeleton_source import render_skeleton
-from app.core.exports.training import optimizer_sentence
+from app.core.exports.parts.training import optimizer_sentence
+from app.core.exports.python_source.mesh_skeleton import export_mesh_python, needs_mesh
+from app.core.exports.python_source.proportional_sampler import (
+    EVEN_SAMPLER_BODY,
+    PROPORTIONAL_SAMPLER,
+    PROPORTIONAL_SAMPLER_BODY,
+)
+from app.core.exports.python_source.resume_source import RESUME_SOURCE
+from app.core.exports.python_source.skeleton_source import render_skeleton
 
 _SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan.

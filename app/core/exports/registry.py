@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import re
 
-from app.core.errors import DomainError, NotFound
+from app.core.errors.domain import DomainError, NotFound
+from app.core.errors.suggestions import keep_working, with_request_fields
 from app.core.exports.accelerate import export_accelerate
-from app.core.exports.common import Export, Exporter, ExportInput, ExportOptions
 from app.core.exports.deepspeed import export_deepspeed
 from app.core.exports.hf_trainer import export_hf_trainer
 from app.core.exports.kubernetes import export_kubernetes
 from app.core.exports.lightning import export_lightning
 from app.core.exports.megatron import export_megatron
+from app.core.exports.parts.common import Export, Exporter, ExportInput, ExportOptions
 from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
 from app.core.exports.torchtitan import export_torchtitan
-from app.core.field_suggestions import keep_working, with_request_fields
-from app.core.plan_types import PlanRequest
 from app.core.planner import plan
+from app.core.records.plan_request import PlanRequest
 
 
 def _exports(exporter: Exporter, request: PlanRequest, options: ExportOptions) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from app.core.exports.common import (
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     node_groups,
@@ -21,10 +21,10 @@ from app.core.exports.common import (
     summary_comment,
     uniform_gpus_per_node,
 )
-from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
-from app.core.exports.mesh_env import mesh_export_lines
-from app.core.exports.preflight import check_args, preflight_lines
-from app.core.exports.shell import (
+from app.core.exports.parts.elastic_launch import elastic_args, elastic_comment, elastic_range
+from app.core.exports.parts.mesh_env import mesh_export_lines
+from app.core.exports.parts.preflight import check_args, preflight_lines
+from app.core.exports.parts.shell import (
     batch_env,
     c10d_rendezvous,
     elastic_batch_env,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.core.exports.common import (
+from app.core.exports.parts.common import (
     Export,
     ExportInput,
     NodeGroup,
@@ -16,10 +16,10 @@ from app.core.exports.common import (
     summary_comment,
     uniform_gpus_per_node,
 )
-from app.core.exports.elastic_launch import elastic_args, elastic_comment, elastic_range
-from app.core.exports.mesh_env import mesh_export_lines
-from app.core.exports.preflight import check_args, preflight_lines
-from app.core.exports.shell import (
+from app.core.exports.parts.elastic_launch import elastic_args, elastic_comment, elastic_range
+from app.core.exports.parts.mesh_env import mesh_export_lines
+from app.core.exports.parts.preflight import check_args, preflight_lines
+from app.core.exports.parts.shell import (
     LOCAL_SHELL,
     NODE_SHELLS,
     batch_env,

@@ -11,9 +11,16 @@ from __future__ import annotations
 import json
 import math
 
-from app.core.exports.common import Export, ExportInput, ExportUnsupported, comment, require_even, summary
-from app.core.exports.training import optimizer_settings, run_length, warmup_field
-from app.core.plan_types import LearningRatePlan
+from app.core.exports.parts.common import (
+    Export,
+    ExportInput,
+    ExportUnsupported,
+    comment,
+    require_even,
+    summary,
+)
+from app.core.exports.parts.training import optimizer_settings, run_length, warmup_field
+from app.core.records.plan_request import LearningRatePlan
 
 # torchtitan 0.2.2 builds these two optimizers only (components/optimizer.py).
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}

@@ -23,7 +23,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from app.contract.check_result import CheckResult, SkippedControl
 from app.contract.mesh_spec import mesh_world, wrapper_of
 from app.contract.spec import CheckSpec
-from app.core.device_mesh import ORDER
+from app.core.cluster.device_mesh import ORDER
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.mesh_reads import MeshRank, Reads, StepRun, control_runs, weighable, weighed
 from app.worker.checks.mesh_steps import MeshSteps

@@ -15,7 +15,7 @@ from torch.utils.data import DistributedSampler
 from app.contract.check_result import SkippedControl
 from app.contract.mesh_spec import mesh_world
 from app.contract.spec import CheckSpec
-from app.core.device_mesh import ORDER
+from app.core.cluster.device_mesh import ORDER
 from app.worker.checks.controls import Control, split_controls
 from app.worker.checks.mesh_controls import (
     PIPELINE_LOSS_NOT_SCALED,

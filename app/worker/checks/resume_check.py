@@ -1,7 +1,7 @@
 """The resume check: a run of `steps` optimizer steps of the plan's recipe (as run_check.py and
 mesh_run.py train it) that stops after `at_step` steps, checkpoints, and goes on from that step
 on the resumed plan's replicas: the same plan re-made for `data_parallel_size` replicas with
-the same global batch (contract/resume_request.py, app.core.resume). The whole trajectory is
+the same global batch (contract/resume_request.py, app.core.resume.plan_resume). The whole trajectory is
 held step by step against the uninterrupted single-process reference run (run_referee.py), with
 the run-level controls and the resume controls (resume_parts.py).
 
@@ -27,9 +27,9 @@ import torch
 
 from app.contract.check_result import CheckResult, ResumeOutcome
 from app.contract.spec import CheckSpec
-from app.core.plan_types import Plan
-from app.core.recipe import lr_of
-from app.core.resume_types import ResumePlan
+from app.core.learning_rate.recipe import lr_of
+from app.core.records.plan_request import Plan
+from app.core.records.resume import ResumePlan
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.resume_controls import ResumeControls
 from app.worker.checks.resume_parts import (

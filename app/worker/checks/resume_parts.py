@@ -5,7 +5,7 @@ A resumed replica reads as a training job restarted from a checkpoint reads: tor
 `DistributedSampler` for the new number of replicas, `set_epoch(epoch)`, its first `skip`
 indices skipped (Accelerate's `skip_first_batches`, a restored loader position), the rest in
 micro-batches, an epoch cut at its last whole optimizer step as the plan cuts it. Where each
-replica resumes is the core's (app.core.resume: `replica_groups[].skip_samples`).
+replica resumes is the core's (app.core.resume.plan_resume: `replica_groups[].skip_samples`).
 
 The controls are resumes gone wrong, each trained on rank 0 from the reference run's own state
 at the checkpoint (a copy of its trainer: the steps before it are the reference's). Each runs
@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DistributedSampler
 
-from app.core.plan_types import Plan
+from app.core.records.plan_request import Plan
 from app.worker.training.mesh_models import mesh_names
 from app.worker.training.plan_steps import dataset_size
 from app.worker.training.reference_run import StepIndices

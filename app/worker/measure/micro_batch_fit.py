@@ -1,6 +1,6 @@
 """The largest micro-batch that fits in one device's memory, and a check re-planned under it.
 
-The order of the trials is the pure `app.core.micro_batch_search`; each trial is one
+The order of the trials is the pure `app.core.split.micro_batch_search`; each trial is one
 `memory.probe`.
 """
 
@@ -18,14 +18,14 @@ from app.contract.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER
 from app.contract.options import FitOptions
 from app.contract.request import replan
 from app.contract.spec import CheckSpec
-from app.core.errors import PlanError
-from app.core.micro_batch_search import (
+from app.core.errors.domain import PlanError
+from app.core.request.parse import request_json
+from app.core.split.micro_batch_search import (
     Trial,
     affine_bytes_per_sample,
     budget_bytes,
     search_max_micro_batch,
 )
-from app.core.plan_request import request_json
 from app.worker.measure.memory import check_optimizer, probe, resolve_device
 from app.worker.training.workload import LossFn, Workload
 

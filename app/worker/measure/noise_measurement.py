@@ -1,6 +1,6 @@
 """The gradient noise scale measured on the check's DDP model: over fresh global batches, each
 replica's (or micro-batch's) gradient is a small batch and DDP's all-reduced one the big one;
-the arithmetic is the pure `app.core.noise_scale`."""
+the arithmetic is the pure `app.core.learning_rate.noise_scale`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.spec import CheckSpec
-from app.core import noise_scale
+from app.core.learning_rate import noise_scale
 from app.worker.training.gradients import Batch, BatchFeed, ddp_gradient, mean_gradient
 
 

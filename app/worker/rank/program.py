@@ -35,7 +35,7 @@ from app.contract.mesh_spec import mesh_world
 from app.contract.model_registry import SYNTHETIC, TARGET, parse_models
 from app.contract.request import build_spec, check_request
 from app.contract.spec import CheckSpec
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
 from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.token_check import refuse_before_group

@@ -12,9 +12,9 @@ from app.contract.model_registry import SYNTHETIC, sync_batch_norm_refusal, unkn
 from app.contract.request import CheckRequest, build_spec, echoed
 from app.contract.sequence_length import refuse_another_sequence_length
 from app.contract.spec import CheckSpec, SpecError, spec_from_plan
-from app.core.errors import DomainError, field_key
-from app.core.plan_types import PlanRequest
+from app.core.errors.domain import DomainError, field_key
 from app.core.planner import plan
+from app.core.records.plan_request import PlanRequest
 from app.worker.service.limits import Limits
 from app.worker.service.runner import CheckRunner
 from app.worker.service.submission import Submission

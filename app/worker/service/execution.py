@@ -19,7 +19,7 @@ from collections.abc import Callable
 from app.contract.codec import encode
 from app.contract.jobs import JobStatus
 from app.contract.timings import with_service
-from app.core.errors import NotFound
+from app.core.errors.domain import NotFound
 from app.logging_setup import job_id_var
 from app.worker.service import reasons
 from app.worker.service.job_state import JobState, Outcome, model_target, stored_submission

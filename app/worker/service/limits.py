@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.core.errors import InvalidValue
+from app.core.errors.domain import InvalidValue
 
 if TYPE_CHECKING:
     from app.settings import Settings

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from app.contract.codec import encode
 from app.contract.host import BUILT_IN, HostDescription, ModelDescription, registered_model
 from app.contract.jobs import Job, JobStatus
-from app.core.errors import Busy, NotFound, Unavailable
+from app.core.errors.domain import Busy, NotFound, Unavailable
 from app.logging_setup import job_id_var
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.contract.jobs import Job, JobStatus
-from app.core.errors import Unavailable
+from app.core.errors.domain import Unavailable
 from app.worker.service import store_file
 
 INTERRUPTED = "the server stopped while this check was running; submit it again"

@@ -14,7 +14,7 @@ checks/mesh_run.py). It is written from the plan alone, never from an export:
   what DDP's mean of the replicas' accumulated gradients differentiates; under
   loss_normalization token, each micro-batch's summed token loss over the step's valid tokens
   N (every micro-batch of every replica), the weight torchtitan's global token count gives;
-- the lr of step k is `app.core.recipe.lr_of` (the one schedule), the optimizer and its
+- the lr of step k is `app.core.learning_rate.recipe.lr_of` (the one schedule), the optimizer and its
   weight decay are the recipe's, stepped once per optimizer step, and the gradient is clipped
   by its global norm first when the recipe clips.
 
@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from app.core.plan_types import LearningRatePlan, Plan
-from app.core.recipe import lr_of
+from app.core.learning_rate.recipe import lr_of
+from app.core.records.plan_request import LearningRatePlan, Plan
 from app.worker.training.plan_steps import StepIndices, dataset_size, run_steps, step_indices
 
 __all__ = [

@@ -1,7 +1,7 @@
 """The samplers a check feeds its replicas through.
 
 Even splits use PyTorch's own `DistributedSampler`. Uneven splits use `ProportionalSampler`,
-the layout `app.core.sampler.proportional_sampler` describes: every replica runs the same
+the layout `app.core.split.sampler.proportional_sampler` describes: every replica runs the same
 number of micro-steps, and micro-step k's samples are shared out by micro-batch size.
 """
 
@@ -14,7 +14,7 @@ from functools import lru_cache
 import torch
 from torch.utils.data import Dataset, DistributedSampler, Sampler
 
-from app.core.sampler import proportional_micro_steps
+from app.core.split.sampler import proportional_micro_steps
 
 
 class IndexDataset(Dataset[int]):

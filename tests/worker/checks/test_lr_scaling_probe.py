@@ -16,7 +16,7 @@ from support.problems import assert_field_error
 from app.contract.lr_scaling_spec import LrScalingSpec, ProbeRunSpec
 from app.contract.options import LrScalingOptions
 from app.contract.request import CheckOptions, CheckRequest, build_spec
-from app.core.plan_request import plan_request
+from app.core.request.parse import plan_request
 from app.schemas.lr_scaling_in import LrScalingIn
 from app.worker.checks.lr_scaling_probe import share
 from app.worker.checks.lr_scaling_verdict import judge, regime

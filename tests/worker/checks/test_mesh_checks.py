@@ -24,7 +24,7 @@ from support.apps import warm_client
 from support.polling import check_result, run_check
 
 from app.contract.mesh_spec import CONTEXT_PARALLEL_REFUSAL
-from app.core.errors import field_key
+from app.core.errors.domain import field_key
 from app.worker.checks.controls import CONTROLS
 
 pytestmark = pytest.mark.slow

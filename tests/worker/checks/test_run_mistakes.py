@@ -27,7 +27,7 @@ from support.one_rank import one_rank_group
 from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
 from app.contract.run_request import planned_run
-from app.core.plan_request import plan_request
+from app.core.request.parse import plan_request
 from app.ports import free_port
 from app.worker.checks import run_referee
 from app.worker.checks.driver import run_spec

@@ -14,7 +14,7 @@ from memory_models import Pairs, mlp, mse, parameter_bytes
 from torch import nn
 from torch.utils.data import Dataset
 
-from app.core.micro_batch_search import budget_bytes
+from app.core.split.micro_batch_search import budget_bytes
 from app.worker.measure.memory import probe
 from app.worker.measure.memory_meter import LiveTensorTracker, PeakMemory
 from app.worker.measure.micro_batch_fit import find_max_micro_batch

@@ -22,7 +22,7 @@ from app.contract.codec import decode, encode
 from app.contract.jobs import Job, JobStatus
 from app.contract.options import Rendezvous
 from app.contract.request import build_spec, check_request
-from app.core.errors import DomainError
+from app.core.errors.domain import DomainError
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution
 from app.worker.service.limits import Limits

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DistributedSampler  # noqa: E402
 
-from app.core.plan_types import DatasetSpec  # noqa: E402
-from app.core.sampler import proportional_sampler  # noqa: E402
+from app.core.records.plan_request import DatasetSpec  # noqa: E402
+from app.core.split.sampler import proportional_sampler  # noqa: E402
 from app.worker.training.samplers import EpochOrder, IndexDataset, ProportionalSampler, epoch_indices  # noqa: E402
 
 

@@ -1,0 +1,1 @@
+"""The pieces export formats are built from; formats import these, never each other."""

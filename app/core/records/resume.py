@@ -1,0 +1,77 @@
+"""The records of a resume (app.core.resume.plan_resume): what the plan request's `resume` asks, and what
+the plan's `resume` answers. Plain records, no logic."""
+
+from __future__ import annotations
+
+from app.core.records.record import record
+
+
+@record
+class ResumeSpec:
+    """Where a checkpointed run goes on: after `optimizer_step` optimizer steps, or after
+    `consumed_samples` samples (as Megatron counts them), on `data_parallel_size` replicas
+    (None: the plan's own)."""
+
+    optimizer_step: int | None = None
+    consumed_samples: int | None = None
+    data_parallel_size: int | None = None
+
+
+@record
+class ResumeGroup:
+    """Consecutive data-parallel ranks [start, stop) of the resumed run that skip alike."""
+
+    start: int
+    stop: int
+    micro_batch_size: int
+    skip_micro_batches: int  # of the epoch's shard, from its start, after set_epoch(epoch)
+    skip_samples: int  # the same, in samples (indices of the rank's shard)
+
+
+@record
+class EpochTail:
+    """How a plan's epoch ends: its whole optimizer steps, and where in the epoch's order
+    (positions of the shuffled, padded or cut index list) its last step ends."""
+
+    optimizer_steps: int
+    last_step_end: int
+    total_size: int  # the sampler's epoch, padding included or drop_last's cut made
+    padded_samples: int
+    dropped_samples: int
+
+
+@record
+class ResumePlan:
+    optimizer_step: int  # steps taken before the checkpoint: the first step the run takes again
+    consumed_samples: int
+    epoch: int  # the uninterrupted run's epoch at that step
+    step_in_epoch: int
+    data_parallel_size: int  # the resumed run's
+    micro_batch_size: int | None  # the resumed run's; None when its replica groups differ
+    gradient_accumulation_steps: int
+    skip_micro_batches: int  # each rank's, from the epoch's start (the same in every group)
+    replica_groups: tuple[ResumeGroup, ...]
+    lr: float | None  # the one schedule's lr at optimizer_step; None without learning_rate
+    remaining_steps: int | None  # None when the run's length is unknown
+    optimizer_steps_per_epoch: int  # on the resumed run's replicas
+    same_global_batches: bool  # every later step sees the uninterrupted run's global batch
+    why: str | None  # when not
+    # When not: the nearest values (request fields, dotted) with which it is, each re-planned.
+    suggestions: dict[str, list[int]]
+
+
+@record
+class ScheduleResume:
+    optimizer_step: int
+    consumed_samples: int
+    global_batch_size: int  # at that step (the ramp's)
+    data_parallel_size: int
+    micro_batch_size: int | None
+    gradient_accumulation_steps: int  # at that step, on data_parallel_size replicas
+    skip_micro_batches: int  # from the start of the data (ramp) or of the epoch (no ramp)
+    lr: float | None
+    remaining_steps: int
+    same_global_batches: bool
+    why: str | None
+    epoch: int | None  # None under a ramp-up: Megatron's samplers count samples, not epochs
+    step_in_epoch: int | None

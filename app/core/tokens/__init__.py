@@ -1,0 +1,1 @@
+"""Floor 3: plans counted in tokens."""
