@@ -12,7 +12,8 @@ from export_helpers import export_input
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.exports import ExportInput, export, to_yaml, yaml_writer
+from app.core.exports import ExportInput, export, to_yaml
+from app.core.exports.parts import yaml_writer
 from app.core.exports.parts.common import ExportOptions
 from app.schemas.examples import PLAN_EXAMPLES
 
