@@ -20,7 +20,7 @@ matplotlib.use("Agg")  # a server has no display
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from app.core.learning_rate.schedule import Schedule
+from app.core.records.schedule import Schedule
 
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 

@@ -41,7 +41,6 @@ from _common import Timing, fmt_time, machine_line, measure, table, verdict
 from app.core.errors.domain import PlanError
 from app.core.planner import plan
 from app.core.records.plan_request import (
-    Curve,
     DatasetSpec,
     Divisibility,
     LearningRateSpec,
@@ -49,6 +48,7 @@ from app.core.records.plan_request import (
     PlanRequest,
     Topology,
 )
+from app.core.records.throughput_curve import Curve
 
 IMAGENET = 1_281_167
 

@@ -19,10 +19,12 @@ from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.errors.domain import PlanError
 from app.core.errors.problems import Problem
-from app.core.exports import EXPORTERS, ExportInput, ExportUnsupported, plan_and_export, unknown_format
-from app.core.learning_rate.schedule import Schedule, schedule
+from app.core.exports.parts.common import ExportInput, ExportUnsupported
+from app.core.exports.registry import EXPORTERS, plan_and_export, unknown_format
+from app.core.learning_rate.schedule import schedule
 from app.core.planner import plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
+from app.core.records.schedule import Schedule
 from app.core.resume.elastic import elastic_plan
 from app.core.resume.ramp import with_resume
 from app.schemas.checked_options import checked_option_errors

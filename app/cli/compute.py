@@ -12,7 +12,7 @@ from app.cli.output import client_errors, fail, table, validation_problem_of
 from app.client import BatchplanClient, Json
 from app.core.errors.domain import PlanError
 from app.core.errors.problems import domain_problem
-from app.core.exports import EXPORTERS, plan_and_export, unknown_format
+from app.core.exports.registry import EXPORTERS, plan_and_export, unknown_format
 from app.core.planner import plan as plan_locally
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut

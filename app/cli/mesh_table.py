@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.cluster.device_mesh import rank_map
-from app.core.records.plan_request import DeviceMeshPlan, MeshDimension
+from app.core.records.plan import DeviceMeshPlan, MeshDimension
 
 # Beyond this many ranks the map is longer than it is useful.
 MAX_MAPPED_RANKS = 64

@@ -11,7 +11,7 @@ from app.cli.flag_groups import with_flag_groups
 from app.cli.options import ApiKey, Output, PlanExportFlags, PlanFlags, RequestFile, Url
 from app.cli.output import emit
 from app.cli.requests import plan_request
-from app.core.exports import EXPORTERS
+from app.core.exports.registry import EXPORTERS
 
 VIEWS = ("table", "json")
 FORMAT_HELP = f"Output: {', '.join(VIEWS)}, or an export format: {', '.join(EXPORTERS)}."

@@ -20,7 +20,7 @@ from app.contract.codec import FLAT, named
 from app.contract.run_result import RunOutcome
 from app.contract.throughput import Throughput
 from app.contract.timings import Timings, with_setup
-from app.core.records.plan_request import Split, Wrapper
+from app.core.records.plan import Split, Wrapper
 from app.core.records.resume import ResumeGroup
 
 

@@ -19,7 +19,8 @@ from app.contract.check_options import MAX_LR_PROBE_POINTS, MAX_LR_PROBE_SAMPLES
 from app.contract.options import LrScalingOptions
 from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
-from app.core.records.plan_request import LearningRatePlan, LRRule, Plan, PlanRequest
+from app.core.records.plan import LearningRatePlan, Plan
+from app.core.records.plan_request import LRRule, PlanRequest
 
 RULES: tuple[str, ...] = (LRRule.NONE.value, LRRule.SQRT.value, LRRule.LINEAR.value)
 _FIELD = "/lr_scaling/"

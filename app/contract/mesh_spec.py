@@ -11,7 +11,7 @@ from __future__ import annotations
 from math import prod
 
 from app.core.cluster.device_mesh import full_sizes
-from app.core.records.plan_request import Plan, Wrapper
+from app.core.records.plan import Plan, Wrapper
 
 # The synthetic model is Linear(8, 16), Tanh, Linear(16, 4) (synthetic_model.py): tensor
 # parallel shards its 16 hidden units, a pipeline stage holds at least one of its 3 layers.

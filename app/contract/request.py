@@ -41,7 +41,8 @@ from app.contract.targets import missing_module
 from app.contract.throughput import throughput_options
 from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
-from app.core.records.plan_request import NodeGroup, Plan, PlanRequest
+from app.core.records.plan import Plan
+from app.core.records.plan_request import NodeGroup, PlanRequest
 from app.core.request.limits import check_limits
 from app.core.request.parse import plan_request
 

@@ -13,7 +13,8 @@ from app.contract.mesh_spec import mesh_sizes
 from app.contract.options import ResumeOptions
 from app.core.errors.domain import InvalidValue, PlanError
 from app.core.planner import plan
-from app.core.records.plan_request import Plan, PlanRequest
+from app.core.records.plan import Plan
+from app.core.records.plan_request import PlanRequest
 from app.core.records.resume import ResumeSpec
 from app.core.resume.plan_resume import resumed_plan
 

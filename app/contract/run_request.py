@@ -16,7 +16,8 @@ import dataclasses
 from app.contract.mesh_spec import mesh_sizes
 from app.core.errors.domain import InvalidValue
 from app.core.planner import plan
-from app.core.records.plan_request import DatasetSpec, LearningRateSpec, LRRule, Optimizer, Plan, PlanRequest
+from app.core.records.plan import Plan
+from app.core.records.plan_request import DatasetSpec, LearningRateSpec, LRRule, Optimizer, PlanRequest
 
 DEFAULT_RUN_RECIPE = LearningRateSpec(base_lr=0.1, rule=LRRule.NONE, optimizer=Optimizer.SGD)
 

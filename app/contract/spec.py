@@ -18,15 +18,8 @@ from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, ThroughputOptions
 from app.core.errors.domain import DomainError
-from app.core.records.plan_request import (
-    BatchUnit,
-    DatasetSpec,
-    LossNormalizationName,
-    LossReductionName,
-    Plan,
-    PlanRequest,
-    Split,
-)
+from app.core.records.plan import BatchUnit, LossNormalizationName, LossReductionName, Plan, Split
+from app.core.records.plan_request import DatasetSpec, PlanRequest
 from app.core.split.sampler import even_sampler, proportional_sampler
 
 

@@ -12,15 +12,8 @@ from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentence
 from app.core.explain.run_scale import scale_warnings
 from app.core.explain.throughput import throughput_sentences
 from app.core.learning_rate.noise_scale import efficiency, readable
-from app.core.records.plan_request import (
-    BatchEfficiency,
-    LossNormalization,
-    LossReduction,
-    Plan,
-    PlanRequest,
-    ReplicaGroup,
-    SamplerPlan,
-)
+from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan
+from app.core.records.plan_request import LossNormalization, LossReduction, PlanRequest
 from app.core.resume.plan_resume import resumed
 from app.core.split.batch import BatchProblem, BatchSolution, choose_split, solve
 from app.core.split.curve_checks import validate_curves

@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from app.core.errors.domain import DomainError
 from app.core.errors.problems import CHECKED, nearest_bound
-from app.core.exports import EXPORTERS, ExportInput
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import EXPORTERS
 from app.core.planner import plan
 from app.schemas.exports import ExportOptionsIn
 from app.schemas.plan_requests import PlanRequestIn

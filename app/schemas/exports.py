@@ -9,8 +9,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from app.contract.check_options import MAX_STEPS
-from app.core.exports import ExportOptions
+from app.core.exports.parts.common import ExportOptions
 from app.core.learning_rate import schedule as core_schedule
+from app.core.records.plan_request import Decay
+from app.core.records.schedule import Rampup, ScheduleSpec
 from app.schemas.elastic import ELASTIC_INFEASIBLE_EXAMPLE as ELASTIC_INFEASIBLE_EXAMPLE  # noqa: PLC0414  (re-exported)
 from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE as ELASTIC_REQUEST_EXAMPLE  # noqa: PLC0414  (re-exported)
 from app.schemas.examples import plan_example
@@ -158,7 +160,7 @@ class ScheduleRequestIn(RequestModel):
         "train_samples, else dataset.epochs' total_optimizer_steps). Replaces the recipe's run length.",
     )
     rampup: RampupIn | None = None
-    decay: core_schedule.Decay | None = Field(
+    decay: Decay | None = Field(
         None,
         description="Replaces the plan's learning_rate.decay in this answer; default: the plan's "
         "(constant unless it says). Better given in the plan, where the exports read it.",
@@ -176,13 +178,11 @@ class ScheduleRequestIn(RequestModel):
         500, description="Most points in the series."
     )
 
-    def to_core(self) -> core_schedule.ScheduleSpec:
+    def to_core(self) -> ScheduleSpec:
         r = self.rampup
-        return core_schedule.ScheduleSpec(
+        return ScheduleSpec(
             train_steps=self.train_steps,
-            rampup=core_schedule.Rampup(r.start_batch_size, r.batch_size_increment, r.rampup_samples)
-            if r
-            else None,
+            rampup=Rampup(r.start_batch_size, r.batch_size_increment, r.rampup_samples) if r else None,
             decay=self.decay,
             min_lr=self.min_lr,
             max_points=self.max_points,

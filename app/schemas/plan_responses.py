@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, TypeAdapter
 
-from app.core.records import plan_request as core
+from app.core.records.plan import Plan
 from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
 from app.schemas.resume import ResumeOut
 from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut
@@ -262,10 +262,10 @@ class PlanOut(ResponseModel):
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.
-_PLAN_JSON = TypeAdapter(core.Plan).serializer.to_json
+_PLAN_JSON = TypeAdapter(Plan).serializer.to_json
 
 
-def plan_json(plan: core.Plan) -> bytes:
+def plan_json(plan: Plan) -> bytes:
     """The plan as PlanOut's JSON, serialised straight from the core's dataclass: the same
     bytes as `PlanOut.model_validate(plan).model_dump_json()` (tested) without validating
     what the core built."""

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from app.core.exports import EXPORTERS
+from app.core.exports.registry import EXPORTERS
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 
 PLAN = EXAMPLES["dataset_and_lr"]["value"]

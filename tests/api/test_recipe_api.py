@@ -154,8 +154,9 @@ def test_the_sampler_says_what_becomes_of_an_epochs_leftover_micro_batches(clien
 
 def test_the_charts_title_says_what_the_warmup_does() -> None:
     from app.charts import lr_title
-    from app.core.learning_rate.schedule import ScheduleSpec, schedule
+    from app.core.learning_rate.schedule import schedule
     from app.core.planner import plan
+    from app.core.records.schedule import ScheduleSpec
     from app.schemas.plan_requests import PlanRequestIn
 
     def title(**lr: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from support.bodies import node_groups
 
-from app.core.learning_rate.recipe import lr_of
+from app.core.learning_rate.recipe_summary import lr_of
 from app.core.planner import plan
 from app.core.resume.layout import epoch_tail, step_block
 from app.schemas.plan_requests import PlanRequestIn

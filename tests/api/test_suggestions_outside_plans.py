@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_suggestions_name_fields import put
 
-from app.core.exports import EXPORTERS
+from app.core.exports.registry import EXPORTERS
 from app.main import create_app
 from app.settings import Settings
 

@@ -15,7 +15,7 @@ import yaml
 from support.cli import Invoke, both
 from support.servers import ROOT, Server
 
-from app.core.exports import EXPORTERS
+from app.core.exports.registry import EXPORTERS
 from app.schemas.examples import plan_example
 
 # ImageNet on 16 GPUs (plan_example("dataset_and_lr")): the plan and the exports say the same.

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from export_helpers import export_input
 
-from app.core.exports import ExportUnsupported, export
+from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 
 IMAGENET = EXAMPLES["dataset_and_lr"]["value"]  # the README's first plan

@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from app.core.errors.domain import PlanError
 from app.core.planner import plan
+from app.core.records.plan import Plan
 from app.core.records.plan_request import (
     Divisibility,
     LossReduction,
     NodeGroup,
     Parallelism,
-    Plan,
     PlanRequest,
     Topology,
 )

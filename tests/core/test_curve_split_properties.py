@@ -19,15 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from plan_helpers import ddp_gradient, examples, replica_micro_batches, try_plan
 
-from app.core.records.plan_request import (
-    Curve,
-    Divisibility,
-    NodeGroup,
-    Parallelism,
-    Plan,
-    PlanRequest,
-    Topology,
-)
+from app.core.records.plan import Plan
+from app.core.records.plan_request import Divisibility, NodeGroup, Parallelism, PlanRequest, Topology
+from app.core.records.throughput_curve import Curve
 
 Point = tuple[int, float]
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from app.core.errors.domain import DomainError
-from app.core.exports import EXPORTERS, ExportInput
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import EXPORTERS
 from app.core.planner import plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 

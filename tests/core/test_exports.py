@@ -12,7 +12,8 @@ import pytest
 from export_helpers import EVEN, MIXED, PINNED, call_kwargs, export_input
 
 from app.core.errors.domain import PlanError
-from app.core.exports import EXPORTERS, ExportUnsupported, export
+from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.registry import EXPORTERS, export
 from app.core.records.plan_request import PlanRequest
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn

@@ -17,8 +17,9 @@ import yaml
 from consumer_bodies import EVEN, MODEL_PARALLEL, UNEVEN, refuses_model_parallel
 from export_helpers import export_input
 
-from app.core.exports import ExportUnsupported, export
-from app.core.learning_rate.recipe import lr_of
+from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.registry import export
+from app.core.learning_rate.recipe_summary import lr_of
 from app.ports import free_port
 
 pytestmark = pytest.mark.slow  # each tool takes seconds to import

@@ -17,8 +17,8 @@ from export_helpers import export_input
 from megatron_calculator import calculator_module
 
 from app.core.errors.domain import PlanError
-from app.core.exports import ExportOptions, ExportUnsupported, export
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.common import ExportInput, ExportOptions, ExportUnsupported
+from app.core.exports.registry import export
 from app.schemas.examples import plan_example
 
 pytestmark = pytest.mark.slow  # torchtitan's loader runs in a process that imports torch

@@ -17,8 +17,9 @@ import pytest
 import yaml
 from export_helpers import export_input
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
 from app.core.exports.parts.preflight import check_request, plan_json
+from app.core.exports.registry import export
 from app.core.request.parse import plan_request
 from app.ports import free_port
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES

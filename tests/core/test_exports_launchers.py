@@ -16,7 +16,7 @@ import pytest
 from export_helpers import EVEN, MIXED, MIXED_CURVES, PINNED, SINGLE, export_input
 from torch.distributed.run import get_args_parser
 
-from app.core.exports import export
+from app.core.exports.registry import export
 
 
 def _run_launcher(text: str, tmp_path: Path, env: dict[str, str]) -> list[list[str]]:

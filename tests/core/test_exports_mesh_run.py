@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.core.cluster.device_mesh import rank_map
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
 

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from export_helpers import call_kwargs, export_input
 
-from app.core.exports import ExportInput, export
-from app.core.learning_rate.recipe import lr_of
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
+from app.core.learning_rate.recipe_summary import lr_of
 
 pytestmark = [
     pytest.mark.slow,  # transformers takes seconds to import; each run about 1 s

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from test_exports_python_run import _finish, _start
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
 from app.core.planner import plan
 from app.ports import free_port
 from app.schemas.plan_requests import PlanRequestIn

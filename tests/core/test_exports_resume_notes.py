@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from support.bodies import sample_plan
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
 

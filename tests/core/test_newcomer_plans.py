@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from export_helpers import export_input
 
-from app.core.exports import export
 from app.core.exports.parts.common import ExportOptions
+from app.core.exports.registry import export
 from app.core.planner import plan
-from app.core.records.plan_request import MAX_SAFE_INTEGER, Plan
+from app.core.records.plan import Plan
+from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.schemas.examples import PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 

@@ -20,7 +20,8 @@ from plan_helpers import (
     try_plan,
 )
 
-from app.core.records.plan_request import Divisibility, LossReduction, NodeGroup, Plan, PlanRequest, Topology
+from app.core.records.plan import Plan
+from app.core.records.plan_request import Divisibility, LossReduction, NodeGroup, PlanRequest, Topology
 
 
 def assert_gradient_is_global_mean(result: Plan, reduction: LossReduction, rng: random.Random) -> None:

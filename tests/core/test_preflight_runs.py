@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from export_helpers import export_input
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
 from app.core.exports.parts.preflight import check_request
+from app.core.exports.registry import export
 from app.core.request.parse import plan_request
 
 RECIPE = {"base_lr": 0.1, "rule": "none", "warmup_steps": 2, "warmup_start_lr": 0.0, "max_grad_norm": 0.5}

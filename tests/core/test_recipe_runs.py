@@ -27,8 +27,8 @@ from export_helpers import export_input
 from support.bodies import node_groups
 from support.recipe_toys import DictDataset, PairDataset, build_model, dict_loss, pair_loss
 
-from app.core.exports import export
-from app.core.records.plan_request import Plan
+from app.core.exports.registry import export
+from app.core.records.plan import Plan
 from app.worker.training.reference_run import ReferenceRun, reference_run
 
 pytestmark = pytest.mark.slow

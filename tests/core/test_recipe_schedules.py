@@ -29,8 +29,10 @@ from export_helpers import export_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.exports import ExportInput, ExportUnsupported, export
-from app.core.learning_rate.schedule import ScheduleSpec, schedule
+from app.core.exports.parts.common import ExportInput, ExportUnsupported
+from app.core.exports.registry import export
+from app.core.learning_rate.schedule import schedule
+from app.core.records.schedule import ScheduleSpec
 from app.ports import free_port
 
 pytestmark = pytest.mark.slow  # the probe imports deepspeed, torchtitan and megatron-core

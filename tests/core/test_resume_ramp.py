@@ -12,9 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from megatron_calculator import calculator_module
 
-from app.core.learning_rate.schedule import Rampup, ScheduleSpec, schedule
+from app.core.learning_rate.schedule import schedule
 from app.core.planner import plan
 from app.core.records.resume import ResumeSpec
+from app.core.records.schedule import Rampup, ScheduleSpec
 from app.core.resume.ramp import with_resume
 from app.schemas.plan_requests import PlanRequestIn
 

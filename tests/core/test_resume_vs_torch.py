@@ -22,7 +22,7 @@ from typing import Any
 import torch.utils.data as tud
 
 from app.core.planner import plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.training.samplers import ProportionalSampler
 

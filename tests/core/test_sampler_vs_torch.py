@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from plan_helpers import examples, homogeneous
 
 from app.core.planner import plan
-from app.core.records.plan_request import MAX_SAFE_INTEGER, DatasetSpec, SamplerPlan
+from app.core.records.plan import SamplerPlan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, DatasetSpec
 
 
 class SizedDataset(tud.Dataset[int]):

@@ -9,8 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.errors.domain import PlanError
-from app.core.learning_rate.schedule import Decay, Rampup, ScheduleSpec, schedule
+from app.core.learning_rate.schedule import schedule
 from app.core.planner import plan
+from app.core.records.plan_request import Decay
+from app.core.records.schedule import Rampup, ScheduleSpec
 from app.schemas.plan_requests import PlanRequestIn
 
 

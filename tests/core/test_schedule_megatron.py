@@ -10,8 +10,9 @@ from types import ModuleType
 import pytest
 from megatron_calculator import calculator_module
 
-from app.core.learning_rate.schedule import Rampup, ScheduleSpec, schedule
+from app.core.learning_rate.schedule import schedule
 from app.core.planner import plan
+from app.core.records.schedule import Rampup, ScheduleSpec
 from app.schemas.plan_requests import PlanRequestIn
 
 MEGATRON = calculator_module()

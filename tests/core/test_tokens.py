@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from app.core.errors.domain import PlanError
 from app.core.planner import plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.core.request.parse import plan_request
 
 

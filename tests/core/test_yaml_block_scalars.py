@@ -12,9 +12,10 @@ from export_helpers import export_input
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.exports import ExportInput, export, to_yaml
 from app.core.exports.parts import yaml_writer
-from app.core.exports.parts.common import ExportOptions
+from app.core.exports.parts.common import ExportInput, ExportOptions
+from app.core.exports.parts.yaml_writer import to_yaml
+from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES
 
 # Lines as scripts have them, and what a block cannot hold: trailing and leading spaces, tabs,

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from slurm_cluster import Cluster
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
 from app.core.planner import plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.schemas.plan_requests import PlanRequestIn
 
 pytest.importorskip("torch")

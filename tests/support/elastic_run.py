@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from app.core.exports import ExportInput, export
+from app.core.exports.parts.common import ExportInput
+from app.core.exports.registry import export
 from app.core.planner import plan as run_plan
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.ports import free_port
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.training.reference_run import reference_run

@@ -35,8 +35,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from app.contract.run_request import planned_run
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.core.request.parse import plan_request
 from app.worker.training.samplers import IndexDataset
 from app.worker.training.workload import SyntheticWorkload

@@ -26,7 +26,8 @@ import functools
 
 from app.core.errors.domain import InvalidValue
 from app.core.records.integers import nearest
-from app.core.records.plan_request import DeviceMeshPlan, MeshDimension, Parallelism, Wrapper
+from app.core.records.plan import DeviceMeshPlan, MeshDimension, Wrapper
+from app.core.records.plan_request import Parallelism
 from app.core.records.record import record
 
 ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")

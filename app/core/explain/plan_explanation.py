@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from app.core.learning_rate.evidence import lr_evidence_sentences
 from app.core.learning_rate.noise_scale import readable
-from app.core.records.plan_request import (
-    BatchEfficiency,
-    DeviceMeshPlan,
-    LearningRatePlan,
-    LossReduction,
-    Parallelism,
-    ReplicaGroup,
-    SamplerPlan,
-)
+from app.core.records.plan import BatchEfficiency, DeviceMeshPlan, LearningRatePlan, ReplicaGroup, SamplerPlan
+from app.core.records.plan_request import LossReduction, Parallelism
 from app.core.records.record import record
 
 _MAX_LISTED = 4

@@ -9,7 +9,7 @@ run would take at a speed no real step reaches, which makes the point without a 
 from __future__ import annotations
 
 from app.core.learning_rate.noise_scale import readable
-from app.core.records.plan_request import SamplerPlan
+from app.core.records.plan import SamplerPlan
 
 # Accumulation: pipeline-parallel runs accumulate hundreds to a few thousand micro-batches per
 # step; a million is no run's. Optimizer steps: BERT's pre-training took 1,000,000 (Devlin et

@@ -3,7 +3,7 @@ split and this accumulation, in the plan's own predicted times."""
 
 from __future__ import annotations
 
-from app.core.records.plan_request import ReplicaGroup, ThroughputPlan
+from app.core.records.plan import ReplicaGroup, ThroughputPlan
 
 _MAX_LISTED = 4
 

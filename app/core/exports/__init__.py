@@ -7,20 +7,3 @@ plans a format cannot express), `shell` (launch-script command lines) and `yaml_
 `ExportUnsupported`, with the nearest even split) by the formats that take one batch size
 for every process; torchrun, slurm and python carry the per-rank table.
 """
-
-from app.core.exports.parts.common import Export, Exporter, ExportInput, ExportOptions, ExportUnsupported
-from app.core.exports.parts.yaml_writer import to_yaml
-from app.core.exports.registry import EXPORTERS, export, plan_and_export, unknown_format
-
-__all__ = [
-    "EXPORTERS",
-    "Export",
-    "ExportInput",
-    "ExportOptions",
-    "ExportUnsupported",
-    "Exporter",
-    "export",
-    "plan_and_export",
-    "to_yaml",
-    "unknown_format",
-]

@@ -21,8 +21,9 @@ from app.core.exports.parts.common import (
     uniform_gpus_per_node,
 )
 from app.core.exports.parts.training import OptimizerSettings, optimizer_settings, run_length
-from app.core.learning_rate.schedule import Rampup, ScheduleSpec, schedule
-from app.core.records.plan_request import LearningRatePlan
+from app.core.learning_rate.schedule import schedule
+from app.core.records.plan import LearningRatePlan
+from app.core.records.schedule import Rampup, ScheduleSpec
 
 # Megatron's optimizers (--optimizer); its adam is AdamW-style, the same at weight decay 0.
 _OPTIMIZERS = {"adam": "adam", "adamw": "adam", "sgd": "sgd"}

@@ -20,7 +20,7 @@ from app.core.exports.parts.common import (
     summary,
 )
 from app.core.exports.parts.training import optimizer_settings, run_length, warmup_field
-from app.core.records.plan_request import LearningRatePlan
+from app.core.records.plan import LearningRatePlan
 
 # torchtitan 0.2.2 builds these two optimizers only (components/optimizer.py).
 _OPTIMIZERS = {"adam": "Adam", "adamw": "AdamW"}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from app.core.errors.domain import InvalidValue
-from app.core.records.plan_request import LearningRatePlan, LearningRateSpec, LRRule, MeasuredRule, ProbeRun
+from app.core.records.plan import LearningRatePlan, MeasuredRule
+from app.core.records.plan_request import LearningRateSpec, LRRule, ProbeRun
 
 # The probe's rule names the plan can scale by.
 PLAN_RULES = {"linear": LRRule.LINEAR, "sqrt": LRRule.SQRT, "none": LRRule.NONE}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from app.core.records.plan_request import BatchEfficiency
+from app.core.records.plan import BatchEfficiency
 from app.core.records.record import record
 
 # A global batch within this factor of the critical one is "near" it: both efficiencies are

@@ -13,18 +13,8 @@ from decimal import ROUND_CEILING, Decimal, localcontext
 from typing import Any
 
 from app.core.errors.domain import InvalidValue
-from app.core.learning_rate.recipe_summary import lr_of, schedule_sentence, summary, with_summary
+from app.core.learning_rate.recipe_summary import summary
 from app.core.records.plan_request import Decay, LearningRateSpec, Optimizer
-
-__all__ = [
-    "complete",
-    "epochs_to_steps",
-    "lr_of",
-    "min_lr_unused",
-    "run_length",
-    "schedule_sentence",
-    "with_summary",
-]
 
 # SGD's momentum when the request names none: Goyal et al.'s ImageNet recipe, and what every
 # export wrote before the plan had a momentum of its own.

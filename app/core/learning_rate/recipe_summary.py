@@ -8,7 +8,8 @@ import dataclasses
 from typing import Any
 
 from app.core.learning_rate.lr_schedule import lr_at
-from app.core.records.plan_request import Decay, LearningRatePlan
+from app.core.records.plan import LearningRatePlan
+from app.core.records.plan_request import Decay
 
 
 def with_summary(lr: LearningRatePlan) -> LearningRatePlan:

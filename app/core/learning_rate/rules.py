@@ -11,13 +11,8 @@ from collections.abc import Callable
 from app.core.errors.domain import InvalidValue
 from app.core.learning_rate import recipe
 from app.core.learning_rate.evidence import lr_warnings, measured_rule
-from app.core.records.plan_request import (
-    AdamAdjustment,
-    LearningRatePlan,
-    LearningRateSpec,
-    LRRule,
-    Optimizer,
-)
+from app.core.records.plan import AdamAdjustment, LearningRatePlan
+from app.core.records.plan_request import LearningRateSpec, LRRule, Optimizer
 
 # kappa = global batch / base batch
 SCALING_RULES: dict[LRRule, Callable[[float], float]] = {

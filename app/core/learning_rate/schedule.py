@@ -8,7 +8,7 @@ every stage's batch must be a whole multiple of `micro x data_parallel_size`; wh
 the number of accumulated micro-batches (Megatron's "number of micro-batches").
 
 The learning rate is the plan's recipe (`learning_rate`: warmup from `warmup_start_lr`, then its
-decay), step by step through the one lr function (app.core.learning_rate.recipe.lr_of). The request's
+decay), step by step through the one lr function (app.core.learning_rate.lr_of). The request's
 `train_steps`, `decay` and `min_lr`, where given, replace the recipe's run length, decay and
 floor in this answer (checked as the plan's own would be). The lr is a function of the step, not
 of the current batch: the ramp does not rescale it.
@@ -27,11 +27,11 @@ import math
 
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.learning_rate import recipe
-from app.core.records.plan_request import MAX_SAFE_INTEGER, Decay, LearningRatePlan, Plan
+from app.core.learning_rate.recipe_summary import lr_of, with_summary
+from app.core.records.plan import LearningRatePlan, Plan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, Decay
 from app.core.records.record import record
 from app.core.records.schedule import Rampup, Schedule, SchedulePoint, ScheduleSpec, Stage
-
-__all__ = ["Decay", "Rampup", "Schedule", "SchedulePoint", "ScheduleSpec", "Stage", "schedule"]
 
 MAX_POINTS = 5000
 MAX_STAGES = 100_000
@@ -62,7 +62,7 @@ def recipe_for(lr: LearningRatePlan, spec: ScheduleSpec, steps: int) -> Learning
             pointer="/train_steps",
             suggestions={"train_steps": [late[-1] + 1]},
         )
-    return recipe.with_summary(
+    return with_summary(
         dataclasses.replace(
             lr,
             decay=decay,
@@ -231,7 +231,7 @@ def schedule(plan: Plan, spec: ScheduleSpec) -> Schedule:
     for step in picked:
         i = bisect.bisect_right(starts, step) - 1
         stage = stages[i]
-        lr = recipe.lr_of(lr_plan, step) if lr_plan is not None else None
+        lr = lr_of(lr_plan, step) if lr_plan is not None else None
         points.append(
             SchedulePoint(
                 step=step,

@@ -7,28 +7,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from app.core.records.plan import (
-    AdamAdjustment,
-    BatchEfficiency,
-    BatchUnit,
-    DeviceMeshPlan,
-    DivisibilityName,
-    LearningRatePlan,
-    LossNormalizationName,
-    LossReductionName,
-    MeasuredRule,
-    MeshDimension,
-    Plan,
-    ReplicaGroup,
-    SamplerPlan,
-    Split,
-    SplitPrediction,
-    ThroughputPlan,
-    TokenPlan,
-    Wrapper,
-)
 from app.core.records.record import record
-from app.core.records.resume import ResumePlan, ResumeSpec
+from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import Curve
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
@@ -217,44 +197,3 @@ class PlanRequest:
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
     # Where a checkpointed run goes on, and on how many replicas (app.core.resume.plan_resume).
     resume: ResumeSpec | None = None
-
-
-__all__ = [
-    "MAX_SAFE_INTEGER",
-    "MAX_WORLD_SIZE",
-    "AdamAdjustment",
-    "BatchEfficiency",
-    "BatchUnit",
-    "Curve",
-    "DatasetSpec",
-    "Decay",
-    "DeviceMeshPlan",
-    "Divisibility",
-    "DivisibilityName",
-    "LRRule",
-    "LearningRatePlan",
-    "LearningRateSpec",
-    "LossNormalization",
-    "LossNormalizationName",
-    "LossReduction",
-    "LossReductionName",
-    "LrScaling",
-    "MeasuredRule",
-    "MeshDimension",
-    "NodeGroup",
-    "Optimizer",
-    "Parallelism",
-    "Plan",
-    "PlanRequest",
-    "ProbeRun",
-    "ReplicaGroup",
-    "ResumePlan",
-    "ResumeSpec",
-    "SamplerPlan",
-    "Split",
-    "SplitPrediction",
-    "ThroughputPlan",
-    "TokenPlan",
-    "Topology",
-    "Wrapper",
-]

@@ -18,6 +18,8 @@ from enum import Enum
 from typing import Any, TypeVar, cast
 
 from app.core.records import plan_request as core
+from app.core.records.resume import ResumeSpec
+from app.core.records.throughput_curve import Curve
 
 E = TypeVar("E", bound=Enum)
 
@@ -48,11 +50,11 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
     )
 
 
-def resume(body: Mapping[str, Any] | object | None) -> core.ResumeSpec | None:
+def resume(body: Mapping[str, Any] | object | None) -> ResumeSpec | None:
     if body is None:  # an empty object is a resume that names no step: the planner says so
         return None
     data = _fields(body)
-    return core.ResumeSpec(
+    return ResumeSpec(
         optimizer_step=data.get("optimizer_step"),
         consumed_samples=data.get("consumed_samples"),
         data_parallel_size=data.get("data_parallel_size"),
@@ -81,7 +83,7 @@ def topology(data: Mapping[str, Any]) -> core.Topology:
     )
 
 
-def _curve(points: Any) -> core.Curve | None:
+def _curve(points: Any) -> Curve | None:
     """A throughput curve's points as the core's two tuples; app.core.split.curve_checks checks them.
     A value that is not a list of objects is left for those checks to name."""
     if points is None:
@@ -93,10 +95,10 @@ def _curve(points: Any) -> core.Curve | None:
         sizes.append(fields.get("micro_batch_size"))
         rate = fields.get("samples_per_s")
         rates.append(float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate)
-    return core.Curve(tuple(sizes), tuple(rates))
+    return Curve(tuple(sizes), tuple(rates))
 
 
-def curve_json(curve: core.Curve) -> list[dict[str, Any]]:
+def curve_json(curve: Curve) -> list[dict[str, Any]]:
     """A curve as the request writes it: a list of {micro_batch_size, samples_per_s}."""
     return [
         {"micro_batch_size": b, "samples_per_s": r}
@@ -222,7 +224,7 @@ def request_json(request: core.PlanRequest) -> dict[str, Any]:
 
 def _json_of(value: Any) -> Any:
     # A curve and a probe's numbers are written as the request gives them, not as records.
-    if isinstance(value, core.Curve):
+    if isinstance(value, Curve):
         return curve_json(value)
     if isinstance(value, core.LrScaling):
         return lr_scaling_json(value)

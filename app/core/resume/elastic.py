@@ -23,13 +23,8 @@ from collections.abc import Iterator
 from app.core.errors.domain import DomainError, InfeasiblePlan, InvalidValue, passes
 from app.core.errors.suggestions import keep_working, nearest_working
 from app.core.learning_rate.rules import plan_learning_rate
-from app.core.records.plan_request import (
-    MAX_SAFE_INTEGER,
-    MAX_WORLD_SIZE,
-    DatasetSpec,
-    LearningRatePlan,
-    LearningRateSpec,
-)
+from app.core.records.plan import LearningRatePlan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, MAX_WORLD_SIZE, DatasetSpec, LearningRateSpec
 from app.core.records.record import record
 from app.core.resume.elastic_resume import CountResume, ElasticResumeSpec, count_resumes
 

@@ -14,7 +14,7 @@ sees the uninterrupted run's global batches from a step to the run's end.
 
 from __future__ import annotations
 
-from app.core.records.plan_request import Plan, SamplerPlan
+from app.core.records.plan import Plan, SamplerPlan
 from app.core.records.resume import EpochTail
 
 

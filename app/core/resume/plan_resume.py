@@ -20,9 +20,10 @@ from collections.abc import Callable
 
 from app.core.errors.domain import InvalidValue, PlanError, passes
 from app.core.errors.suggestions import nearest_working
-from app.core.learning_rate.recipe import lr_of
+from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.integers import divisors
-from app.core.records.plan_request import MAX_WORLD_SIZE, Plan, PlanRequest, Topology
+from app.core.records.plan import Plan
+from app.core.records.plan_request import MAX_WORLD_SIZE, PlanRequest, Topology
 from app.core.records.resume import EpochTail, ResumeGroup, ResumePlan, ResumeSpec
 from app.core.resume.layout import describe, epoch_tail, tail_difference
 from app.core.resume.text import resume_sentence, resume_warnings

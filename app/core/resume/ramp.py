@@ -16,11 +16,12 @@ import dataclasses
 import math
 
 from app.core.errors.domain import InvalidValue
-from app.core.learning_rate.recipe import lr_of
-from app.core.learning_rate.schedule import Schedule, ScheduleSpec, Stage, recipe_for
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.learning_rate.schedule import recipe_for
 from app.core.records.integers import divisors, nearest
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.core.records.resume import ResumeSpec, ScheduleResume
+from app.core.records.schedule import Schedule, ScheduleSpec, Stage
 
 _AT = "/plan/resume/"
 

@@ -3,7 +3,7 @@ and the tools' own saved positions differ from the uninterrupted run, and its ex
 
 from __future__ import annotations
 
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.core.records.resume import EpochTail, ResumePlan
 from app.core.resume.layout import describe
 

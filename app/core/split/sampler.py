@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from app.core.records.integers import ceil_div
-from app.core.records.plan_request import DatasetSpec, SamplerPlan
+from app.core.records.plan import SamplerPlan
+from app.core.records.plan_request import DatasetSpec
 
 
 def distributed_sampler_num_samples(num_samples: int, num_replicas: int, drop_last: bool) -> int:

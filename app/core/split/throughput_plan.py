@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from app.core.cluster.topology import Layout
 from app.core.records.integers import ceil_div, smallest_divisor_at_least
-from app.core.records.plan_request import SplitPrediction, ThroughputPlan
+from app.core.records.plan import SplitPrediction, ThroughputPlan
 from app.core.records.throughput_curve import StepTime
 from app.core.split.batch_problem import BatchProblem, BatchSolution
 from app.core.split.curve_split import curve_split

@@ -23,16 +23,8 @@ from collections.abc import Callable
 from app.core.errors.domain import InfeasiblePlan, InvalidValue, PlanError, field_key
 from app.core.learning_rate.rules import plan_learning_rate
 from app.core.records.integers import nearest
-from app.core.records.plan_request import (
-    MAX_SAFE_INTEGER,
-    BatchUnit,
-    LearningRatePlan,
-    LossNormalization,
-    Plan,
-    PlanRequest,
-    SamplerPlan,
-    TokenPlan,
-)
+from app.core.records.plan import BatchUnit, LearningRatePlan, Plan, SamplerPlan, TokenPlan
+from app.core.records.plan_request import MAX_SAFE_INTEGER, LossNormalization, PlanRequest
 
 # Token field -> the sample field it stands for.
 TOKEN_FIELDS = {"global_batch_tokens": "global_batch_size", "micro_batch_tokens": "micro_batch_size"}

@@ -33,7 +33,7 @@ from app.contract.check_result import CheckResult
 from app.contract.lr_scaling_spec import LrScalingSpec, ProbeRunSpec
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
-from app.core.learning_rate.recipe import lr_of
+from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.lr_scaling_verdict import Curve, judge
 from app.worker.checks.run_check import run_workload

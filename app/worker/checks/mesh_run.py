@@ -29,8 +29,8 @@ from app.contract.check_result import CheckResult, ControlOutcome, SkippedContro
 from app.contract.run_result import RunOutcome
 from app.contract.spec import CheckSpec
 from app.core.cluster.device_mesh import ORDER
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.checks.run_referee import Referee

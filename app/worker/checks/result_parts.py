@@ -20,7 +20,7 @@ from app.contract.check_result import (
     SkippedControl,
 )
 from app.contract.spec import CheckSpec, replicas_per_process
-from app.core.records.plan_request import Wrapper
+from app.core.records.plan import Wrapper
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control
 from app.worker.measure.noise_measurement import distrust, not_equivalent_reason

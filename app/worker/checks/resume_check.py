@@ -27,8 +27,8 @@ import torch
 
 from app.contract.check_result import CheckResult, ResumeOutcome
 from app.contract.spec import CheckSpec
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.core.records.resume import ResumePlan
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.resume_controls import ResumeControls

@@ -12,8 +12,8 @@ import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
 from app.contract.run_result import ControlStep
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.worker.checks.controls import Control
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.resume_parts import Layout, layout_of, layout_steps

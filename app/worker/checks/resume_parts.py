@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.utils.data import DistributedSampler
 
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.worker.training.mesh_models import mesh_names
 from app.worker.training.plan_steps import dataset_size
 from app.worker.training.reference_run import StepIndices

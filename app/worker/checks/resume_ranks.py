@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.spec import replica_range
-from app.core.records.plan_request import LearningRatePlan, Plan
+from app.core.records.plan import LearningRatePlan, Plan
 from app.worker.checks.kind import Context
 from app.worker.checks.mesh_run import MeshRank
 from app.worker.checks.resume_parts import first_ranks, sub_mesh, summed

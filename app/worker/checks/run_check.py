@@ -26,8 +26,8 @@ from torch.nn.parallel import DistributedDataParallel
 from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
 from app.contract.run_result import RunOutcome
 from app.contract.spec import CheckSpec, replica_range
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.run_referee import Referee
 from app.worker.training.gradients import Batch, BatchFeed, micro_steps

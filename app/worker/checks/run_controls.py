@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.contract.check_result import SkippedControl
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import Plan
 from app.worker.checks.controls import Control
 from app.worker.training.plan_steps import dataset_size, run_steps
 from app.worker.training.reference_run import RunVariant

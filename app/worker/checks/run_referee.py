@@ -22,7 +22,7 @@ import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
 from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep, step_matches
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.run_controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls
 from app.worker.training.gradients import compare

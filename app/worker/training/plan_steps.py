@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 
-from app.core.records.plan_request import Plan, SamplerPlan
+from app.core.records.plan import Plan, SamplerPlan
 from app.worker.training.samplers import EpochOrder
 
 # Per optimizer step: per replica, its micro-batches' dataset indices.

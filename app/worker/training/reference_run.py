@@ -33,8 +33,8 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, default_collate
 
-from app.core.learning_rate.recipe import lr_of
-from app.core.records.plan_request import LearningRatePlan, Plan
+from app.core.learning_rate.recipe_summary import lr_of
+from app.core.records.plan import LearningRatePlan, Plan
 from app.worker.training.plan_steps import StepIndices, dataset_size, run_steps, step_indices
 
 __all__ = [

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from torch.utils.data import DataLoader
 
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.worker.training.plan_steps import dataset_size, micro_batch_sizes, run_steps
 from app.worker.training.samplers import IndexDataset, plan_sampler
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.exports.parts.common import ExportUnsupported
-from app.core.records.plan_request import LearningRatePlan
+from app.core.records.plan import LearningRatePlan
 
 _INSTEAD = (
     "pass the python export's planned_lr to deepspeed.initialize(lr_scheduler=lambda optimizer: "

@@ -17,7 +17,7 @@ from app.core.errors.domain import DomainError
 from app.core.exports.parts.export_types import ExportInput
 from app.core.planner import plan as run_plan
 from app.core.records.integers import divisors
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 from app.core.records.record import record
 from app.core.resume.layout import epoch_tail
 from app.core.resume.plan_resume import resumed_plan

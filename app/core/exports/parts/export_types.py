@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from app.core.errors.domain import PlanError
-from app.core.records.plan_request import Plan, PlanRequest
+from app.core.records.plan import Plan
+from app.core.records.plan_request import PlanRequest
 from app.core.records.record import record
 
 

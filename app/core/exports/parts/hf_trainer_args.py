@@ -29,7 +29,7 @@ from typing import Any
 from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.parts.recipe_code import recipe
 from app.core.exports.parts.training import leftover_micro_batches
-from app.core.records.plan_request import LearningRatePlan
+from app.core.records.plan import LearningRatePlan
 
 
 def optimizer_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:

@@ -7,7 +7,7 @@ Only for plans whose mesh is more than plain DDP: a data-parallel-only launch st
 
 from __future__ import annotations
 
-from app.core.records.plan_request import Plan
+from app.core.records.plan import Plan
 
 
 def mesh_variables(plan: Plan) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.training import OptimizerSettings, optimizer_settings
 from app.core.learning_rate.lr_schedule import LR_AT_SOURCE
 from app.core.learning_rate.recipe import DEFAULT_MOMENTUM
-from app.core.records.plan_request import LearningRatePlan
+from app.core.records.plan import LearningRatePlan
 
 if TYPE_CHECKING:
     from app.core.exports.parts.common import ExportInput
