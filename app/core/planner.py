@@ -12,7 +12,7 @@ from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentence
 from app.core.explain.run_scale import scale_warnings
 from app.core.explain.throughput import throughput_sentences
 from app.core.learning_rate.noise_scale import efficiency, readable
-from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan
+from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan, ThroughputPlan
 from app.core.records.plan_request import LossNormalization, LossReduction, PlanRequest
 from app.core.resume.plan_resume import resumed
 from app.core.split.batch import BatchProblem, BatchSolution, choose_split, solve
@@ -137,12 +137,10 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
         raise pointed from None
 
 
-# Over 60 lines: the plan's parts in the order each needs the one before (layout, split, sampler,
-# lr, groups, explanation); apart, each step would take the others' locals as arguments.
-def _plan(request: PlanRequest) -> Plan:
+def _solved(request: PlanRequest) -> tuple[Layout, BatchProblem, BatchSolution]:
+    """The cluster's replicas and the batch split over them (micro x accumulation x replicas)."""
     validate_topology(request.topology)
-    curves = request.topology.curves
-    if curves:
+    if request.topology.curves:
         validate_curves(request.topology, request.max_micro_batch_size)
     layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
     device_mesh.validate(request.parallelism, layout.data_parallel_size)
@@ -157,23 +155,33 @@ def _plan(request: PlanRequest) -> Plan:
         request.divisibility,
         proportional,
     )
-    solution = solve(problem)
+    return layout, problem, solve(problem)
+
+
+def _sampler(request: PlanRequest, dp: int, common: int | None, G: int, g: int) -> SamplerPlan | None:
+    """The epoch as the sampler lays it out: DistributedSampler on an even split, else every
+    replica the same micro-steps (the proportional sampler)."""
+    if request.dataset is None:
+        return None
+    if common is not None:
+        return even_sampler(request.dataset, dp, common, g)
+    return proportional_sampler(request.dataset, dp, G // g, g)
+
+
+def _plan(request: PlanRequest) -> Plan:
+    layout, problem, solution = _solved(request)
     G, g, dp = solution.global_batch_size, solution.gradient_accumulation_steps, layout.data_parallel_size
     common = solution.shares[0].samples if solution.even else None
 
     warnings = list(layout.warnings) + list(solution.warnings)
     throughput, timing = None, None
-    if curves:
+    if request.topology.curves:
         throughput, timing = throughput_plan(problem, solution)
         warnings += curve_warnings(timing.layout, solution.shares, timing)
-    sampler = None
-    if request.dataset is not None:
-        if common is not None:
-            sampler = even_sampler(request.dataset, dp, common, g)
-        else:
-            sampler = proportional_sampler(request.dataset, dp, G // g, g)
+    sampler = _sampler(request, dp, common, G, g)
+    if sampler is not None:
+        assert request.dataset is not None
         warnings += sampler_warnings(sampler, request.dataset, common, g)
-
     lr_plan = None
     if request.learning_rate is not None:
         lr_plan, lr_warnings = plan_learning_rate_for(
@@ -198,10 +206,7 @@ def _plan(request: PlanRequest) -> Plan:
         wrapper=mesh.wrapper,
     )
     if throughput is not None:
-        fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
-        times = layout.step_times  # one StepTime per distinct curve: alike when all are the first
-        one_curve = times.count(times[0]) == len(times)
-        explanation += throughput_sentences(throughput, G, groups, one_curve, fixed)
+        explanation += _throughput_sentences(request, layout, throughput, G, groups)
     explanation += mesh_sentences(mesh, dp)
     planned = Plan(
         world_size=layout.world_size,
@@ -223,6 +228,20 @@ def _plan(request: PlanRequest) -> Plan:
         device_mesh=mesh,
         throughput=throughput,
     )
+    return _with_tokens(request, planned)
+
+
+def _throughput_sentences(
+    request: PlanRequest, layout: Layout, throughput: ThroughputPlan, G: int, groups: tuple[ReplicaGroup, ...]
+) -> list[str]:
+    fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
+    times = layout.step_times  # one StepTime per distinct curve: alike when all are the first
+    one_curve = times.count(times[0]) == len(times)
+    return throughput_sentences(throughput, G, groups, one_curve, fixed)
+
+
+def _with_tokens(request: PlanRequest, planned: Plan) -> Plan:
+    """The plan with its `tokens` part, where the request counts tokens or asks for a length."""
     tokens, token_warnings, token_lines = token_plan(request, planned)
     if tokens is None:
         return planned
