@@ -149,7 +149,7 @@ def test_the_scanner_resolves_and_catches_imports() -> None:
     """The scan itself must be able to fail: it sees a third-party import and resolves relative ones."""
     source = "import json\nfrom fastapi import FastAPI\nfrom . import models\nfrom .sampler import x\n"
     modules = [m for _, m in imported_modules(CORE / "probe.py", source)]
-    assert modules == ["json", "fastapi", "app.core", "app.core.split.sampler"]
+    assert modules == ["json", "fastapi", "app.core", "app.core.sampler"]
     assert "fastapi" not in sys.stdlib_module_names
 
 

@@ -172,7 +172,6 @@ def _plan(request: PlanRequest) -> Plan:
     layout, problem, solution = _solved(request)
     G, g, dp = solution.global_batch_size, solution.gradient_accumulation_steps, layout.data_parallel_size
     common = solution.shares[0].samples if solution.even else None
-
     warnings = list(layout.warnings) + list(solution.warnings)
     throughput, timing = None, None
     if request.topology.curves:
