@@ -275,3 +275,35 @@ def test_ids_of_four_ranks_of_two_workers_list_in_milliseconds() -> None:
     lists = delivered_micro_batches(stream, 4, (8, 8, 8, 8), epoch=1)
     assert time.perf_counter() - started < 0.25
     assert sorted(i for rank in lists for batch in rank for i in batch) == list(range(4096))
+
+
+def test_the_closed_form_counts_as_the_shard_by_shard_sum() -> None:
+    """num_samples shared out (counted from two thresholds) against the same shards listed
+    one by one in shard_samples (summed shard by shard), over random shapes and orders."""
+    rng = random.Random(4848)
+    for _ in range(600):
+        S, ws = rng.randint(1, 70), rng.randint(1, 20)
+        shared = StreamSpec(
+            S,
+            rng.choice(["hf_datasets", "webdataset", "rank_worker"]),
+            num_samples=rng.randint(S, 9 * S),
+            num_workers=rng.randint(0, 9),
+            shuffle=rng.random() < 0.3,
+            seed=rng.randint(0, 99),
+        )
+        q, m = divmod(shared.num_samples or 0, S)
+        listed = replace(shared, num_samples=None, shard_samples=(q + 1,) * m + (q,) * (S - m))
+        micro, epoch = rng.randint(1, 7), rng.choice([0, 0, 1, 4])
+        try:
+            plan = plan_stream(shared, ws, micro, 2, epoch)
+        except InfeasiblePlan:
+            with pytest.raises(InfeasiblePlan):
+                plan_stream(listed, ws, micro, 2, epoch)
+            continue
+        assert plan.rank_groups == plan_stream(listed, ws, micro, 2, epoch).rank_groups
+
+
+def test_micro_batches_must_cover_every_rank() -> None:
+    for micro in ([2, 2], [ReplicaGroup(0, 2, "a", 2, 2, 1.0, 1.0, None)], 0, [2, 0, 2]):
+        with pytest.raises(ValueError, match="each data-parallel rank"):
+            plan_stream(spec(), 3, micro, 1)

@@ -127,18 +127,38 @@ def check_case(
     return plan.branch or spec.splitter or ""
 
 
-@pytest.mark.parametrize("chunk", range(4))
+CHUNKS, PER_CHUNK = 6, 20
+
+
+def draws(chunk: int) -> list[tuple[StreamSpec, list[int], int, int]]:
+    rng = random.Random(4800 + chunk)
+    return [random_case(rng) for _ in range(PER_CHUNK)]
+
+
+def test_the_draws_cover_every_branch_splitter_policy_and_refusal() -> None:
+    seen: Counter[str] = Counter()
+    for chunk in range(CHUNKS):
+        for spec, micro, accumulation, epoch in draws(chunk):
+            seen[spec.end_of_epoch] += 1
+            seen["mixed micro-batches"] += len(set(micro)) > 1
+            try:
+                plan = plan_stream(spec, len(micro), micro, accumulation, epoch)
+            except InfeasiblePlan:
+                seen["refused"] += 1
+                continue
+            seen[plan.branch or spec.splitter or ""] += 1
+    wanted = {"shards", "examples", "webdataset", "rank_worker", "refused", "mixed micro-batches", *POLICIES}
+    assert all(seen[key] >= 3 for key in wanted), seen
+
+
+@pytest.mark.slow  # 120 streams through the libraries: ~25 s of CPU in all, in chunks for -n
+@pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_plans_equal_what_the_libraries_deliver(
     chunk: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     quiet()
-    rng = random.Random(4800 + chunk)
-    seen: Counter[str] = Counter()
-    for _ in range(30):
-        spec, micro, accumulation, epoch = random_case(rng)
-        seen[check_case(spec, micro, accumulation, epoch, monkeypatch, tmp_path, "sim")] += 1
-    # the draw covers both of split_dataset_by_node's branches, the other splitters and refusals
-    assert {"shards", "examples", "webdataset", "rank_worker", "refused"} <= set(seen), seen
+    for spec, micro, accumulation, epoch in draws(chunk):
+        check_case(spec, micro, accumulation, epoch, monkeypatch, tmp_path, "sim")
 
 
 REAL_CASES = [

@@ -1,7 +1,7 @@
 """The plan of a stream: how a sharded `IterableDataset` splits over the data-parallel ranks
 and their DataLoader workers, what each rank delivers in an epoch, and what the end-of-epoch
 policy trains of it, counted without a sample (stream_counts, stream_policy): a plan of
-2**53 - 1 samples over a million shards costs microseconds; a shard_samples list, or uneven
+2**53 - 1 samples over a million shards costs milliseconds; a shard_samples list, or uneven
 shards in a shuffled order, costs a pass over the shards (bounded in stream_layout).
 
 `plan_stream` takes the request's stream and the batch the planner has solved: each data-

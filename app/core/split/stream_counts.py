@@ -5,7 +5,7 @@ Where the shards are shared out by `num_samples` in their own order (or are all 
 order), reader g of R gets S // R shards, one more for g < S % R, and of the m = N % S larger
 shards (which stand first) m // R, one more for g < m % R: a rank's figures change only where
 one of its readers crosses one of those two thresholds, at most 2 x workers ranks, and a plan
-of a million shards or 2**53 - 1 samples costs microseconds. A shard_samples list, or uneven
+of a million shards or 2**53 - 1 samples costs milliseconds. A shard_samples list, or uneven
 shards in a permuted order, is summed shard by shard (up to MAX_COUNTED_SHARDS); the examples
 branch needs only each worker's stream length L_w, whose ws-th parts change at r = L_w % ws.
 """
