@@ -1,0 +1,124 @@
+"""The plan of a stream: how a sharded `IterableDataset` splits over the data-parallel ranks
+and their DataLoader workers, what each rank delivers in an epoch, and what the end-of-epoch
+policy trains of it, counted without a sample (stream_counts, stream_policy): a plan of
+2**53 - 1 samples over a million shards costs milliseconds; a shard_samples list, or uneven
+shards in a shuffled order, costs a pass over the shards (bounded in stream_layout).
+
+`plan_stream` takes the request's stream and the batch the planner has solved: each data-
+parallel rank's micro-batch (one for all, one per rank, or a mixed cluster's replica groups)
+and the accumulation steps. stream_ids lists the same plan's sample ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from itertools import pairwise
+
+from app.core.records.plan import ReplicaGroup
+from app.core.records.stream import StreamPlan, StreamRankGroup, StreamSpec
+from app.core.split import stream_advice as advice
+from app.core.split.stream_checks import check_stream, refuse_empty_ranks
+from app.core.split.stream_counts import Run, rank_runs
+from app.core.split.stream_layout import total_samples
+from app.core.split.stream_policy import micro_batches, micro_batches_run, trained
+
+MicroRun = tuple[int, int, int]  # ranks [start, stop) and their micro-batch size
+
+
+def micro_batch_runs(
+    data_parallel_size: int, micro_batch: int | Sequence[int] | Sequence[ReplicaGroup]
+) -> list[MicroRun]:
+    """Each rank's micro-batch size, in runs: one for all, one per rank, or replica groups'."""
+    if isinstance(micro_batch, int):
+        runs = [(0, data_parallel_size, micro_batch)]
+    elif all(isinstance(m, ReplicaGroup) for m in micro_batch):
+        groups = [m for m in micro_batch if isinstance(m, ReplicaGroup)]
+        runs = sorted((g.start, g.stop, g.micro_batch_size) for g in groups)
+    else:
+        sizes = [m for m in micro_batch if isinstance(m, int)]
+        runs = [(r, r + 1, b) for r, b in enumerate(sizes)]
+    covered = [start for start, _, _ in runs] == [0, *(stop for _, stop, _ in runs[:-1])]
+    if not covered or runs[-1][1] != data_parallel_size or min(b for _, _, b in runs) < 1:
+        raise ValueError("one micro-batch size >= 1 for each data-parallel rank")
+    return runs
+
+
+def rank_groups(runs: list[Run], micro: list[MicroRun]) -> tuple[StreamRankGroup, ...]:
+    """The ranks cut where their figures or their micro-batch change; equal neighbours merged."""
+    bounds = sorted({*(run[0] for run in runs), *(m[0] for m in micro), runs[-1][1]})
+    groups: list[StreamRankGroup] = []
+    i = j = 0
+    for low, high in pairwise(bounds):
+        while runs[i][1] <= low:
+            i += 1
+        while micro[j][1] <= low:
+            j += 1
+        shards, samples = runs[i][2]
+        b = micro[j][2]
+        last = groups[-1] if groups else None
+        if last and (last.worker_shards, last.worker_samples, last.micro_batch_size) == (shards, samples, b):
+            groups[-1] = replace(last, stop=high)
+            continue
+        idle = sum(1 for n in shards if n == 0)
+        count = micro_batches(samples, b)
+        groups.append(StreamRankGroup(low, high, sum(shards), sum(samples), count, idle, b, shards, samples))
+    return tuple(groups)
+
+
+def plan_stream(
+    spec: StreamSpec,
+    data_parallel_size: int,
+    micro_batch: int | Sequence[int] | Sequence[ReplicaGroup],
+    accumulation: int,
+    epoch: int = 0,
+    train_steps: int | None = None,
+) -> StreamPlan:
+    """The stream's plan for one epoch (`epoch` orders hf_datasets' shards and every shuffle).
+
+    `train_steps` (end_of_epoch "steps"): the run's optimizer steps, echoed; without it the plan
+    warns that the run has no end."""
+    if accumulation < 1 or epoch < 0 or data_parallel_size < 1:
+        raise ValueError("accumulation >= 1, epoch >= 0, data_parallel_size >= 1")
+    micro = micro_batch_runs(data_parallel_size, micro_batch)
+    check_stream(spec, data_parallel_size, epoch)
+    assert spec.splitter is not None
+    kind, runs_of_ranks = rank_runs(spec, data_parallel_size, epoch)
+    refuse_empty_ranks(spec, data_parallel_size, runs_of_ranks)
+    groups = rank_groups(runs_of_ranks, micro)
+    runs = micro_batches_run([g.micro_batches for g in groups], spec.end_of_epoch)
+    leftover = runs % accumulation
+    # steps has no epoch's end to skip the leftover at: it opens the next pass's first step
+    counted = runs if spec.end_of_epoch == "steps" else runs - leftover
+    presented = distinct = 0
+    for g in groups:
+        shown, kept = trained(g.worker_samples, g.micro_batch_size, counted, spec.end_of_epoch)
+        presented += shown * g.count
+        distinct += kept * g.count
+    N = total_samples(spec)
+    warnings = (
+        advice.idle_warning(spec, groups),
+        advice.examples_warning(kind, data_parallel_size, spec.num_shards),
+        advice.unequal_warning(groups, spec, N - distinct, presented - distinct),
+        advice.steps_warning(spec, train_steps),
+    )
+    return StreamPlan(
+        splitter=spec.splitter,
+        branch=kind,
+        readers=data_parallel_size * max(1, spec.num_workers),
+        rank_groups=groups,
+        samples_read=N * (data_parallel_size if kind == "examples" else 1),
+        samples_trained=presented,
+        duplicated_samples=presented - distinct,
+        dropped_samples=N - distinct,
+        optimizer_steps_per_epoch=runs // accumulation,
+        suggested_num_shards=advice.suggested_num_shards(spec, data_parallel_size, epoch),
+        warnings=tuple(w for w in warnings if w is not None),
+        end_of_epoch=spec.end_of_epoch,
+        epoch=epoch,
+        num_shards=spec.num_shards,
+        num_samples=N,
+        micro_batches_per_epoch=runs,
+        leftover_micro_batches=leftover,
+        train_steps=train_steps,
+    )

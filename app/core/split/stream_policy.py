@@ -1,0 +1,69 @@
+"""A stream's micro-batches as the DataLoader delivers them, and what an end-of-epoch policy
+trains of them, counted without a sample.
+
+Each worker batches its own stream: worker w yields ceil(n_w / b) micro-batches, all of b
+samples but its last. The DataLoader hands them out round by round: batch k of worker 0, of
+worker 1, ..., then batch k + 1, skipping a worker that has finished (torch's `_try_put_index`
+cycles over the workers, and `_next_data` returns in task order). The ranks' counts differ, and
+the policy decides what each rank runs (every rank the same number, or a rank left waiting in
+the all-reduce):
+
+- drop: every rank stops at the fewest micro-batches any rank has; the rest is not trained;
+- pad: a short rank goes on with full micro-batches of b cut from the start of its epoch's
+  samples, in delivery order (as DistributedSampler pads from the start);
+- cycle: a finished rank starts its stream again, the same micro-batches in the same order,
+  until every rank has finished;
+- steps: the stream repeats without end; an epoch is counted as cycle's, until every rank has
+  read its stream once.
+"""
+
+from __future__ import annotations
+
+from app.core.records.integers import ceil_div
+from app.core.records.stream import EndOfEpoch
+
+
+def micro_batches(worker_samples: tuple[int, ...], b: int) -> int:
+    return sum(ceil_div(n, b) for n in worker_samples)
+
+
+def samples_in_first(worker_samples: tuple[int, ...], b: int, x: int) -> int:
+    """Samples in the first x micro-batches the DataLoader delivers (x at most their count)."""
+    counts = [ceil_div(n, b) for n in worker_samples]
+    # k whole rounds deliver sum(min(c_w, k)) micro-batches: take as many as fit, level by level
+    # of the workers' counts (between two levels each round delivers one per unfinished worker).
+    k = done = 0
+    for i, c in enumerate(sorted(counts)):
+        if c > k:
+            unfinished = len(counts) - i
+            rounds = min(c - k, (x - done) // unfinished)
+            done, k = done + rounds * unfinished, k + rounds
+            if k < c:
+                break
+    left = x - done  # round k's first `left` unfinished workers, in worker order
+    total = 0
+    for n, c in zip(worker_samples, counts, strict=True):
+        taken = min(c, k)
+        if left and c > k:
+            taken, left = taken + 1, left - 1
+        total += min(n, taken * b)
+    return total
+
+
+def micro_batches_run(counts: list[int], policy: EndOfEpoch) -> int:
+    """The micro-batches every rank runs in an epoch under the policy."""
+    return min(counts) if policy == "drop" else max(counts)
+
+
+def trained(worker_samples: tuple[int, ...], b: int, runs: int, policy: EndOfEpoch) -> tuple[int, int]:
+    """(samples trained, repeats included; distinct samples trained) by a rank that runs `runs`
+    micro-batches of its stream under the policy."""
+    own = micro_batches(worker_samples, b)
+    n = sum(worker_samples)
+    if runs <= own:
+        first = samples_in_first(worker_samples, b, runs)
+        return first, first
+    if policy == "pad":
+        return n + (runs - own) * b, n
+    passes, rest = divmod(runs, own)
+    return passes * n + samples_in_first(worker_samples, b, rest), n
