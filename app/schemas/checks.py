@@ -20,8 +20,9 @@ from app.contract.check_options import (
     FitOptimizer,
 )
 from app.contract.jobs import Job, JobStatus
+from app.contract.kinds.resume import ResumeOptions
 from app.contract.model_registry import NAME, SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut

@@ -13,7 +13,7 @@ from app.contract.check_options import (
     MAX_LR_PROBE_POINTS,
     MAX_LR_PROBE_SAMPLES,
 )
-from app.contract.options import LrScalingOptions
+from app.contract.kinds.lr_scaling import LrScalingOptions
 from app.schemas.types import WHOLE
 
 

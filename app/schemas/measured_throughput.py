@@ -15,7 +15,7 @@ from app.contract.check_options import (
     DEFAULT_THROUGHPUT_WARMUP,
     MAX_THROUGHPUT_POINTS,
 )
-from app.contract.options import ThroughputOptions
+from app.contract.kinds.throughput import ThroughputOptions
 from app.schemas.types import WHOLE
 
 MicroBatch = Annotated[int, Field(ge=1, le=1 << 20), WHOLE]

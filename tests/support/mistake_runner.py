@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from app.contract.run_request import planned_run
+from app.contract.kinds.run import planned_run
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.core.request.parse import plan_request

@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from app.contract.check_result import CheckResult
-from app.contract.lr_scaling_spec import LrScalingSpec, ProbeRunSpec
+from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of

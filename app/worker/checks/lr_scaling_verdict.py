@@ -13,8 +13,15 @@ larger), at the end where the start could not be measured: below B_noise / 4, wi
 
 from __future__ import annotations
 
-from app.contract.check_result import LossPoint, LrScalingResult, ProbeBase, ProbeNoise, ProbeRule
-from app.contract.lr_scaling_spec import LrScalingSpec, ProbeRunSpec
+from app.contract.kinds.lr_scaling import (
+    LossPoint,
+    LrScalingResult,
+    LrScalingSpec,
+    ProbeBase,
+    ProbeNoise,
+    ProbeRule,
+    ProbeRunSpec,
+)
 
 Curve = list[tuple[int, float | None]]  # (samples, held-out loss; None once diverged)
 REGIME_FACTOR = 4.0

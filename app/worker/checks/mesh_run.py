@@ -26,7 +26,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.distributed.tensor import DTensor
 
 from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
-from app.contract.run_result import RunOutcome
+from app.contract.kinds.run import RunOutcome
 from app.contract.spec import CheckSpec
 from app.core.cluster.device_mesh import ORDER
 from app.core.learning_rate.recipe_summary import lr_of

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from app.contract.check_result import CheckResult, ResumeOutcome
+from app.contract.check_result import CheckResult
+from app.contract.kinds.resume import ResumeOutcome
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan

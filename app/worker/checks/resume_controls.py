@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
-from app.contract.run_result import ControlStep
+from app.contract.kinds.run import ControlStep
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.worker.checks.controls import Control

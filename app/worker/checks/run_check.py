@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
-from app.contract.run_result import RunOutcome
+from app.contract.kinds.run import RunOutcome
 from app.contract.spec import CheckSpec, replica_range
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
-from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep, step_matches
+from app.contract.kinds.run import ControlStep, EpochEnd, RunOutcome, TrajectoryStep, step_matches
 from app.core.records.plan import Plan
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.run_controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls

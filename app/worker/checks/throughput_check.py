@@ -1,6 +1,6 @@
 """The throughput measurement (issue 38): after the check's step, rank 0 times one data-parallel
 replica's micro-step of the check's model at each micro-batch size, and the result gives the
-curve in the form `topology.throughput_curve` takes (app.contract.throughput).
+curve in the form `topology.throughput_curve` takes (app.contract.kinds.throughput).
 
 Which ranks measure: rank 0 alone, once the other ranks have finished the check. A curve is one
 replica's, and on CPU the warm ranks share the host's cores: ranks timing at once would each
@@ -25,8 +25,8 @@ import torch
 
 from app.contract.check_options import DEFAULT_THROUGHPUT_LIMIT
 from app.contract.check_result import CheckResult
+from app.contract.kinds.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
 from app.contract.spec import CheckSpec
-from app.contract.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
 from app.worker.checks.kind import Context, Laps
 from app.worker.checks.run_check import run_workload
 from app.worker.measure.throughput import time_sizes

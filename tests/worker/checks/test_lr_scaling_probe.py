@@ -13,8 +13,7 @@ from fastapi.testclient import TestClient
 from support.polling import check_result, run_check
 from support.problems import assert_field_error
 
-from app.contract.lr_scaling_spec import LrScalingSpec, ProbeRunSpec
-from app.contract.options import LrScalingOptions
+from app.contract.kinds.lr_scaling import LrScalingOptions, LrScalingSpec, ProbeRunSpec
 from app.contract.request import CheckOptions, CheckRequest, build_spec
 from app.core.request.parse import plan_request
 from app.schemas.lr_scaling_in import LrScalingIn

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("torch")
 
 from app.contract.codec import encode
+from app.contract.kinds.run import DEFAULT_RUN_RECIPE
 from app.contract.request import build_spec, check_request
-from app.contract.run_request import DEFAULT_RUN_RECIPE
 from app.worker.checks.run_controls import run_controls
 from app.worker.training.plan_steps import dataset_size, run_steps
 

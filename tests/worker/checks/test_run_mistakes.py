@@ -25,8 +25,8 @@ import torch
 from support.one_rank import one_rank_group
 
 from app.contract.codec import encode
+from app.contract.kinds.run import planned_run
 from app.contract.request import build_spec, check_request
-from app.contract.run_request import planned_run
 from app.core.request.parse import plan_request
 from app.ports import free_port
 from app.worker.checks import run_referee

@@ -1,7 +1,7 @@
-"""A check's throughput measurement (issue 38), the contract half: the options held against the
-plan where the request comes in (`throughput_options`: what every entry refuses, at the field,
-saying what works), and the result a rank returns (`Throughput`: each point, the fastest and
-the knee, and `curve`, the list `topology.throughput_curve` takes as it is).
+"""A check's throughput measurement, the contract half: the options (`ThroughputOptions`) held
+against the plan where the request comes in (`throughput_options`: what every entry refuses,
+at the field, saying what works), and the result a rank returns (`Throughput`: each point, the
+fastest and the knee, and `curve`, the list `topology.throughput_curve` takes as it is).
 
 The measurement itself is `app.worker.checks.throughput_check` (rank 0 times one replica's
 micro-step) over `app.worker.measure.throughput` (the timed loop).
@@ -10,14 +10,63 @@ micro-step) over `app.worker.measure.throughput` (the timed loop).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from app.contract.check_options import DEFAULT_THROUGHPUT_LIMIT, MAX_THROUGHPUT_POINTS
-from app.contract.options import ThroughputOptions
+from app.contract.check_options import (
+    DEFAULT_KNEE_MARGIN,
+    DEFAULT_THROUGHPUT_LIMIT,
+    DEFAULT_THROUGHPUT_REPEATS,
+    DEFAULT_THROUGHPUT_WARMUP,
+    MAX_THROUGHPUT_POINTS,
+)
+from app.contract.kinds.part import RequestPart, Trained
+from app.contract.spec_error import SpecError
 from app.core.errors.domain import InvalidValue
 from app.core.records.plan_request import PlanRequest
 
+if TYPE_CHECKING:
+    from app.contract.request import CheckRequest
+    from app.contract.spec import CheckSpec
+
 SPREAD_IS = "interquartile range / median of the repeats' step times"
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputOptions:
+    """Measure one replica's micro-step at each of `micro_batch_sizes` (None: powers of two up
+    to the plan's cap, `default_sizes`): `warmup_steps` untimed, then the median of `repeats`;
+    with `time_optimizer_step`, each timed step includes an optimizer step. The knee is the
+    smallest micro-batch within `margin` of the fastest samples/s."""
+
+    micro_batch_sizes: tuple[int, ...] | None = None
+    repeats: int = DEFAULT_THROUGHPUT_REPEATS
+    warmup_steps: int = DEFAULT_THROUGHPUT_WARMUP
+    time_optimizer_step: bool = False
+    margin: float = DEFAULT_KNEE_MARGIN
+
+
+class ThroughputPart(RequestPart):
+    """`throughput`: the measurement every rank's spec carries (`CheckSpec.throughput`), its
+    sizes filled in; on one data-parallel replica, so not with a device mesh."""
+
+    option: ClassVar[str] = "throughput"
+
+    def apply(self, request: CheckRequest, trained: Trained, spec: CheckSpec) -> CheckSpec:
+        asked = request.options.throughput
+        if asked is None:
+            return spec
+        if spec.mesh is not None:
+            raise SpecError(
+                "throughput is measured on one data-parallel replica: drop throughput with a device mesh, "
+                "or measure with tensor, pipeline and context 1 and data_parallel_shard 1",
+                "/throughput",
+            )
+        searched = request.options.fit_micro_batch is not None
+        return replace(spec, throughput=throughput_options(asked, request.plan, searched=searched))
+
+    def replanned(self, spec: CheckSpec, fresh: CheckSpec) -> CheckSpec:
+        # Measured on the re-planned split, up to the micro-batch the search found.
+        return replace(fresh, throughput=spec.throughput)
 
 
 @dataclass(frozen=True, slots=True)
