@@ -1,10 +1,10 @@
-"""HTTP models of a check's `throughput` (issue 38): the request's measurement options
-(ThroughputIn) and what the result holds (MeasuredThroughputOut), key for key the codec's JSON of
-app.contract.throughput.Throughput."""
+"""A check's throughput measurement over HTTP: the request's `throughput` (ThroughputIn), what
+the result holds (MeasuredThroughputOut, key for key the codec's JSON of
+app.contract.kinds.throughput.Throughput), and its Swagger example."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -106,3 +106,36 @@ class MeasuredThroughputOut(BaseModel):
         description="The points as topology.throughput_curve (or a node group's) takes them: send it "
         "back to POST /v1/plans as it is."
     )
+
+
+# The fields of CheckRequestIn and CheckResultOut, one line each there.
+ThroughputRequestField = Annotated[
+    ThroughputIn | None,
+    Field(
+        description="After the check, time one replica's micro-step at each micro-batch size (the "
+        "result's `throughput`: its points, the fastest and the knee, and the curve a plan takes).",
+    ),
+]
+ThroughputResultField = Annotated[
+    MeasuredThroughputOut | None,
+    Field(
+        description="With `throughput`: one replica's micro-step timed at each micro-batch size "
+        "(GET /v1/checks/{id}/throughput.png draws it).",
+    ),
+]
+
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "throughput": {
+        "summary": "Measure the throughput curve: samples/s of one replica at 8 micro-batch sizes",
+        "description": "After the check, rank 0 times one replica's micro-step at each size; the "
+        "result's `throughput.curve` is what topology.throughput_curve takes.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "global_batch_size": 64,
+                "max_micro_batch_size": 128,
+            },
+            "throughput": {"micro_batch_sizes": [1, 2, 4, 8, 16, 32, 64, 128], "repeats": 10},
+        },
+    },
+}

@@ -1,5 +1,7 @@
-"""HTTP models of the lr-scaling probe (docs/lr-scaling.md): the check request's `lr_scaling`
-and the result's. A plan takes the result back through schemas/lr_scaling_in.py."""
+"""The lr-scaling probe over HTTP (docs/lr-scaling.md): the check request's `lr_scaling`
+(LrScalingRequestIn) and the result's (LrScalingOut). A plan takes the result back through
+schemas/lr_scaling_in.py (the plan request's model: its `NoiseScaleIn` keeps the component name
+OpenAPI gives it there)."""
 
 from __future__ import annotations
 
@@ -110,3 +112,21 @@ class LrScalingOut(BaseModel):
         "above four times it (linear should not), or around it."
     )
     verdict: str
+
+
+# The fields of CheckRequestIn and CheckResultOut, one line each there.
+LrScalingRequestField = Annotated[
+    LrScalingRequestIn | None,
+    Field(
+        description="An lr-scaling probe after the first step: does the plan's scaled lr train as well "
+        "as the base batch did? Needs plan.learning_rate.",
+    ),
+]
+LrScalingResultField = Annotated[
+    LrScalingOut | None,
+    Field(
+        description="With lr_scaling in the request: the probe's base run and each rule's run at the "
+        "plan's global batch, their held-out loss curves and the verdict "
+        "(GET /v1/checks/{id}/lr_scaling.png draws them).",
+    ),
+]
