@@ -17,8 +17,8 @@ from app.contract.kinds.lr_scaling import LrScalingOptions, LrScalingSpec, Probe
 from app.contract.request import CheckOptions, CheckRequest, build_spec
 from app.core.request.parse import plan_request
 from app.schemas.lr_scaling_in import LrScalingIn
-from app.worker.checks.lr_scaling_probe import share
-from app.worker.checks.lr_scaling_verdict import judge, regime
+from app.worker.checks.lr_scaling.probe import share
+from app.worker.checks.lr_scaling.verdict import judge, regime
 
 LR = {"base_lr": 0.01, "base_batch_size": 16, "rule": "linear", "warmup_steps": 2}
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 64, "learning_rate": LR}

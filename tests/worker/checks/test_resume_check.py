@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from support.polling import check_result
 
 from app.schemas.checks import CHECK_EXAMPLES
-from app.worker.checks.resume_controls import (
+from app.worker.checks.resume.controls import (
     RESUME_KEEPS_MICRO_BATCH,
     RESUME_PER_RANK_POSITION,
     RESUME_SCHEDULE_RESTART,

@@ -21,7 +21,7 @@ from support.bodies import RUN_RECIPE, fast_and_slow
 from support.polling import check_result, hold_ranks, run_check
 
 from app.schemas.checks import CHECK_EXAMPLES
-from app.worker.checks.run_controls import RUN_CONTROLS
+from app.worker.checks.run.controls import RUN_CONTROLS
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ pytest.importorskip("torch")
 from app.contract.codec import encode
 from app.contract.kinds.run import DEFAULT_RUN_RECIPE
 from app.contract.request import build_spec, check_request
-from app.worker.checks.run_controls import run_controls
+from app.worker.checks.run.controls import run_controls
 from app.worker.training.plan_steps import dataset_size, run_steps
 
 FOUR = {"num_nodes": 1, "gpus_per_node": 4}

@@ -29,10 +29,10 @@ from app.contract.kinds.run import planned_run
 from app.contract.request import build_spec, check_request
 from app.core.request.parse import plan_request
 from app.ports import free_port
-from app.worker.checks import run_referee
 from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.checks.run_controls import RUN_CONTROLS, run_controls
+from app.worker.checks.run import referee as run_referee
+from app.worker.checks.run.controls import RUN_CONTROLS, run_controls
 from app.worker.training.reference_run import ReferenceTrainer
 from app.worker.training.workload import SyntheticWorkload, load
 
@@ -159,7 +159,7 @@ def test_a_reference_of_another_recipe_fails_the_check(
         changed = dataclasses.replace(plan.learning_rate, weight_decay=plan.learning_rate.weight_decay * 2)
         return referee(dataclasses.replace(plan, learning_rate=changed), *args, **kwargs)
 
-    monkeypatch.setattr("app.worker.checks.run_check.Referee", other_weight_decay)
+    monkeypatch.setattr("app.worker.checks.run.check.Referee", other_weight_decay)
     result = _run(group)
     assert result["gradient_matches"] and not result["passed"] and not result["trajectory_matches"]
     off = [s["step"] for s in result["trajectory"] if not s["within_tolerance"]]

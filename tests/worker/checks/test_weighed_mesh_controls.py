@@ -17,8 +17,8 @@ import torch
 
 from app.contract.codec import encode
 from app.contract.request import build_spec, check_request
-from app.worker.checks import mesh_check
 from app.worker.checks.driver import run_spec
+from app.worker.checks.mesh import check as mesh_check
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training import mesh_gradients
 from app.worker.training.workload import load

@@ -1,6 +1,6 @@
 """A check's run: after the first step's check, `steps` optimizer steps of the plan's recipe
 on the warm ranks under DDP, as a training job would take them, held step by step against the
-single-process reference run on rank 0 (run_referee.py), with the run-level controls.
+single-process reference run on rank 0 (referee.py), with the run-level controls.
 
 Each replica reads through the plan's sampler with `set_epoch` at every epoch
 (training/replica_feed.py), runs its micro-batches under `no_sync()` but the last with the
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -28,8 +28,8 @@ from app.contract.kinds.run import RunOutcome
 from app.contract.spec import CheckSpec, replica_range
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
-from app.worker.checks.kind import Context, Laps
-from app.worker.checks.run_referee import Referee
+from app.worker.checks.kind import Context, Laps, Stage
+from app.worker.checks.run.referee import Referee
 from app.worker.training.gradients import Batch, BatchFeed, micro_steps
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.replica_feed import replica_steps
@@ -76,13 +76,13 @@ class DdpRun:
     """After the first step, `steps` optimizer steps of the plan's recipe on DDP replicas."""
 
     name: ClassVar[str] = "ddp_run"
-    stage: ClassVar[Literal["step", "after"]] = "after"
+    stage: ClassVar[Stage] = "run"
     # The reference run and the controls' runs are trained in lockstep with the plan's run on
     # rank 0: their time is set aside under run_reference while the run's lap runs.
     laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.steps > 1 and spec.mesh is None and spec.resume_plan is None  # resume_check's
+        return spec.steps > 1
 
     def prepare(self, ctx: Context) -> _Run:
         spec, device = ctx.spec, ctx.device
@@ -146,7 +146,7 @@ class DdpRun:
         state.losses = _all_reduced(state.losses, device, torch.float64)
 
     def controls(self, ctx: Context, state: _Run) -> None:
-        """The run-level controls train beside the reference run on rank 0 (run_referee)."""
+        """The run-level controls train beside the reference run on rank 0 (referee.py)."""
 
     def measure(self, ctx: Context, state: _Run) -> bool:
         return False

@@ -1,7 +1,7 @@
-"""A mesh check's run: after the first step's check (mesh_check.py), `steps` optimizer steps of
+"""A mesh check's run: after the first step's check (checks/mesh/check.py), `steps` optimizer steps of
 the plan's recipe on the plan's own mesh (tensor parallel with DTensor, FSDP2 / HSDP with
 `fully_shard`, pipeline stages under a torch.distributed.pipelining schedule), held step by
-step against the single-process reference run on rank 0 (run_referee.py).
+step against the single-process reference run on rank 0 (referee.py).
 
 Every data-parallel rank reads its replica's samples through the plan's sampler with
 `set_epoch` (its tensor and pipeline peers read the same ones); the gradient is clipped by the
@@ -16,7 +16,7 @@ import copy
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -31,9 +31,9 @@ from app.contract.spec import CheckSpec
 from app.core.cluster.device_mesh import ORDER
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
-from app.worker.checks.kind import Context, Laps
+from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import CheckGroup
-from app.worker.checks.run_referee import Referee
+from app.worker.checks.run.referee import Referee
 from app.worker.training.mesh_models import (
     Parallelize,
     accumulate,
@@ -183,11 +183,11 @@ class MeshRun:
     """After the first step, `steps` optimizer steps of the plan's recipe on the plan's mesh."""
 
     name: ClassVar[str] = "mesh_run"
-    stage: ClassVar[Literal["step", "after"]] = "after"
+    stage: ClassVar[Stage] = "run"
     laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.steps > 1 and spec.mesh is not None and spec.resume_plan is None  # resume_check's
+        return spec.steps > 1 and spec.mesh is not None
 
     def prepare(self, ctx: Context) -> _Run:
         spec, group = ctx.spec, ctx.group
@@ -229,7 +229,7 @@ class MeshRun:
         state.losses = summed.tolist()
 
     def controls(self, ctx: Context, state: _Run) -> None:
-        """The run-level controls train beside the reference run on rank 0 (run_referee)."""
+        """The run-level controls train beside the reference run on rank 0 (referee.py)."""
 
     def measure(self, ctx: Context, state: _Run) -> bool:
         return False

@@ -1,6 +1,6 @@
 """The resume controls: resumes gone wrong, each trained on rank 0 from the reference run's own
 state at the checkpoint (a copy of its trainer), run where it changes the run, else skipped with
-the reason (resume_parts.py says where the right resume reads)."""
+the reason (parts.py says where the right resume reads)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.worker.checks.controls import Control
 from app.worker.checks.result_parts import DETECTION_FACTOR
-from app.worker.checks.resume_parts import Layout, layout_of, layout_steps
+from app.worker.checks.resume.parts import Layout, layout_of, layout_steps
 from app.worker.training.gradients import compare
 from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant, StepIndices
 

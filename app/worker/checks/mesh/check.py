@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -24,9 +24,9 @@ from app.contract.check_result import CheckResult, SkippedControl
 from app.contract.mesh_spec import mesh_world, wrapper_of
 from app.contract.spec import CheckSpec
 from app.core.cluster.device_mesh import ORDER
-from app.worker.checks.kind import Context, Laps
-from app.worker.checks.mesh_reads import MeshRank, Reads, StepRun, control_runs, weighable, weighed
-from app.worker.checks.mesh_steps import MeshSteps
+from app.worker.checks.kind import Context, Laps, Stage
+from app.worker.checks.mesh.reads import MeshRank, Reads, StepRun, control_runs, weighable, weighed
+from app.worker.checks.mesh.steps import MeshSteps
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.training.assembled_gradient import assembled_gradient
 from app.worker.training.gradients import reference_gradient
@@ -65,7 +65,7 @@ class MeshStep:
     """The plan's first step on its own mesh, one real process per mesh rank."""
 
     name: ClassVar[str] = "mesh"
-    stage: ClassVar[Literal["step", "after"]] = "step"
+    stage: ClassVar[Stage] = "step"
     laps: ClassVar[Laps] = Laps()
 
     def applies(self, spec: CheckSpec) -> bool:

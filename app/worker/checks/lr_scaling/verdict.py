@@ -1,4 +1,4 @@
-"""The lr-scaling probe's judgement (checks/lr_scaling_probe.py trains the runs): each rule's
+"""The lr-scaling probe's judgement (probe.py trains the runs): each rule's
 final held-out loss over the base run's, whether it holds within the tolerance, the best rule,
 the regime McCandlish et al. 2018 predict from the measured noise scale, and one sentence.
 

@@ -1,9 +1,9 @@
-"""The resume check: a run of `steps` optimizer steps of the plan's recipe (as run_check.py and
-mesh_run.py train it) that stops after `at_step` steps, checkpoints, and goes on from that step
+"""The resume check: a run of `steps` optimizer steps of the plan's recipe (as run/check.py and
+run/mesh.py train it) that stops after `at_step` steps, checkpoints, and goes on from that step
 on the resumed plan's replicas: the same plan re-made for `data_parallel_size` replicas with
 the same global batch (contract/resume_request.py, app.core.resume.plan_resume). The whole trajectory is
-held step by step against the uninterrupted single-process reference run (run_referee.py), with
-the run-level controls and the resume controls (resume_parts.py).
+held step by step against the uninterrupted single-process reference run (run/referee.py), with
+the run-level controls and the resume controls (parts.py).
 
 The ranks beyond the resumed world idle: they take part in what the default group does (the
 valid-token count, the losses' sum) with nothing of their own. The checkpoint is the model's
@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 
@@ -31,18 +31,18 @@ from app.contract.spec import CheckSpec
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.core.records.resume import ResumePlan
-from app.worker.checks.kind import Context, Laps
-from app.worker.checks.resume_controls import ResumeControls
-from app.worker.checks.resume_parts import (
+from app.worker.checks.kind import Context, Laps, Stage
+from app.worker.checks.resume.controls import ResumeControls
+from app.worker.checks.resume.parts import (
     Layout,
     checkpoint_of,
     layout_of,
     resumed_feed,
     summed,
 )
-from app.worker.checks.resume_ranks import DdpRanks, Feeds, MeshRanks, Ranks
-from app.worker.checks.run_check import run_workload
-from app.worker.checks.run_referee import Referee
+from app.worker.checks.resume.ranks import DdpRanks, Feeds, MeshRanks, Ranks
+from app.worker.checks.run.check import run_workload
+from app.worker.checks.run.referee import Referee
 from app.worker.training.replica_feed import ReplicaStep, replica_steps
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Workload
@@ -73,11 +73,11 @@ class ResumeRun:
     """A run of the plan's recipe checkpointed after `at_step` steps and resumed on other replicas."""
 
     name: ClassVar[str] = "resume_run"
-    stage: ClassVar[Literal["step", "after"]] = "after"
+    stage: ClassVar[Stage] = "run"
     laps: ClassVar[Laps] = Laps(plan="run", controls=None, reference="run_reference")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.steps > 1 and spec.resume_plan is not None
+        return spec.resume_plan is not None
 
     def prepare(self, ctx: Context) -> _Resume:
         spec = ctx.spec

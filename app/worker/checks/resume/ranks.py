@@ -1,6 +1,6 @@
 """The ranks a resume check trains on, before and after the checkpoint: a plan's replicas under
 DDP, or on its mesh (FSDP2 / HSDP / TP), each stepping, clipping, and saving and loading the
-full state (resume_check.py says why a full state)."""
+full state (check.py says why a full state)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from app.contract.mesh_spec import mesh_sizes
 from app.contract.spec import replica_range
 from app.core.records.plan import LearningRatePlan, Plan
 from app.worker.checks.kind import Context
-from app.worker.checks.mesh_run import MeshRank
-from app.worker.checks.resume_parts import first_ranks, sub_mesh, summed
+from app.worker.checks.resume.parts import first_ranks, sub_mesh, summed
+from app.worker.checks.run.mesh import MeshRank
 from app.worker.training.gradients import Batch, BatchFeed, micro_steps
 from app.worker.training.mesh_models import build_mesh, synthetic_parallelize
 from app.worker.training.reference_run import build_optimizer

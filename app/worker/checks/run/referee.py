@@ -1,7 +1,7 @@
 """Rank 0's side of a run (a check of several optimizer steps): the reference run, and each
 run-level control's run, trained in one process in lockstep with the plan's distributed run
 and compared with it after every optimizer step. One referee serves the DDP and token runs
-(run_check.py) and the mesh runs (mesh_run.py).
+(check.py) and the mesh runs (mesh.py).
 
 Tolerance per step, on the parameters' relative L2 distance and the loss's relative
 difference: float64 1e-12. A DDP step differs from the single-process step by round-off
@@ -24,7 +24,7 @@ from app.contract.check_result import ControlOutcome, SkippedControl
 from app.contract.kinds.run import ControlStep, EpochEnd, RunOutcome, TrajectoryStep, step_matches
 from app.core.records.plan import Plan
 from app.worker.checks.result_parts import DETECTION_FACTOR
-from app.worker.checks.run_controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls
+from app.worker.checks.run.controls import CLIP_BEFORE_ALL_REDUCE, RunControl, clip_never_bites, run_controls
 from app.worker.training.gradients import compare
 from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant
 from app.worker.training.token_model import TokenWorkload

@@ -2,7 +2,7 @@
 the gradient, skipped with the reason where they cannot.
 
 Each names how a rank reads its data (which DistributedSampler it builds) or how the pipeline
-schedule scales its loss; `mesh_check` runs them on the same mesh as the plan.
+schedule scales its loss; `check` runs them on the same mesh as the plan.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the resume check (resume_check.py) is built from: where each resumed replica reads, the
+"""What the resume check (check.py) is built from: where each resumed replica reads, the
 process groups the resumed ranks form, and the resume controls.
 
 A resumed replica reads as a training job restarted from a checkpoint reads: torch's

@@ -17,7 +17,7 @@ from app.contract.mesh_spec import mesh_world
 from app.contract.spec import CheckSpec
 from app.core.cluster.device_mesh import ORDER
 from app.worker.checks.controls import Control, split_controls
-from app.worker.checks.mesh_controls import (
+from app.worker.checks.mesh.controls import (
     PIPELINE_LOSS_NOT_SCALED,
     REPLICAS_FROM_SHARD_GROUP,
     SAMPLER_BY_GLOBAL_RANK,

@@ -3,12 +3,12 @@
 After the first step's check, the ranks train, from the workload's one initialisation and one
 sample stream, the base run (base_batch_size at base_lr) and one run per rule (the plan's
 global batch at that rule's lr, with the plan's warmup and decay counted in samples:
-contract/lr_scaling_spec.py), each over the same samples, and evaluate every run on the same
+contract/kinds/lr_scaling.py), each over the same samples, and evaluate every run on the same
 held-out batch at the same sample counts. The runs are independent: each rank trains its share
 in its own process (no DDP inside a run), the longest runs first on the least loaded rank, and
 rank 0 gathers the curves. The rank that trains the base run also measures the gradient noise
 scale (McCandlish et al. 2018's two-batch estimate) at its start and at its end. Rank 0 judges
-them (lr_scaling_verdict.py).
+them (verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
 held-out batch far beyond them; a dataset's samples reshuffled every pass with the check's
@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -34,9 +34,9 @@ from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
-from app.worker.checks.kind import Context, Laps
-from app.worker.checks.lr_scaling_verdict import Curve, judge
-from app.worker.checks.run_check import run_workload
+from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.lr_scaling.verdict import Curve, judge
+from app.worker.checks.run.check import run_workload
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.synthetic_model import OUTPUTS, build_model
 from app.worker.training.workload import SyntheticWorkload, Workload
@@ -133,11 +133,10 @@ def share(probe: LrScalingSpec, ranks: int) -> list[list[int]]:
     return out
 
 
-class LrScalingProbe:
+class LrScalingProbe(AfterKind[_Probe]):
     """After the first step: the base run and every rule's run, spread over the ranks."""
 
     name: ClassVar[str] = "lr_scaling"
-    stage: ClassVar[Literal["step", "after"]] = "after"
     laps: ClassVar[Laps] = Laps(plan="lr_scaling", controls=None, reference=None)
 
     def applies(self, spec: CheckSpec) -> bool:
@@ -158,15 +157,6 @@ class LrScalingProbe:
         gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
         dist.gather_object(payload, gathered, dst=0)
         state.gathered = gathered
-
-    def controls(self, ctx: Context, state: _Probe) -> None:
-        """The probe has no controls: its runs are measured, not judged against a reference."""
-
-    def measure(self, ctx: Context, state: _Probe) -> bool:
-        return False
-
-    def reference(self, ctx: Context, state: _Probe) -> None:
-        """Every run is its own answer."""
 
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
