@@ -1,4 +1,4 @@
-"""The torchrun program of tests/worker/checks/test_run_mistakes.py: the plan's run with one known
+"""The torchrun program of tests/worker/checks/run/test_run_mistakes.py: the plan's run with one known
 mistake, made the literal way with torch's own pieces, one replica per process.
 
     torchrun --nproc-per-node DP mistake_runner.py MISTAKES RUN_PLAN.json STEPS OUT_DIR

@@ -1,7 +1,7 @@
 """The run-level controls of a check of several optimizer steps: mistakes that leave the first
 step's gradient right and change the run after it. Each is the reference run with one
 departure (`reference_run.RunVariant`), trained on rank 0 beside the reference, which is the
-trajectory the mistake produces: tests/worker/checks/test_run_mistakes.py runs each mistake the
+trajectory the mistake produces: tests/worker/checks/run/test_run_mistakes.py runs each mistake the
 literal way under torchrun (DDP, a real scheduler, sampler and clipping) and holds it to this.
 
 A control runs where it changes this plan's run over the steps asked, decided exactly where the

@@ -38,7 +38,7 @@ from app.worker.training.workload import SyntheticWorkload, load
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[3]
 ROOT = TESTS.parent
 STEPS = 6
 # 2 replicas, accumulation 2, 3 optimizer steps an epoch; a warmup from 0, a cosine decay and

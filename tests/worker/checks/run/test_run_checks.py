@@ -25,7 +25,7 @@ from app.worker.checks.run.controls import RUN_CONTROLS
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 RUN_CONTROL_NAMES = {c.name for c in RUN_CONTROLS}
 FOUR = {"num_nodes": 1, "gpus_per_node": 4}
 
