@@ -1,7 +1,7 @@
 """The resume check: a run of `steps` optimizer steps of the plan's recipe (as run/check.py and
 run/mesh.py train it) that stops after `at_step` steps, checkpoints, and goes on from that step
 on the resumed plan's replicas: the same plan re-made for `data_parallel_size` replicas with
-the same global batch (contract/resume_request.py, app.core.resume.plan_resume). The whole trajectory is
+the same global batch (contract/kinds/resume.py, app.core.resume.plan_resume). The whole trajectory is
 held step by step against the uninterrupted single-process reference run (run/referee.py), with
 the run-level controls and the resume controls (parts.py).
 
