@@ -227,20 +227,25 @@ class BatchplanClient:
         checks = data.get("checks", [])
         return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
 
+    def check_chart(self, check_id: str, chart: str, format: Literal["png", "svg"] = "png") -> bytes:
+        """GET /v1/checks/{id}/{chart}.{format}: one of a finished check's charts (trajectory,
+        throughput, lr_scaling; 404 for a check whose result has none, 409 while it runs)."""
+        return self.request("GET", f"/v1/checks/{_segment(check_id)}/{_segment(chart)}.{format}").content
+
     def check_trajectory(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
         """GET /v1/checks/{id}/trajectory.{format}: a finished run's chart (404 for a check of
         one step, 409 while it runs)."""
-        return self.request("GET", f"/v1/checks/{_segment(check_id)}/trajectory.{format}").content
+        return self.check_chart(check_id, "trajectory", format)
 
     def check_throughput(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
         """GET /v1/checks/{id}/throughput.{format}: a finished check's measured curve (404 for a
         check that measured none, 409 while it runs)."""
-        return self.request("GET", f"/v1/checks/{_segment(check_id)}/throughput.{format}").content
+        return self.check_chart(check_id, "throughput", format)
 
     def check_lr_scaling(self, check_id: str, format: Literal["png", "svg"] = "png") -> bytes:
         """GET /v1/checks/{id}/lr_scaling.{format}: a finished lr-scaling probe's chart (404 for
         a check that was not one, 409 while it runs)."""
-        return self.request("GET", f"/v1/checks/{_segment(check_id)}/lr_scaling.{format}").content
+        return self.check_chart(check_id, "lr_scaling", format)
 
     def cancel_check(self, check_id: str) -> Json:
         """DELETE /v1/checks/{id}; 409 (ProblemError) when it already finished."""

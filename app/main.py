@@ -19,7 +19,7 @@ from fastapi import Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
-from app.api import checks, exports, lr_scaling_chart, ops, plans, throughput_chart
+from app.api import check_charts, checks, exports, ops, plans
 from app.api.access_log import AccessLogMiddleware
 from app.api.deps import require_planner_key
 from app.api.docs import CDN_PAGES_OFF, install_docs
@@ -205,8 +205,7 @@ def create_app(settings: Settings | None = None, runner: CheckRunner | None = No
     app.include_router(plans.router, dependencies=planner_auth)
     app.include_router(exports.router, dependencies=planner_auth)
     app.include_router(checks.router)
-    app.include_router(throughput_chart.router)
-    app.include_router(lr_scaling_chart.router)
+    app.include_router(check_charts.router)
     app.include_router(ops.router)
     if settings.plan_fast_path and not settings.protect_planner:
         # Added first, so innermost: the request-id, metrics, access-log and CORS middleware

@@ -6,6 +6,7 @@ Direct imports, read from the source (import-linter, run by CI, follows them ind
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -148,8 +149,8 @@ def test_nothing_imports_the_zoo(path: Path) -> None:
 def test_the_scanner_resolves_and_catches_imports() -> None:
     """The scan itself must be able to fail: it sees a third-party import and resolves relative ones."""
     source = "import json\nfrom fastapi import FastAPI\nfrom . import models\nfrom .sampler import x\n"
-    modules = [m for _, m in imported_modules(CORE / "probe.py", source)]
-    assert modules == ["json", "fastapi", "app.core", "app.core.sampler"]
+    modules = [m for _, m in imported_modules(CORE / "split" / "probe.py", source)]
+    assert modules == ["json", "fastapi", "app.core.split", "app.core.split.sampler"]
     assert "fastapi" not in sys.stdlib_module_names
 
 
@@ -191,14 +192,23 @@ def test_no_module_of_the_app_is_over_300_lines() -> None:
 
 
 def test_the_worked_example_of_a_check_kind_is_the_code() -> None:
-    """docs/architecture.md, "Adding a check kind": every registered kind is named, and the
-    example's declarations are the throughput kind's own lines."""
+    """docs/architecture.md, "Adding a check kind": every registered kind is named, every file
+    the recipe names exists, and the example's declarations are the throughput kind's own lines."""
     from app.worker.checks.registry import KINDS
 
     page = (ROOT / "docs" / "architecture.md").read_text()
     assert [type(k).__name__ for k in KINDS if type(k).__name__ not in page] == []
-    source = (WORKER / "checks" / "throughput_check.py").read_text()
-    example = page[page.index("class ThroughputMeasure:") :]
-    for line in ("name: ClassVar", "stage: ClassVar", "laps: ClassVar", "return spec.throughput is not None"):
-        shown = next(x.strip() for x in example.splitlines() if line in x)
-        assert shown.split("  #")[0].strip() in source, shown
+    recipe = page[page.index("## Adding a check kind") :]
+    named = set(re.findall(r"`((?:app|tests|docs)/[\w/.-]+\.(?:py|md))`", recipe))
+    assert len(named) > 10 and [p for p in sorted(named) if not (ROOT / p).is_file()] == []
+    shown = {
+        "app/contract/kinds/throughput.py": recipe[recipe.index("class ThroughputPart(") :],
+        "app/worker/checks/throughput_check.py": recipe[recipe.index("class ThroughputMeasure(") :],
+        "app/worker/checks/registry.py": recipe[recipe.index("KINDS: tuple") :],
+    }
+    for path, example in shown.items():
+        source = {x.split("  #")[0].strip() for x in (ROOT / path).read_text().splitlines()}
+        lines = [x.split("  #")[0].strip() for x in example.split("```")[0].splitlines()]
+        kept = ("class ", "name:", "option:", "laps:", "return ", "KINDS")
+        declared = [x for x in lines if x.startswith(kept) or x.endswith("(),")]
+        assert declared and [x for x in declared if x not in source] == [], path

@@ -1,16 +1,14 @@
-"""The worker's routes: gradient checks of a plan with real torch.distributed, and the host."""
+"""The worker's routes: gradient checks of a plan with real torch.distributed, and the host.
+A check's charts are check_charts.py's."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
-from fastapi import Path as PathParam
 
-from app.api.chart_response import chart_response
 from app.api.deps import API_KEY_HELP, require_api_key
 from app.api.exposure import exposure
 from app.api.json_body import JsonBodyRoute
@@ -19,7 +17,7 @@ from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.contract.codec import encode
 from app.contract.jobs import Job, JobStatus
-from app.core.errors.domain import Conflict, NotFound, Unavailable
+from app.core.errors.domain import Unavailable
 from app.core.errors.problems import domain_problem, problem_body
 from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.checks import (
@@ -50,13 +48,14 @@ def _worker_disabled(reason: str | None) -> Unavailable:
     return Unavailable(reason or "the worker is disabled on this server (BATCHPLAN_WORKER_ENABLED=false)")
 
 
-_EXAMPLE_ID = "4f9c2b7e0d1a4c6b8e3f5a7c9d2e1b0a"
-_PROBLEMS: dict[int | str, dict[str, Any]] = {
+# The id the documented examples use, and the problems every route of a check may answer.
+EXAMPLE_ID = "4f9c2b7e0d1a4c6b8e3f5a7c9d2e1b0a"
+PROBLEMS: dict[int | str, dict[str, Any]] = {
     401: problem_response(
         "Missing or wrong API key.",
         {"no_key": problem_body(401, "http-401", "Unauthorized", API_KEY_HELP)},
     ),
-    404: problem_response("No such check.", {"unknown_id": domain_problem(no_such_check(_EXAMPLE_ID))}),
+    404: problem_response("No such check.", {"unknown_id": domain_problem(no_such_check(EXAMPLE_ID))}),
     429: problem_response(
         "The queue is full; see Retry-After.", {"queue_full": domain_problem(queue_full(16, 30))}
     ),
@@ -72,66 +71,13 @@ _FINISHED = problem_response(
     "Already finished.",
     {
         "already_finished": refusal(
-            lambda: Job(_EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}).check_transition(
+            lambda: Job(EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}).check_transition(
                 JobStatus.CANCELLED
             )
         )
     },
 )
 
-
-def no_trajectory(job: Job) -> NotFound:
-    why = (
-        "it trained one optimizer step (steps 1): send steps above 1 for a run"
-        if job.status is JobStatus.SUCCEEDED
-        else f"it {job.status.value} without a result"
-    )
-    return NotFound(f"check {job.id!r} has no trajectory: {why}")
-
-
-def not_finished(job: Job, what: str = "trajectory") -> Conflict:
-    return Conflict(
-        f"check {job.id!r} is {job.status.value}: its {what} is drawn once it has finished "
-        f"(GET /v1/checks/{job.id} says when)"
-    )
-
-
-def _trajectory_of(job: Job) -> Mapping[str, Any]:
-    """The finished job's result, when it holds a run; else the problem that says why not."""
-    if not job.status.finished:
-        raise not_finished(job)
-    if job.result is None or job.result.get("trajectory") is None:
-        raise no_trajectory(job)
-    return job.result
-
-
-_EXAMPLE_JOB = Job(_EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}, result={"trajectory": None})
-_TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The chart: the loss at every optimizer step of the plan's run, the reference "
-        "run's and each run-level control's, and the lr of each.",
-        "content": {
-            "image/png": {"schema": {"type": "string", "format": "binary"}},
-            "image/svg+xml": {"schema": {"type": "string"}},
-        },
-    },
-    **_PROBLEMS,
-    404: problem_response(
-        "No such check, or it has no trajectory (one step, or no result).",
-        {
-            "unknown_id": domain_problem(no_such_check(_EXAMPLE_ID)),
-            "one_step": domain_problem(no_trajectory(_EXAMPLE_JOB)),
-        },
-    ),
-    409: problem_response(
-        "The check has not finished.",
-        {
-            "running": domain_problem(
-                not_finished(Job(_EXAMPLE_ID, JobStatus.RUNNING, "2026-01-01T00:00:00Z", {}))
-            )
-        },
-    ),
-}
 
 # OpenAPI links: a check's lifecycle, POST -> GET -> DELETE, with the id the answer carries
 # (clients and schemathesis' stateful testing follow them).
@@ -182,7 +128,7 @@ def _job_response(job: Job, status_code: int = 200, headers: dict[str, str] | No
     responses={
         202: {"links": {"GetCheck": _TO_GET, "CancelCheck": _TO_CANCEL}},
         **PROBLEM_RESPONSES,
-        **_PROBLEMS,
+        **PROBLEMS,
         422: problem_response(
             "Invalid or uncheckable request, naming the field (a plan's under /plan).",
             refused_plans(lambda body: CheckRequestIn.model_validate({"plan": body}).plan, "/plan"),
@@ -203,9 +149,7 @@ async def create_check(
     return _job_response(job, 202, {"Location": f"/v1/checks/{job.id}"})
 
 
-@router.get(
-    "/checks", response_model=CheckListOut, summary="Recent checks, newest first", responses=_PROBLEMS
-)
+@router.get("/checks", response_model=CheckListOut, summary="Recent checks, newest first", responses=PROBLEMS)
 async def list_checks(
     service: Service, limit: Annotated[int, Query(ge=1, le=500)] = 50, status: StatusQuery | None = None
 ) -> Response:
@@ -218,7 +162,7 @@ async def list_checks(
     "/checks/{check_id}",
     response_model=CheckJobOut,
     summary="One check",
-    responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **_PROBLEMS},
+    responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **PROBLEMS},
 )
 async def get_check(
     check_id: str,
@@ -239,48 +183,24 @@ async def get_check(
     return _job_response(await service.get(check_id, HOLD_S if wait is None else wait))
 
 
-@router.get(
-    "/checks/{check_id}/trajectory.{format}",
-    summary="A check's run as a chart: loss and lr per step, beside the reference and the controls",
-    response_class=Response,
-    responses=_TRAJECTORY_PROBLEMS,
-)
-async def get_check_trajectory(
-    check_id: str,
-    format: Annotated[Literal["png", "svg"], PathParam(description="The image format.")],
-    service: Service,
-) -> Response:
-    """The run of a finished check of several steps (`steps` above 1): the loss of every
-    optimizer step of the plan's run against the single-process reference run's and each
-    run-level control's (the mistakes it must tell apart), and the lr each stepped with."""
-    result = _trajectory_of(await service.get(check_id))
-    from app.charts import trajectory_chart  # matplotlib loads only when a chart is asked for
-
-    title = (
-        f"check {check_id}: {result['steps']} optimizer steps, {result['data_parallel_size']} replicas, "
-        f"{'passed' if result['passed'] else 'FAILED'}"
-    )
-    return await chart_response(trajectory_chart, result, format, title)
-
-
 @router.delete(
     "/checks/{check_id}",
     response_model=CheckJobOut,
     summary="Cancel a queued or running check",
-    responses={200: {"links": {"GetCheck": _TO_GET}}, **_PROBLEMS, 409: _FINISHED},
+    responses={200: {"links": {"GetCheck": _TO_GET}}, **PROBLEMS, 409: _FINISHED},
 )
 async def cancel_check(check_id: str, service: Service) -> Response:
     return _job_response(await service.cancel(check_id))
 
 
-@router.get("/check-models", summary="The models a check can train", responses=_PROBLEMS)
+@router.get("/check-models", summary="The models a check can train", responses=PROBLEMS)
 async def list_check_models(service: Service) -> CheckModelsOut:
     """The built-in synthetic model and those the operator registered
     (BATCHPLAN_CHECK_MODELS); a check request names one in `model`."""
     return CheckModelsOut.model_validate({"models": encode(service.describe_models())})
 
 
-@router.get("/host", summary="What this worker can run", responses=_PROBLEMS)
+@router.get("/host", summary="What this worker can run", responses=PROBLEMS)
 def get_host(request: Request) -> HostOut:
     service: CheckService | None = request.app.state.checks
     if service is None:

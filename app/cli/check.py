@@ -9,15 +9,15 @@ from typing import Annotated
 
 import typer
 
+from app.cli.charts import save_chart
 from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_body
 from app.cli.compute import make_client
+from app.cli.errors import client_errors, fail
 from app.cli.flag_groups import with_flag_groups
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
-from app.cli.lr_scaling_table import save_lr_chart
 from app.cli.options import PlanFlags
-from app.cli.output import client_errors, fail, show_check
+from app.cli.output import show_check
 from app.cli.progress import Progress, ServerPhase
-from app.cli.run_table import chart_format, draw_chart
 from app.client import BatchplanError, CheckTimeout, Json
 
 
@@ -58,27 +58,10 @@ def check(
     done = run_check(body, run, job)
     status = show_check(done, job.as_json)
     if chart is not None:
-        _save_chart(done, chart, job.url, job.api_key)
+        save_chart("trajectory", done, chart, job.url, job.api_key)
     if lr_chart is not None:
-        save_lr_chart(done, lr_chart, job.url, job.api_key)
+        save_chart("lr_scaling", done, lr_chart, job.url, job.api_key)
     raise typer.Exit(status)
-
-
-def _save_chart(done: Json, path: Path, url: str | None, api_key: str | None) -> None:
-    """The run's chart, from the server that ran it or drawn here; a check without a run has none."""
-    result = done.get("result")
-    if not isinstance(result, dict) or not result.get("trajectory"):
-        fail({"detail": f"no chart written to {path}: the check has no run (give --steps above 1)"})
-    if url:
-        with client_errors(), make_client(url, api_key) as client:
-            image = client.check_trajectory(str(done["id"]), chart_format(path))
-    else:
-        image = draw_chart(result, path)
-    try:
-        path.write_bytes(image)
-    except OSError as err:
-        fail({"detail": f"cannot write {path}: {err.strerror or err}"})
-    typer.echo(f"wrote {path}", err=True)
 
 
 def run_check(body: Json, run: CheckFlags, job: JobFlags) -> Json:

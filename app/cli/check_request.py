@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
+from app.cli.errors import fail
 from app.cli.local_check import Launcher
 from app.cli.options import ApiKey, PlanFlags, Url
-from app.cli.output import fail
 from app.cli.requests import plan_body, plan_request
 from app.client import Json
 from app.contract.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorkload, DType

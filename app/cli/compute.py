@@ -8,7 +8,8 @@ import logging
 
 from pydantic import ValidationError
 
-from app.cli.output import client_errors, fail, table, validation_problem_of
+from app.cli.errors import client_errors, fail, validation_problem_of
+from app.cli.output import table
 from app.client import BatchplanClient, Json
 from app.core.errors.domain import PlanError
 from app.core.errors.problems import domain_problem

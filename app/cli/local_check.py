@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from app.cli.output import fail, validation_problem_of
+from app.cli.errors import fail, validation_problem_of
 from app.cli.progress import local_phase
 from app.client import Json
 from app.contract.rank_command import RANK_PROGRAM, torchrun_argv

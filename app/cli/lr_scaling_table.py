@@ -1,13 +1,9 @@
 """The lr-scaling probe's answer as `batchplan check --lr-scaling SAMPLES` prints it: one row a
-run (the base run, then each rule's at the plan's global batch), then the verdict."""
+run (the base run, then each rule's at the plan's global batch), then the verdict (its chart:
+charts.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import typer
-
-from app.cli.run_table import chart_format
 from app.client import Json
 
 
@@ -46,29 +42,3 @@ def lr_scaling_lines(result: Json) -> list[str]:
     )
     lines.append(f"verdict: {probe['verdict']}")
     return lines
-
-
-def save_lr_chart(done: Json, path: Path, url: str | None, api_key: str | None) -> None:
-    """The probe's chart, from the server that ran it or drawn here."""
-    from app.cli.compute import make_client  # they import this module (output.show_check)
-    from app.cli.output import client_errors, fail
-
-    result = done.get("result")
-    probe = result.get("lr_scaling") if isinstance(result, dict) else None
-    if not probe:
-        fail({"detail": f"no chart written to {path}: the check ran no lr-scaling probe (give --lr-scaling)"})
-    fmt = chart_format(path)
-    if url:
-        with client_errors(), make_client(url, api_key) as client:
-            image = client.check_lr_scaling(str(done["id"]), fmt)
-    else:
-        from app.charts import lr_scaling_chart
-
-        image = lr_scaling_chart(
-            probe, fmt, f"lr scaling to a global batch of {probe['global_batch_size']:,}"
-        )
-    try:
-        path.write_bytes(image)
-    except OSError as err:
-        fail({"detail": f"cannot write {path}: {err.strerror or err}"})
-    typer.echo(f"wrote {path}", err=True)

@@ -9,14 +9,14 @@ from typing import Annotated
 
 import typer
 
+from app.cli.charts import save_chart
 from app.cli.check import run_check
 from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_body
-from app.cli.compute import make_client
+from app.cli.errors import fail
 from app.cli.flag_groups import with_flag_groups
 from app.cli.options import PlanFlags
-from app.cli.output import client_errors, fail, show_check
-from app.cli.run_table import chart_format
-from app.cli.throughput_table import curve_lines, draw_throughput_chart
+from app.cli.output import show_check
+from app.cli.throughput_table import curve_lines
 from app.client import Json
 
 
@@ -110,18 +110,5 @@ def measure(
         verdict = "passed" if status == 0 else "FAILED (`batchplan check` shows why)"
         typer.echo("\n".join([*curve_lines(result["throughput"]), f"the check of the plan {verdict}"]))
     if chart is not None:
-        _save_chart(done, result["throughput"], chart, job.url, job.api_key)
+        save_chart("throughput", done, chart, job.url, job.api_key)
     raise typer.Exit(status)
-
-
-def _save_chart(done: Json, throughput: Json, path: Path, url: str | None, api_key: str | None) -> None:
-    if url:
-        with client_errors(), make_client(url, api_key) as client:
-            image = client.check_throughput(str(done["id"]), chart_format(path))
-    else:
-        image = draw_throughput_chart(throughput, chart_format(path))
-    try:
-        path.write_bytes(image)
-    except OSError as err:
-        fail({"detail": f"cannot write {path}: {err.strerror or err}"})
-    typer.echo(f"wrote {path}", err=True)

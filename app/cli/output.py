@@ -1,75 +1,19 @@
-"""What the commands print: problems (exit status 2), the plan table, a finished check, and
-text written to stdout or --output. Results go to stdout, everything else to stderr."""
+"""What the commands print: the plan table, a finished check (each kind's lines from
+check_lines.py), and text written to stdout or --output. Results go to stdout, everything else
+to stderr; a command's errors are errors.py's."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 
-from app.cli.flag_names import in_flags
-from app.cli.lr_scaling_table import lr_scaling_lines
-from app.cli.mesh_table import check_mesh_lines, mesh_lines
-from app.cli.run_table import run_lines
+from app.cli.check_lines import KIND_LINES
+from app.cli.errors import fail
+from app.cli.mesh_table import mesh_lines
 from app.cli.throughput_table import measured_lines
-from app.client import BatchplanError, Json, ProblemError
-from app.core.errors.problems import validation_problem
-from app.schemas.field_hints import with_field_hints
-
-# ----------------------------------------------------------------------------- problems
-
-
-def fail(problem: Json, code: int = 2) -> NoReturn:
-    problem = in_flags(problem)  # `-b`, not `global_batch_size`, where flags made the request
-    typer.echo(f"error: {problem.get('detail') or problem.get('title') or 'request failed'}", err=True)
-    errors = problem.get("errors") or []
-    for item in errors[1:] if isinstance(errors, list) else []:
-        if isinstance(item, dict):
-            typer.echo(f"  {item.get('pointer') or '/'}: {item.get('detail')}", err=True)
-    suggestions = problem.get("suggestions") or {}
-    for field, values in suggestions.items() if isinstance(suggestions, dict) else []:
-        typer.echo(f"  try {field}: {', '.join(map(str, values))}", err=True)
-    raise typer.Exit(code)
-
-
-def fail_client(err: BatchplanError) -> NoReturn:
-    if isinstance(err, ProblemError):
-        problem = dict(err.problem)
-        if err.status == 401:
-            problem["detail"] = f"{err.detail} (give --api-key or set BATCHPLAN_API_KEY)"
-        if err.retry_after is not None:
-            problem["detail"] = f"{err.detail} (Retry-After: {err.retry_after:g} s)"
-        fail(problem)
-    fail({"detail": str(err)})
-
-
-def validation_problem_of(
-    *errors: tuple[str, ValidationError],
-    models: dict[str, Any] | None = None,
-    check: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
-) -> Json:
-    """As the server reports schema errors; `where` is FastAPI's location ("body", "query"),
-    `models` the model validated there (for "did you mean" on a misspelt field), `check` what
-    tries the suggestions of errors outside a plan request (app.api.problems.SUGGESTION_CHECKS)."""
-    located = [{**e, "loc": (where, *e["loc"])} for where, err in errors for e in err.errors()]
-    hinted = with_field_hints(located, models or {})
-    return validation_problem(check(hinted) if check is not None else hinted)
-
-
-@contextlib.contextmanager
-def client_errors() -> Iterator[None]:
-    try:
-        yield
-    except BatchplanError as err:
-        fail_client(err)
-
-
-# ----------------------------------------------------------------------------- results
+from app.client import Json
 
 
 def table(result: Json) -> str:
@@ -185,9 +129,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process), "
             f"workload {result.get('workload') or 'synthetic'}",
-            *check_mesh_lines(result),
-            *run_lines(result),
-            *lr_scaling_lines(result),
+            *(line for lines in KIND_LINES for line in lines(result)),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
             *_model_lines(result),

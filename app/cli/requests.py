@@ -9,8 +9,8 @@ from typing import Any
 
 import typer
 
+from app.cli.errors import fail
 from app.cli.options import BatchFlags, PlanFlags
-from app.cli.output import fail
 from app.client import Json
 from app.core.records.plan_request import LossNormalization, LRRule
 from app.core.request.json_text import parse

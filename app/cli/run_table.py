@@ -1,11 +1,7 @@
 """What `batchplan check --steps N` adds to a check's output: a short per-step table of the run
-against the reference run, and its chart saved to a file (drawn here from the result, or
-fetched from the server that ran it)."""
+against the reference run, and a resume's lines within it (its chart: charts.py)."""
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any, Literal
 
 from app.client import Json
 
@@ -60,15 +56,3 @@ def resumed_lines(resume: Json | None) -> list[str]:
         )
     lines.append(f"    checkpoint: {resume['checkpoint']}")
     return lines
-
-
-def chart_format(path: Path) -> Literal["png", "svg"]:
-    return "svg" if path.suffix.lower() == ".svg" else "png"
-
-
-def draw_chart(result: dict[str, Any], path: Path) -> bytes:
-    """The chart of a run's result, drawn here (as the server draws it)."""
-    from app.charts import trajectory_chart  # matplotlib loads only when a chart is asked for
-
-    title = f"{result['steps']} optimizer steps, {result['data_parallel_size']} replicas"
-    return trajectory_chart(result, chart_format(path), title)

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from app.cli.compute import make_client
+from app.cli.errors import client_errors
 from app.cli.options import ApiKey
-from app.cli.output import client_errors
 
 
 def host(url: Annotated[str, typer.Option(help="A batchplan server.")], api_key: ApiKey = None) -> None:

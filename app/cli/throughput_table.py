@@ -5,7 +5,6 @@ measured curve (`batchplan measure`)."""
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 from app.client import Json
 
@@ -75,10 +74,3 @@ def curve_lines(throughput: Json) -> list[str]:
         "  " + json.dumps(throughput["curve"]),
     ]
     return lines
-
-
-def draw_throughput_chart(throughput: Json, fmt: Literal["png", "svg"]) -> bytes:
-    """The measured curve's chart, drawn here (as the server draws it)."""
-    from app.charts import throughput_chart  # matplotlib loads only when a chart is asked for
-
-    return throughput_chart(throughput, fmt, f"one replica's micro-step on {throughput['device']}")

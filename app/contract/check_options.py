@@ -26,7 +26,7 @@ DEFAULT_FIT_OPTIMIZER: FitOptimizer = "adam"
 # Optimizer steps a check trains (1: the one-step check); more train the plan's recipe as a run.
 DEFAULT_STEPS = 1
 MAX_STEPS = 1000
-# The throughput measurement (contract/throughput.py): repeats timed per micro-batch after the
+# The throughput measurement (contract/kinds/throughput.py): repeats timed per micro-batch after the
 # warm-up micro-steps, the knee's margin below the fastest samples/s, the largest default size
 # without a cap, and the most points one measurement takes.
 DEFAULT_THROUGHPUT_REPEATS = 10
@@ -34,7 +34,7 @@ DEFAULT_THROUGHPUT_WARMUP = 3
 DEFAULT_KNEE_MARGIN = 0.05
 DEFAULT_THROUGHPUT_LIMIT = 128
 MAX_THROUGHPUT_POINTS = 32
-# The lr-scaling probe (checks/lr_scaling_probe.py): the rules it runs unless told, its
+# The lr-scaling probe (contract/kinds/lr_scaling.py): the rules it runs unless told, its
 # evaluations along the way, and how close to the base run a rule's final loss must stay.
 LR_PROBE_RULES: tuple[str, ...] = ("none", "sqrt", "linear")
 DEFAULT_LR_PROBE_POINTS = 8

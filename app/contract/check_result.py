@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 
 from app.contract.check_options import CheckWorkload, DType, ProcessGroupBackend
 from app.contract.codec import FLAT, named
-from app.contract.run_result import RunOutcome
-from app.contract.throughput import Throughput
+from app.contract.kinds.lr_scaling import LrScalingResult
+from app.contract.kinds.resume import ResumeOutcome
+from app.contract.kinds.run import RunOutcome
+from app.contract.kinds.throughput import Throughput
 from app.contract.timings import Timings, with_setup
 from app.core.records.plan import Split, Wrapper
-from app.core.records.resume import ResumeGroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,83 +82,6 @@ class SkippedControl:
 
 
 @dataclass(frozen=True, slots=True)
-class ResumeOutcome:
-    """A resume check's resume: where the run was checkpointed, the replicas it went on with
-    (the plan re-made for them, the same global batch), where each of their groups resumed in
-    the epoch, and whether the run from the checkpoint on matched the uninterrupted reference."""
-
-    at_step: int  # optimizer steps taken before the checkpoint: the first step after it
-    epoch: int  # the epoch at_step lies in, and its step in it
-    step_in_epoch: int
-    data_parallel_size_before: int
-    data_parallel_size_after: int
-    micro_batch_size: int | None  # after the resume (None: its replica groups differ)
-    gradient_accumulation_steps: int  # after the resume
-    replica_groups: tuple[ResumeGroup, ...]  # each group's skip from its epoch's start, after set_epoch
-    checkpoint: str  # what the checkpoint held and how the resumed ranks loaded it
-    matches: bool  # every step from at_step on within the run's tolerance
-
-
-@dataclass(frozen=True, slots=True)
-class LossPoint:
-    """A run's loss on the probe's held-out batch after `samples` training samples (None: the
-    run diverged before)."""
-
-    samples: int
-    loss: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeBase:
-    """The lr-scaling probe's base run: the plan's base_batch_size at base_lr."""
-
-    batch_size: int
-    lr: float
-    curve: tuple[LossPoint, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeRule:
-    """One rule's run at the plan's global batch: its final held-out loss over the base run's
-    (None: it diverged), and whether that stays within the probe's tolerance."""
-
-    rule: str
-    lr: float
-    curve: tuple[LossPoint, ...]
-    final_loss_ratio: float | None
-    holds: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ProbeNoise:
-    """The gradient noise scale B_simple at the start and at the end of the base run, and the
-    global batch against the one the regime is read from (`start`, else `end`)."""
-
-    start: float | None
-    end: float | None
-    batch_to_noise: float | None  # global batch / B_noise
-    linear_overshoot: float | None  # McCandlish et al.: (B + B_noise) / (b + B_noise)
-
-
-@dataclass(frozen=True, slots=True)
-class LrScalingResult:
-    """An lr-scaling probe's answer (`result.lr_scaling`), as a plan takes it back."""
-
-    samples: int
-    global_batch_size: int
-    tolerance: float
-    label_noise: float
-    base: ProbeBase
-    rules: tuple[ProbeRule, ...]
-    best_rule: str
-    plan_rule: str
-    plan_rule_holds: bool
-    noise_scale: ProbeNoise
-    regime: str  # below_noise_scale, around_noise_scale, above_noise_scale or unknown
-    verdict: str
-
-
-@dataclass(frozen=True, slots=True)
 class CheckResult:
     model: str
     ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
@@ -181,13 +105,11 @@ class CheckResult:
     workload: CheckWorkload = "synthetic"  # what ran: the spec's, never left for the reader to infer
     warnings: tuple[str, ...] = ()  # what holds for the check but not for the plan as written
     steps: int = 1  # optimizer steps trained: 1 is the first step alone
-    # A check of several optimizer steps: the run beside the reference run (None: one step).
-    run: RunOutcome | None = field(default=None, metadata=FLAT)
-    # A resume check (`resume`): the checkpoint and the replicas the run went on with.
-    resume: ResumeOutcome | None = None
-    # With `throughput`: one replica's micro-step timed at each micro-batch (contract/throughput.py).
-    throughput: Throughput | None = None
-    lr_scaling: LrScalingResult | None = None  # an lr-scaling probe (checks/lr_scaling_probe.py)
+    # A kind's result, one line a kind (app.contract.kinds: its record), each None when not asked.
+    run: RunOutcome | None = field(default=None, metadata=FLAT)  # steps above 1: beside the reference
+    resume: ResumeOutcome | None = None  # the checkpoint and the replicas the run went on with
+    throughput: Throughput | None = None  # one replica's micro-step timed at each micro-batch
+    lr_scaling: LrScalingResult | None = None  # an lr-scaling probe
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",

@@ -19,7 +19,7 @@ SYNTHETIC_HIDDEN = 16
 SYNTHETIC_LAYERS = 3
 
 # Why a check refuses context parallel, as torch 2.13 on CPU/gloo behaves
-# (tests/worker/checks/context_parallel_repro.py, run by test_mesh_checks.py): the forward runs and
+# (tests/worker/checks/mesh/context_parallel_repro.py, run by test_mesh_checks.py): the forward runs and
 # matches whole attention, the backward has no sharding rule.
 CONTEXT_PARALLEL_REFUSAL = (
     "context parallel cannot train on this worker: torch 2.13 on CPU runs context_parallel's "

@@ -24,24 +24,18 @@ from app.contract.check_options import (
     DType,
 )
 from app.contract.codec import decode
-from app.contract.lr_scaling_spec import LrScalingSpec, probe_spec
+from app.contract.kinds.lr_scaling import LrScalingOptions
+from app.contract.kinds.part import Trained
+from app.contract.kinds.registry import REQUEST_PARTS
+from app.contract.kinds.resume import ResumeOptions
+from app.contract.kinds.throughput import ThroughputOptions
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import (
-    FitOptions,
-    LrScalingOptions,
-    NoiseOptions,
-    Rendezvous,
-    ResumeOptions,
-    ThroughputOptions,
-)
-from app.contract.resume_request import resume_run
-from app.contract.run_request import planned_run, refuse_for_a_run, run_request, weighed_on_samples
-from app.contract.spec import CheckSpec, SpecError, spec_from_plan
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.contract.spec import CheckSpec, spec_from_plan
+from app.contract.spec_error import SpecError
 from app.contract.targets import missing_module
-from app.contract.throughput import throughput_options
 from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
-from app.core.records.plan import Plan
 from app.core.records.plan_request import NodeGroup, PlanRequest
 from app.core.request.limits import check_limits
 from app.core.request.parse import plan_request
@@ -60,10 +54,11 @@ class CheckOptions:
     timeout_s: float | None = None
     rendezvous: Rendezvous | None = None
     workload: CheckWorkload | None = None  # None: the plan decides (tokens under loss_normalization token)
-    steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (run_request.py)
+    steps: int = DEFAULT_STEPS  # optimizer steps: above 1, a run of the plan's recipe (kinds/run.py)
+    # A kind's options, one line a kind (app.contract.kinds), each None when not asked.
     resume: ResumeOptions | None = None  # the run checkpointed and resumed on other replicas
-    throughput: ThroughputOptions | None = None  # measure the micro-step's curve (contract/throughput.py)
-    lr_scaling: LrScalingOptions | None = None  # an lr-scaling probe (lr_scaling_spec.py)
+    throughput: ThroughputOptions | None = None  # measure the micro-step's curve
+    lr_scaling: LrScalingOptions | None = None  # an lr-scaling probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,50 +95,37 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
 
     `factory`: the model's `package.module:factory` where the caller knows it (a registered
     name's, or the command line's --model-factory with `factory_flag`); a module that is not
-    there is refused here, before any rank starts, rather than by every rank's traceback."""
+    there is refused here, before any rank starts, rather than by every rank's traceback.
+
+    Each kind has its say through its part (kinds/registry.py), in order: what the check
+    trains, before the first step's spec is built from it; then its fields of the spec."""
     options = request.options
     if factory is not None:
         _refuse_a_missing_factory(options.model, factory, factory_flag)
     try:
-        planned = plan(request.plan)
-        dataset, trained = request.plan.dataset, None
-        if options.steps > 1:
-            # A run trains the plan with a dataset and a recipe: the request's, or defaults.
-            trained = run_request(request.plan, planned, options.steps, options.seed)
-            planned, dataset = plan(trained), trained.dataset
+        trained = Trained(request.plan, plan(request.plan))
     except PlanError as err:
         raise err.under("/plan") from None
+    for part in REQUEST_PARTS:
+        trained = part.trains(request, trained)
     fit = options.fit_micro_batch
-    if trained is not None:
-        refuse_for_a_run(planned, options.steps, fit=fit is not None)
-    resumed = None
-    if options.resume is not None:
-        trained, resumed = resume_run(trained, planned, options.steps, options.resume)
     spec = spec_from_plan(
-        planned, dtype=options.dtype, seed=options.seed, backend=options.backend, dataset=dataset
+        trained.plan,
+        dtype=options.dtype,
+        seed=options.seed,
+        backend=options.backend,
+        dataset=trained.request.dataset,
     )
-    workload = options.workload or spec.workload
     spec = dataclasses.replace(
         spec,
         model=options.model,
         fit=fit,
         plan_request=request.plan if fit else None,
-        workload=workload,
+        workload=options.workload or spec.workload,
         steps=options.steps,
-        run_plan=None if trained is None else planned_run(trained, on_samples=workload != "tokens"),
-        resume_plan=None if resumed is None else weighed_on_samples(resumed, workload != "tokens"),
     )
-    if options.throughput is not None:
-        if spec.mesh is not None:
-            raise SpecError(
-                "throughput is measured on one data-parallel replica: drop throughput with a device mesh, "
-                "or measure with tensor, pipeline and context 1 and data_parallel_shard 1",
-                "/throughput",
-            )
-        asked = throughput_options(options.throughput, request.plan, searched=fit is not None)
-        spec = dataclasses.replace(spec, throughput=asked)
-    if options.lr_scaling is not None:
-        spec = dataclasses.replace(spec, lr_scaling=_probe(request, planned, spec))
+    for part in REQUEST_PARTS:
+        spec = part.apply(request, trained, spec)
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, options.noise_scale)
     if spec.mesh is not None:
@@ -155,25 +137,6 @@ def echoed(body: Mapping[str, Any], spec: CheckSpec) -> dict[str, Any]:
     """The request as a job shows it: as sent, with the workload that runs where the plan
     chose it (a token-normalised plan runs tokens), so that no one reads a null and guesses."""
     return {**body, "workload": spec.workload}
-
-
-def _probe(request: CheckRequest, planned: Plan, spec: CheckSpec) -> LrScalingSpec:
-    """The lr-scaling probe asked for; label_noise moves the built-in model's noise only."""
-    asked = request.options.lr_scaling
-    assert asked is not None
-    if asked.label_noise and (spec.model != SYNTHETIC or spec.workload == "tokens"):
-        raise SpecError(
-            "label_noise is the built-in model's knob (noise on its synthetic targets): send it 0 with "
-            "a registered model or the tokens workload",
-            "/lr_scaling/label_noise",
-        )
-    if request.options.steps > 1:
-        raise SpecError(
-            "an lr-scaling probe trains its own runs: send steps 1 with lr_scaling, or check the run "
-            "without it",
-            "/steps",
-        )
-    return probe_spec(request.plan, planned, asked)
 
 
 def _refuse_a_missing_factory(model: str, factory: str, flag: bool) -> None:
@@ -266,16 +229,17 @@ def replan(spec: CheckSpec, max_micro_batch_size: int) -> CheckSpec:
         max_micro_batch_size=min(request.max_micro_batch_size or cap, cap),
     )
     options = CheckOptions(dtype=spec.dtype, seed=spec.seed, backend=spec.backend, workload=spec.workload)
-    fresh = build_spec(CheckRequest(capped, options))
-    return dataclasses.replace(
-        fresh,
+    fresh = dataclasses.replace(
+        build_spec(CheckRequest(capped, options)),
         model=spec.model,
         noise_steps=spec.noise_steps,
         noise_learning_rate=spec.noise_learning_rate,
         fit=spec.fit,
         plan_request=capped,
-        throughput=spec.throughput,
     )
+    for part in REQUEST_PARTS:
+        fresh = part.replanned(spec, fresh)
+    return fresh
 
 
 def _capped(group: NodeGroup, cap: int) -> NodeGroup:

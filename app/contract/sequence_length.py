@@ -15,7 +15,8 @@ import dataclasses
 from typing import Any
 
 from app.contract.request import CheckRequest, build_spec
-from app.contract.spec import CheckSpec, SpecError
+from app.contract.spec import CheckSpec
+from app.contract.spec_error import SpecError
 from app.core.errors.domain import DomainError
 from app.core.records.plan_request import PlanRequest
 

@@ -13,18 +13,15 @@ from fractions import Fraction
 from typing import Any
 
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
-from app.contract.lr_scaling_spec import LrScalingSpec
+from app.contract.kinds.lr_scaling import LrScalingSpec
+from app.contract.kinds.throughput import ThroughputOptions
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
-from app.contract.options import FitOptions, ThroughputOptions
-from app.core.errors.domain import DomainError
+from app.contract.options import FitOptions
+from app.contract.spec_error import SpecError
 from app.core.records.plan import BatchUnit, LossNormalizationName, LossReductionName, Plan, Split
 from app.core.records.plan_request import DatasetSpec, PlanRequest
 from app.core.split.sampler import even_sampler, proportional_sampler
-
-
-class SpecError(DomainError, slug="invalid-value", title="A value in the request is invalid"):
-    """A plan that cannot be checked as asked; `pointer` names the field of the check request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +62,14 @@ class CheckSpec:
     batch_unit: BatchUnit = "samples"  # what the plan request counted its batch in
     # Every mesh dimension's size when the plan runs a mesh check (mesh_spec.py), else None.
     mesh: dict[str, int] | None = None
-    # Optimizer steps to train (1: the one-step check); above 1, the plan the run trains
-    # (contract/run_request.py: the request's, with a dataset and a recipe where it had none).
-    steps: int = 1
+    steps: int = 1  # optimizer steps to train (1: the one-step check)
+    # A kind's part, one line a kind (app.contract.kinds: what writes it), each None when not asked.
+    # Above 1 step, the plan the run trains (the request's, with a dataset and a recipe where it had none).
     run_plan: Plan | None = None
-    # A resume check: the plan the run goes on with after run_plan.resume.optimizer_step steps,
-    # run_plan re-made for run_plan.resume.data_parallel_size replicas (contract/resume_request.py).
+    # A resume: the plan the run goes on with after run_plan.resume.optimizer_step steps.
     resume_plan: Plan | None = None
-    # Time one replica's micro-step at each size after the check (contract/throughput.py).
-    throughput: ThroughputOptions | None = None
-    # An lr-scaling probe after the first step (contract/lr_scaling_spec.py), else None.
-    lr_scaling: LrScalingSpec | None = None
+    throughput: ThroughputOptions | None = None  # one replica's micro-step timed at each size, after
+    lr_scaling: LrScalingSpec | None = None  # an lr-scaling probe after the first step
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -9,9 +9,17 @@ from pydantic import BaseModel, Field
 
 from app.contract.check_options import CheckWorkload, DType, FitOptimizer
 from app.contract.model_registry import SYNTHETIC
-from app.schemas.lr_scaling_probe import LrScalingOut
-from app.schemas.measured_throughput import MeasuredThroughputOut
-from app.schemas.run_results import ControlStepOut, EpochEndOut, ResumeCheckOut, TrajectoryStepOut
+from app.schemas.kinds.lr_scaling import LrScalingResultField
+from app.schemas.kinds.resume import ResumeResultField
+from app.schemas.kinds.run import (
+    ControlTrajectories,
+    EpochEndOut,
+    FinalParamsRelL2,
+    RunTolerance,
+    Trajectory,
+    TrajectoryMatches,
+)
+from app.schemas.kinds.throughput import ThroughputResultField
 
 
 class ControlOut(BaseModel):
@@ -251,43 +259,14 @@ class CheckResultOut(BaseModel):
         "program under torchrun."
     )
     steps: int = Field(1, description="Optimizer steps the check trained: 1 is the first step alone.")
-    trajectory: list[TrajectoryStepOut] | None = Field(
-        None,
-        description="With steps above 1: every optimizer step of the plan's run beside the single-process "
-        "reference run's (GET /v1/checks/{id}/trajectory.png draws it).",
-    )
-    final_params_rel_l2: float | None = Field(
-        None,
-        description="params_rel_l2 after the last step: where the run's parameters end up.",
-    )
-    trajectory_matches: bool | None = Field(
-        None, description="Every step of the run within run_tolerance (passed requires it)."
-    )
-    run_tolerance: float | None = Field(
-        None,
-        description="Per step, on params_rel_l2 and on the loss's relative difference: 1e-12 in float64 "
-        "(a step's round-off, carried over the run), 1e-5 in float32.",
-    )
+    # A kind's result, one line a kind (app.schemas.kinds: its model, with its description); a
+    # run's keys stand in the result's own object.
+    trajectory: Trajectory = None
+    final_params_rel_l2: FinalParamsRelL2 = None
+    trajectory_matches: TrajectoryMatches = None
+    run_tolerance: RunTolerance = None
     epoch_end: EpochEndOut | None = None
-    control_trajectories: dict[str, list[ControlStepOut]] | None = Field(
-        None,
-        description="Each run-level control that ran, by name: the mistake's run step by step, drawn "
-        "beside the plan's in the trajectory chart. Its verdict is in `controls` (rel_l2 there: its "
-        "parameters against the reference's after the last step).",
-    )
-    resume: ResumeCheckOut | None = Field(
-        None,
-        description="With resume: where the run was checkpointed, the replicas it went on with and where "
-        "each resumed in its epoch (passed requires matches).",
-    )
-    throughput: MeasuredThroughputOut | None = Field(
-        None,
-        description="With `throughput`: one replica's micro-step timed at each micro-batch size "
-        "(GET /v1/checks/{id}/throughput.png draws it).",
-    )
-    lr_scaling: LrScalingOut | None = Field(
-        None,
-        description="With lr_scaling in the request: the probe's base run and each rule's run at the "
-        "plan's global batch, their held-out loss curves and the verdict "
-        "(GET /v1/checks/{id}/lr_scaling.png draws them).",
-    )
+    control_trajectories: ControlTrajectories = None
+    resume: ResumeResultField = None
+    throughput: ThroughputResultField = None
+    lr_scaling: LrScalingResultField = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
@@ -21,12 +21,13 @@ from app.contract.check_options import (
 )
 from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import NAME, SYNTHETIC
-from app.contract.options import FitOptions, NoiseOptions, Rendezvous, ResumeOptions
+from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.request import CheckOptions, CheckRequest
 from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
-from app.schemas.lr_scaling_probe import LrScalingRequestIn
-from app.schemas.measured_throughput import ThroughputIn
+from app.schemas.kinds.lr_scaling import LrScalingRequestField
+from app.schemas.kinds.resume import ResumeRequestField
+from app.schemas.kinds.throughput import ThroughputRequestField
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE
 
@@ -55,6 +56,9 @@ class RendezvousIn(BaseModel):
         description="The same on every node, unique per check.",
     )
 
+    def to_core(self) -> Rendezvous:
+        return Rendezvous(self.endpoint, self.nnodes, self.run_id)
+
 
 class NoiseScaleIn(BaseModel):
     """Measure the gradient noise scale over a few optimizer steps (McCandlish et al. 2018)."""
@@ -68,6 +72,9 @@ class NoiseScaleIn(BaseModel):
     learning_rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
         0.0, description="Plain SGD between the steps; 0 measures every step at the starting weights."
     )
+
+    def to_core(self) -> NoiseOptions:
+        return NoiseOptions(self.steps, self.learning_rate)
 
 
 class FitMicroBatchIn(BaseModel):
@@ -95,27 +102,8 @@ class FitMicroBatchIn(BaseModel):
         DEFAULT_FIT_LIMIT, description="Where the search stops."
     )
 
-
-class CheckResumeIn(BaseModel):
-    """Checkpoint the run after `at_step` optimizer steps and resume it on `data_parallel_size`
-    replicas. The second topology is the same plan re-made for that many data-parallel replicas
-    with the same global batch (as POST /v1/plans answers `resume.data_parallel_size`): the
-    largest micro-batch that divides a replica's share within the plan's own, the rest
-    accumulated; model-parallel sizes and the wrapper (DDP, FSDP2, HSDP) kept."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    at_step: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
-        examples=[7],
-        description="Optimizer steps taken before the checkpoint, from 1 to steps - 1: the run goes on "
-        "from this step on the new replicas.",
-    )
-    data_parallel_size: Annotated[int, Field(ge=1, le=4096), WHOLE] = Field(
-        examples=[2],
-        description="The replicas the run goes on with, at most the plan's (the ranks beyond them idle, "
-        "as a job that lost nodes); it must keep the global batch, and the plan's sampler must resume "
-        "on it exactly (the plan's resume.same_global_batches).",
-    )
+    def to_core(self) -> FitOptions:
+        return FitOptions(self.memory_bytes, self.safety_margin, self.optimizer, self.max_micro_batch_size)
 
 
 class CheckRequestIn(BaseModel):
@@ -166,53 +154,27 @@ class CheckRequestIn(BaseModel):
         "clip_before_all_reduce). Without a dataset the run gets one whose epoch holds ceil(steps / 2) "
         "optimizer steps, so it crosses an epoch boundary.",
     )
-    resume: CheckResumeIn | None = Field(
-        None,
-        description="A resume check (with steps above 1): the run checkpoints after resume.at_step steps "
-        "and goes on on resume.data_parallel_size replicas, each resuming where the plan's resume says "
-        "(set_epoch, then skip_micro_batches); the whole run is held against the uninterrupted "
-        "single-process reference, with the resume controls (resume_without_skip, "
-        "resume_schedule_restart, resume_keeps_micro_batch, resume_per_rank_position). The result's "
-        "`resume` reports it; the trajectory chart marks the step.",
-    )
-    throughput: ThroughputIn | None = Field(
-        None,
-        description="After the check, time one replica's micro-step at each micro-batch size (the "
-        "result's `throughput`: its points, the fastest and the knee, and the curve a plan takes).",
-    )
-    lr_scaling: LrScalingRequestIn | None = Field(
-        None,
-        description="An lr-scaling probe after the first step: does the plan's scaled lr train as well "
-        "as the base batch did? Needs plan.learning_rate.",
-    )
+    # A kind's options, one line a kind (app.schemas.kinds: its model, with its description).
+    resume: ResumeRequestField = None
+    throughput: ThroughputRequestField = None
+    lr_scaling: LrScalingRequestField = None
 
     def to_core(self) -> CheckRequest:
-        """The request in core types, as /v1/plans reads its plan: validated once, here."""
-        noise, fit, meet = self.noise_scale, self.fit_micro_batch, self.rendezvous
-        return CheckRequest(
-            self.plan.to_core(),
-            CheckOptions(
-                model=self.model,
-                noise_scale=NoiseOptions(noise.steps, noise.learning_rate) if noise else None,
-                fit_micro_batch=FitOptions(
-                    fit.memory_bytes, fit.safety_margin, fit.optimizer, fit.max_micro_batch_size
-                )
-                if fit
-                else None,
-                backend=self.backend,
-                dtype=self.dtype,
-                seed=self.seed,
-                timeout_s=self.timeout_s,
-                rendezvous=Rendezvous(meet.endpoint, meet.nnodes, meet.run_id) if meet else None,
-                workload=self.workload,
-                steps=self.steps,
-                resume=ResumeOptions(self.resume.at_step, self.resume.data_parallel_size)
-                if self.resume
-                else None,
-                throughput=None if self.throughput is None else self.throughput.to_core(),
-                lr_scaling=self.lr_scaling.to_core() if self.lr_scaling else None,
-            ),
-        )
+        """The request in core types, as /v1/plans reads its plan: validated once, here. Every
+        other field is CheckOptions' of the same name; an option's model gives its record."""
+        options = {name: _core(getattr(self, name)) for name in type(self).model_fields if name != "plan"}
+        return CheckRequest(self.plan.to_core(), CheckOptions(**options))
+
+
+@runtime_checkable
+class _Option(Protocol):
+    """A request model that stands for a record of the contract."""
+
+    def to_core(self) -> object: ...
+
+
+def _core(value: Any) -> Any:
+    return value.to_core() if isinstance(value, _Option) else value
 
 
 class CheckJobOut(BaseModel):

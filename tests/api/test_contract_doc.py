@@ -200,8 +200,9 @@ def test_the_control_names_and_document_info_the_contract_quotes_are_served(open
     assert CONTROLS <= _named(CONTRACT)
     assert "`info.version`" in CONTRACT and openapi["info"]["version"]
     pytest.importorskip("torch")
-    from app.worker.checks import resume_controls, run_controls
     from app.worker.checks.controls import Control
+    from app.worker.checks.resume import controls as resume_controls
+    from app.worker.checks.run import controls as run_controls
 
     modules = (run_controls, resume_controls)
     served = {v.name for m in modules for v in vars(m).values() if isinstance(v, Control)}

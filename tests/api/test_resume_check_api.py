@@ -1,7 +1,7 @@
 """POST /v1/checks with `resume`: each request a resume check cannot run is a 422
 problem+json at its field (/resume/at_step, /resume/data_parallel_size, /steps), and every
 value it suggests, sent back, is accepted. On a fake runner: the refusals come before any rank
-runs (tests/worker/checks/test_resume_check.py runs the check itself)."""
+runs (tests/worker/checks/resume/test_resume_check.py runs the check itself)."""
 
 from __future__ import annotations
 

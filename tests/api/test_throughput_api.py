@@ -14,7 +14,7 @@ from support.fake_runner import FakeRunner
 
 from app.charts import throughput_chart
 from app.contract.codec import encode
-from app.contract.throughput import SPREAD_IS, Throughput, ThroughputPoint
+from app.contract.kinds.throughput import SPREAD_IS, Throughput, ThroughputPoint
 
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16, "max_micro_batch_size": 8}
 

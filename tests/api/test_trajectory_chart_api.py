@@ -12,8 +12,9 @@ from fastapi.testclient import TestClient
 from support.apps import documented_problems, fake_client, held_running, succeeded
 from support.fake_runner import FakeRunner, passing_result
 
-from app.contract.check_result import CheckResult, ResumeOutcome
-from app.contract.run_result import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
+from app.contract.check_result import CheckResult
+from app.contract.kinds.resume import ResumeOutcome
+from app.contract.kinds.run import ControlStep, EpochEnd, RunOutcome, TrajectoryStep
 from app.core.records.resume import ResumeGroup
 from app.worker.service.runner import CheckOrder
 

@@ -1,4 +1,4 @@
-"""The torchrun program of tests/worker/checks/test_run_mistakes.py: the plan's run with one known
+"""The torchrun program of tests/worker/checks/run/test_run_mistakes.py: the plan's run with one known
 mistake, made the literal way with torch's own pieces, one replica per process.
 
     torchrun --nproc-per-node DP mistake_runner.py MISTAKES RUN_PLAN.json STEPS OUT_DIR
@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
-from app.contract.run_request import planned_run
+from app.contract.kinds.run import planned_run
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.core.request.parse import plan_request

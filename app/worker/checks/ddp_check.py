@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 
@@ -25,7 +25,7 @@ from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
 from app.worker.checks.controls import SampleControl, weigh_controls
-from app.worker.checks.kind import Context, Laps
+from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
 from app.worker.checks.shards import Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
@@ -57,11 +57,11 @@ class DdpStep:
     """The plan's first step on DDP replicas (several per process where the pool is smaller)."""
 
     name: ClassVar[str] = "ddp"
-    stage: ClassVar[Literal["step", "after"]] = "step"
+    stage: ClassVar[Stage] = "step"
     laps: ClassVar[Laps] = Laps(measure="noise_scale")
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.mesh is None and spec.workload != "tokens"
+        return True  # the step of every spec the kinds before it in the registry leave
 
     def prepare(self, ctx: Context) -> _Step:
         search = None

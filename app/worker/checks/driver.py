@@ -1,6 +1,7 @@
 """The one driver of every check: the warm ranks (rank_server) and the rank program under
-torchrun (gradcheck) call `run_spec`, which runs the spec's step kind and then each `after`
-kind that applies (registry.py), on an initialised default process group."""
+torchrun (gradcheck) call `run_spec`, which runs the spec's kinds stage by stage (kind.STAGES:
+its step kind, its run kind if any, then each `after` kind that applies; registry.py), on an
+initialised default process group."""
 
 from __future__ import annotations
 
@@ -9,16 +10,20 @@ from typing import Any
 
 from app.contract.check_result import CheckResult
 from app.contract.spec import CheckSpec
-from app.worker.checks.kind import CheckKind, Context
+from app.worker.checks.kind import STAGES, CheckKind, Context
 from app.worker.checks.registry import KINDS
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training.workload import Workload
 
 
 def kinds_for(spec: CheckSpec) -> list[CheckKind[Any]]:
-    """The first step kind that applies, then every `after` kind that does, in registry order."""
-    step = next(k for k in KINDS if k.stage == "step" and k.applies(spec))
-    return [step, *(k for k in KINDS if k.stage == "after" and k.applies(spec))]
+    """Stage by stage, the kinds that apply in registry order: the first alone where the stage
+    says so (a spec always has a step kind: the last applies to every spec)."""
+    chosen: list[CheckKind[Any]] = []
+    for stage, first_only in STAGES:
+        applying = [k for k in KINDS if k.stage == stage and k.applies(spec)]
+        chosen += applying[:1] if first_only else applying
+    return chosen
 
 
 def drive(kind: CheckKind[Any], ctx: Context, prior: CheckResult | None) -> CheckResult | None:

@@ -1,12 +1,16 @@
-"""What a check kind is: the `CheckKind` protocol the driver (driver.py) runs, and the
-`Context` every phase of every kind reads.
+"""What a check kind is: the `CheckKind` protocol the driver (driver.py) runs, the `Context`
+every phase of every kind reads, and `AfterKind`, the base of the kinds that run after the
+others with nothing for every rank to do in some phases.
 
-A check is a sequence of kinds on the same ranks: one `step` kind (the plan's first optimizer
-step against a single process: DDP replicas, tokens, the plan's mesh), then every `after`
-kind that applies to the spec (a run of several steps, ...), each adding to the result the
-one before it made. The driver owns the skeleton of each: the phases in order, their laps,
-the rank-0 gate before the reference, and the result's timings; a kind supplies what each
-phase does (docs/architecture.md, "Adding a check kind").
+A check is a sequence of kinds on the same ranks, by stage (`STAGES`): one `step` kind (the
+plan's first optimizer step against a single process: the plan's mesh, tokens, DDP replicas),
+then at most one `run` kind (several steps of the plan's recipe: resumed, on a mesh, on DDP
+replicas), then every `after` kind that applies to the spec (a throughput curve, an lr-scaling
+probe), each adding to the result the one before it made. Within `step` and `run` the first
+kind that applies in the registry's order runs, so a kind's `applies` asks about the spec
+alone, never about another kind. The driver owns the skeleton of each: the phases in order,
+their laps, the rank-0 gate before the reference, and the result's timings; a kind supplies
+what each phase does (docs/architecture.md, "Adding a check kind").
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, Literal, Protocol, TypeVar
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 import torch
 
@@ -28,6 +32,10 @@ from app.worker.training.mesh_models import Parallelize, registered_parallelize
 from app.worker.training.workload import Workload
 
 State = TypeVar("State")
+
+Stage = Literal["step", "run", "after"]
+# The stages in the order they run, and whether only the first kind that applies runs.
+STAGES: tuple[tuple[Stage, bool], ...] = (("step", True), ("run", True), ("after", False))
 
 
 class Context:
@@ -108,7 +116,7 @@ class CheckKind(Protocol[State]):
     into the check's result (`prior`: the result of the kinds before it)."""
 
     name: ClassVar[str]
-    stage: ClassVar[Literal["step", "after"]]
+    stage: ClassVar[Stage]
     laps: ClassVar[Laps]
 
     def applies(self, spec: CheckSpec) -> bool: ...
@@ -124,3 +132,23 @@ class CheckKind(Protocol[State]):
     def reference(self, ctx: Context, state: State) -> None: ...
 
     def result(self, ctx: Context, state: State, prior: CheckResult | None) -> CheckResult: ...
+
+
+class AfterKind(Generic[State]):
+    """An `after` kind's phases that do nothing unless it says otherwise: one that runs on rank
+    0 alone (in `reference`) or on every rank (in `plan`) writes only that phase, `applies`,
+    `prepare` and `result`."""
+
+    stage: ClassVar[Stage] = "after"
+
+    def plan(self, ctx: Context, state: State) -> None:
+        """Nothing every rank must do."""
+
+    def controls(self, ctx: Context, state: State) -> None:
+        """No controls: what it measures is not judged against a mistake."""
+
+    def measure(self, ctx: Context, state: State) -> bool:
+        return False
+
+    def reference(self, ctx: Context, state: State) -> None:
+        """No single-process answer of its own."""

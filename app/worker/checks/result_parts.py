@@ -1,4 +1,4 @@
-"""What every step kind (ddp_check, token_check, mesh_check) does alike: where it runs (the
+"""What every step kind (ddp_check, token_check, mesh/check) does alike: where it runs (the
 process group it is given), the tolerances, how its controls are judged, and how its
 result is assembled from the gradients it measured."""
 

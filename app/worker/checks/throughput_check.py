@@ -1,6 +1,6 @@
 """The throughput measurement (issue 38): after the check's step, rank 0 times one data-parallel
 replica's micro-step of the check's model at each micro-batch size, and the result gives the
-curve in the form `topology.throughput_curve` takes (app.contract.throughput).
+curve in the form `topology.throughput_curve` takes (app.contract.kinds.throughput).
 
 Which ranks measure: rank 0 alone, once the other ranks have finished the check. A curve is one
 replica's, and on CPU the warm ranks share the host's cores: ranks timing at once would each
@@ -19,16 +19,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 
 from app.contract.check_options import DEFAULT_THROUGHPUT_LIMIT
 from app.contract.check_result import CheckResult
+from app.contract.kinds.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
 from app.contract.spec import CheckSpec
-from app.contract.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
-from app.worker.checks.kind import Context, Laps
-from app.worker.checks.run_check import run_workload
+from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.run.check import run_workload
 from app.worker.measure.throughput import time_sizes
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Workload
@@ -38,11 +38,15 @@ def _significant(value: float) -> float:
     return float(f"{value:.6g}")
 
 
-class ThroughputMeasure:
+@dataclass
+class _Measured:
+    throughput: Throughput | None = None
+
+
+class ThroughputMeasure(AfterKind[_Measured]):
     """After the check: rank 0's curve of one replica's micro-step over the asked sizes."""
 
     name: ClassVar[str] = "throughput"
-    stage: ClassVar[Literal["step", "after"]] = "after"
     # Only rank 0 measures, in the reference phase, after the others have left the check.
     laps: ClassVar[Laps] = Laps(plan="throughput", controls=None, reference="throughput")
 
@@ -52,26 +56,12 @@ class ThroughputMeasure:
     def prepare(self, ctx: Context) -> _Measured:
         return _Measured()
 
-    def plan(self, ctx: Context, state: _Measured) -> None:
-        return None
-
-    def controls(self, ctx: Context, state: _Measured) -> None:
-        return None
-
-    def measure(self, ctx: Context, state: _Measured) -> bool:
-        return False
-
     def reference(self, ctx: Context, state: _Measured) -> None:
         state.throughput = measure_throughput(ctx)
 
     def result(self, ctx: Context, state: _Measured, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.throughput is not None
         return dataclasses.replace(prior, throughput=state.throughput)
-
-
-@dataclass
-class _Measured:
-    throughput: Throughput | None = None
 
 
 def _sizes(spec: CheckSpec) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import torch
 import torch.distributed as dist
@@ -26,7 +26,7 @@ from app.contract.sequence_length import sequence_length_warning
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control, partition
-from app.worker.checks.kind import Context, Laps
+from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
 from app.worker.training.sync_batch_norm import forward_is_collective
@@ -141,11 +141,11 @@ class TokenStep:
     """The plan's first step on sequences of varying valid length, token-normalised."""
 
     name: ClassVar[str] = "tokens"
-    stage: ClassVar[Literal["step", "after"]] = "step"
+    stage: ClassVar[Stage] = "step"
     laps: ClassVar[Laps] = Laps()
 
     def applies(self, spec: CheckSpec) -> bool:
-        return spec.mesh is None and spec.workload == "tokens"
+        return spec.workload == "tokens"
 
     def prepare(self, ctx: Context) -> _Step:
         spec, group = ctx.spec, ctx.group

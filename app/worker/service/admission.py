@@ -11,7 +11,8 @@ from app.contract.mesh_spec import refusal as mesh_refusal
 from app.contract.model_registry import SYNTHETIC, sync_batch_norm_refusal, unknown_model
 from app.contract.request import CheckRequest, build_spec, echoed
 from app.contract.sequence_length import refuse_another_sequence_length
-from app.contract.spec import CheckSpec, SpecError, spec_from_plan
+from app.contract.spec import CheckSpec, spec_from_plan
+from app.contract.spec_error import SpecError
 from app.core.errors.domain import DomainError, field_key
 from app.core.planner import plan
 from app.core.records.plan_request import PlanRequest

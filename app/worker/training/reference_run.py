@@ -1,8 +1,8 @@
 """The reference run: a plan's recipe trained in one process, step by step.
 
 Every multi-step comparison holds a distributed run against this: the real-tool tests of the
-exports (tests/core/test_recipe_runs.py) and the multi-step gradient check (checks/run_check.py,
-checks/mesh_run.py). It is written from the plan alone, never from an export:
+exports (tests/core/test_recipe_runs.py) and the multi-step gradient check (checks/run/check.py,
+checks/run/mesh.py). It is written from the plan alone, never from an export:
 
 - each optimizer step's global batch is the plan's sampler layout (`plan_steps`: the indices
   torch's DistributedSampler gives for an even plan, the proportional layout for an uneven
@@ -19,7 +19,7 @@ checks/mesh_run.py). It is written from the plan alone, never from an export:
   by its global norm first when the recipe clips.
 
 A `RunVariant` departs from the plan in one way, as a known mistake does: the multi-step
-check's run-level controls are these runs (checks/run_controls.py says which mistake each is).
+check's run-level controls are these runs (checks/run/controls.py says which mistake each is).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from app.schemas.check_results import (
     SearchedSplitOut,
     TrialOut,
 )
-from app.schemas.run_results import ControlStepOut, EpochEndOut, TrajectoryStepOut
+from app.schemas.kinds.run import ControlStepOut, EpochEndOut, TrajectoryStepOut
 from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training.workload import load

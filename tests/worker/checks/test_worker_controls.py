@@ -7,7 +7,8 @@ from fractions import Fraction
 import pytest
 
 from app.contract.request import build_spec, check_request
-from app.contract.spec import CheckSpec, SpecError, replica_range
+from app.contract.spec import CheckSpec, replica_range
+from app.contract.spec_error import SpecError
 from app.worker.checks.controls import CONTROLS, split_controls, weight_ratio
 
 

@@ -1,0 +1,247 @@
+"""An lr-scaling probe (`POST /v1/checks` with `lr_scaling`), the contract half: the options
+(`LrScalingOptions`), what the probe runs (`LrScalingSpec`: the base run and one run per rule,
+each with its own recipe, built from the plan request and refused at the field to change), and
+its answer (`LrScalingResult`). Pure (standard library and the core): the web process builds
+it, every rank reads it (checks/lr_scaling trains it).
+
+Each rule's recipe is the plan's own recipe planned again with that rule: its scaled lr, its
+warmup from `warmup_start_lr`, its decay, and (Adam with the square-root rule) Malladi et al.'s
+betas and eps. The base run is rule `none` (`base_lr`) at `base_batch_size`. Every run counts
+the schedule in samples: a run at batch b takes its step j at the lr of the plan's optimizer
+step (j x b) // global batch, so the warmup and the decay cover the same samples at every batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from app.contract.check_options import (
+    DEFAULT_LR_PROBE_POINTS,
+    DEFAULT_LR_PROBE_TOLERANCE,
+    MAX_LR_PROBE_POINTS,
+    MAX_LR_PROBE_SAMPLES,
+)
+from app.contract.kinds.part import RequestPart, Trained
+from app.contract.model_registry import SYNTHETIC
+from app.contract.spec_error import SpecError
+from app.core.errors.domain import InvalidValue, PlanError, field_key
+from app.core.planner import plan
+from app.core.records.plan import LearningRatePlan, Plan
+from app.core.records.plan_request import LRRule, PlanRequest
+
+if TYPE_CHECKING:
+    from app.contract.request import CheckRequest
+    from app.contract.spec import CheckSpec
+
+RULES: tuple[str, ...] = (LRRule.NONE.value, LRRule.SQRT.value, LRRule.LINEAR.value)
+_FIELD = "/lr_scaling/"
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingOptions:
+    """An lr-scaling probe: train `samples` samples at the base batch and, per rule, at the
+    plan's global batch, evaluating at `points` sample counts; a rule holds while its final
+    held-out loss is within `tolerance` (relative) of the base run's. `label_noise`: the
+    standard deviation of Gaussian noise added to the built-in model's targets (its gradient
+    noise knob)."""
+
+    samples: int
+    rules: tuple[str, ...] | None = None  # None: none, sqrt, linear and the plan's own
+    points: int = DEFAULT_LR_PROBE_POINTS
+    tolerance: float = DEFAULT_LR_PROBE_TOLERANCE
+    label_noise: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRunSpec:
+    """One run of the probe: `rule` ("base" for the base run) at `batch_size` with `recipe`."""
+
+    rule: str
+    batch_size: int
+    recipe: LearningRatePlan
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingSpec:
+    samples: int  # what every run trains: a whole number of the plan's global batches
+    global_batch_size: int
+    points: tuple[int, ...]  # the sample counts every run is evaluated at (0 first)
+    tolerance: float
+    label_noise: float
+    plan_rule: str  # the rule the plan scales by
+    base: ProbeRunSpec
+    runs: tuple[ProbeRunSpec, ...]
+
+
+class LrScalingPart(RequestPart):
+    """`lr_scaling`: the probe every rank's spec carries (`CheckSpec.lr_scaling`)."""
+
+    option: ClassVar[str] = "lr_scaling"
+
+    def apply(self, request: CheckRequest, trained: Trained, spec: CheckSpec) -> CheckSpec:
+        asked = request.options.lr_scaling
+        if asked is None:
+            return spec
+        # label_noise moves the built-in model's noise only.
+        if asked.label_noise and (spec.model != SYNTHETIC or spec.workload == "tokens"):
+            raise SpecError(
+                "label_noise is the built-in model's knob (noise on its synthetic targets): send it 0 with "
+                "a registered model or the tokens workload",
+                "/lr_scaling/label_noise",
+            )
+        if request.options.steps > 1:
+            raise SpecError(
+                "an lr-scaling probe trains its own runs: send steps 1 with lr_scaling, or check the run "
+                "without it",
+                "/steps",
+            )
+        return dataclasses.replace(spec, lr_scaling=probe_spec(request.plan, trained.plan, asked))
+
+
+def probe_spec(request: PlanRequest, planned: Plan, options: LrScalingOptions) -> LrScalingSpec:
+    """The probe of `planned` (the plan of `request`); raises InvalidValue at the field."""
+    lr = planned.learning_rate
+    if lr is None or request.learning_rate is None:
+        raise InvalidValue(
+            "an lr-scaling probe measures how the plan's learning rate scales, and this plan has none: "
+            'give plan.learning_rate, e.g. {"base_lr": 0.1, "base_batch_size": 64}',
+            pointer="/plan/learning_rate",
+        )
+    _check_ranges(options)
+    G, b = planned.global_batch_size, lr.base_batch_size
+    least = max(G, b)
+    if options.samples < least:
+        pointer = _FIELD + "samples"
+        raise InvalidValue(
+            f"samples {options.samples} is less than one optimizer step of the "
+            f"{'global batch' if G >= b else 'base batch'} ({least}): every run trains the same samples; "
+            f"give at least {least}, better {max(64 * G, least):,} or more",
+            pointer=pointer,
+            suggestions={field_key(pointer): [least, 64 * least]},
+        )
+    rules = _rules(options.rules, lr.rule)
+    steps = options.samples // G
+    trained = steps * G
+    points = (
+        0,
+        *sorted({max(1, round(i * steps / options.points)) * G for i in range(1, options.points + 1)}),
+    )
+    base = ProbeRunSpec("base", b, _recipe(request, LRRule.NONE.value))
+    runs = tuple(ProbeRunSpec(rule, G, _recipe(request, rule)) for rule in rules)
+    return LrScalingSpec(
+        samples=trained,
+        global_batch_size=G,
+        points=points,
+        tolerance=options.tolerance,
+        label_noise=options.label_noise,
+        plan_rule=lr.rule,
+        base=base,
+        runs=runs,
+    )
+
+
+def _check_ranges(options: LrScalingOptions) -> None:
+    """The ranges the HTTP schema holds, for JSON that did not come through it."""
+    limits = {
+        "points": (1 <= options.points <= MAX_LR_PROBE_POINTS, f"1 to {MAX_LR_PROBE_POINTS}"),
+        "tolerance": (0 < options.tolerance <= 1, "above 0, at most 1"),
+        "label_noise": (0 <= options.label_noise <= 100, "0 to 100"),
+        "samples": (0 < options.samples <= MAX_LR_PROBE_SAMPLES, f"1 to {MAX_LR_PROBE_SAMPLES}"),
+    }
+    for name, (ok, what) in limits.items():
+        if not ok:
+            raise InvalidValue(f"{name} must be {what}", pointer=_FIELD + name)
+
+
+def _rules(asked: tuple[str, ...] | None, plan_rule: str) -> tuple[str, ...]:
+    """The rules asked for (default none, sqrt, linear), each once, and the plan's own."""
+    for i, rule in enumerate(asked or ()):
+        if rule not in RULES:
+            raise InvalidValue(
+                f"rule {rule!r} is not one the probe runs: it runs {', '.join(RULES)} "
+                f"(the plan's own, {plan_rule}, is added when missing)",
+                pointer=f"{_FIELD}rules/{i}",
+            )
+    chosen = list(dict.fromkeys(asked or RULES))
+    if plan_rule not in chosen:
+        chosen.append(plan_rule)
+    return tuple(chosen)
+
+
+def _recipe(request: PlanRequest, rule: str) -> LearningRatePlan:
+    """The plan's recipe under `rule`; a warmup start or floor above that rule's lr is lowered
+    to it (the plan refuses them above its own lr)."""
+    spec = request.learning_rate
+    assert spec is not None
+    asked = dataclasses.replace(spec, rule=LRRule(rule), lr_scaling=None, lr_scaling_check=None)
+    try:
+        recipe = plan(dataclasses.replace(request, learning_rate=asked)).learning_rate
+    except PlanError:
+        lowered = dataclasses.replace(asked, warmup_start_lr=None, min_lr=None)
+        try:
+            recipe = plan(dataclasses.replace(request, learning_rate=lowered)).learning_rate
+        except PlanError as err:
+            raise err.under("/plan") from None
+    assert recipe is not None
+    return recipe
+
+
+@dataclass(frozen=True, slots=True)
+class LossPoint:
+    """A run's loss on the probe's held-out batch after `samples` training samples (None: the
+    run diverged before)."""
+
+    samples: int
+    loss: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeBase:
+    """The lr-scaling probe's base run: the plan's base_batch_size at base_lr."""
+
+    batch_size: int
+    lr: float
+    curve: tuple[LossPoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeRule:
+    """One rule's run at the plan's global batch: its final held-out loss over the base run's
+    (None: it diverged), and whether that stays within the probe's tolerance."""
+
+    rule: str
+    lr: float
+    curve: tuple[LossPoint, ...]
+    final_loss_ratio: float | None
+    holds: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeNoise:
+    """The gradient noise scale B_simple at the start and at the end of the base run, and the
+    global batch against the one the regime is read from (`start`, else `end`)."""
+
+    start: float | None
+    end: float | None
+    batch_to_noise: float | None  # global batch / B_noise
+    linear_overshoot: float | None  # McCandlish et al.: (B + B_noise) / (b + B_noise)
+
+
+@dataclass(frozen=True, slots=True)
+class LrScalingResult:
+    """An lr-scaling probe's answer (`result.lr_scaling`), as a plan takes it back."""
+
+    samples: int
+    global_batch_size: int
+    tolerance: float
+    label_noise: float
+    base: ProbeBase
+    rules: tuple[ProbeRule, ...]
+    best_rule: str
+    plan_rule: str
+    plan_rule_holds: bool
+    noise_scale: ProbeNoise
+    regime: str  # below_noise_scale, around_noise_scale, above_noise_scale or unknown
+    verdict: str

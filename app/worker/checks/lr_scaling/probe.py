@@ -1,0 +1,251 @@
+"""The lr-scaling probe (issue 39): does the scaled lr train as well as the base batch did?
+
+After the first step's check, the ranks train, from the workload's one initialisation and one
+sample stream, the base run (base_batch_size at base_lr) and one run per rule (the plan's
+global batch at that rule's lr, with the plan's warmup and decay counted in samples:
+contract/kinds/lr_scaling.py), each over the same samples, and evaluate every run on the same
+held-out batch at the same sample counts. The runs are independent: each rank trains its share
+in its own process (no DDP inside a run), the longest runs first on the least loaded rank, and
+rank 0 gathers the curves. The rank that trains the base run also measures the gradient noise
+scale (McCandlish et al. 2018's two-batch estimate) at its start and at its end. Rank 0 judges
+them (verdict.py).
+
+The sample stream: the built-in model's samples in index order (any index is a sample), its
+held-out batch far beyond them; a dataset's samples reshuffled every pass with the check's
+seed, its held-out batch set aside from a seeded permutation first. The built-in model learns a
+teacher: a fixed network of its own shape (seed + 1) on its own inputs gives the targets (its
+check targets are no function of the inputs it could learn, so its loss would not fall).
+`label_noise` adds Gaussian noise of that standard deviation to the training targets (a fixed
+draw per sample), which raises the gradient noise; the held-out targets stay clean.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+
+from app.contract.check_result import CheckResult
+from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec
+from app.contract.spec import CheckSpec
+from app.core.learning_rate.noise_scale import step_estimate
+from app.core.learning_rate.recipe_summary import lr_of
+from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.lr_scaling.verdict import Curve, judge
+from app.worker.checks.run.check import run_workload
+from app.worker.training.reference_run import build_optimizer
+from app.worker.training.synthetic_model import OUTPUTS, build_model
+from app.worker.training.workload import SyntheticWorkload, Workload
+
+HELD_OUT = 1024  # samples in the held-out batch (at most a fifth of a dataset)
+_HELD_OUT_AT = 1 << 29  # the built-in model's held-out indices start here
+_NOISE_AT = 1 << 28  # and those its noise scale is measured on
+_NOISE_GROUPS, _NOISE_REPEATS = 8, 16  # small batches per big one, big batches per estimate
+_NOISE_BLOCK = 4096
+
+
+@functools.lru_cache(maxsize=256)
+def _label_noise_block(seed: int, block: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + block + 17)
+    return torch.randn(_NOISE_BLOCK, OUTPUTS, generator=generator, dtype=torch.float64)
+
+
+def label_noise(indices: list[int], seed: int) -> torch.Tensor:
+    """A fixed standard Gaussian draw per sample index (the same on every rank)."""
+    return torch.stack([_label_noise_block(seed, i // _NOISE_BLOCK)[i % _NOISE_BLOCK] for i in indices])
+
+
+@functools.lru_cache(maxsize=8)
+def teacher(seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    """The built-in model's probe task: a fixed network of its own shape (seed + 1) on its own
+    inputs gives the targets, so the loss can fall and the gradient noise is the knob's."""
+    return build_model(seed + 1, dtype, device)
+
+
+class Stream:
+    """The probe's samples: training position p's index, and the held-out batch."""
+
+    def __init__(self, work: Workload, seed: int, samples: int, batch: int) -> None:
+        size = work.dataset_size
+        self.size, self.seed = size, seed
+        if size is None:
+            self.held_out = list(range(_HELD_OUT_AT, _HELD_OUT_AT + HELD_OUT))
+            self.train: list[int] | None = None
+        else:
+            order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 104_729)).tolist()
+            kept = min(HELD_OUT, max(1, size // 5))
+            self.held_out, self.train = order[:kept], order[kept:]
+        self._epochs: dict[int, list[int]] = {}
+
+    def indices(self, start: int, count: int) -> list[int]:
+        if self.train is None:
+            return list(range(start, start + count))
+        out: list[int] = []
+        n = len(self.train)
+        while len(out) < count:
+            epoch, at = divmod(start + len(out), n)
+            order = self._epochs.get(epoch)
+            if order is None:
+                perm = torch.randperm(
+                    n, generator=torch.Generator().manual_seed(self.seed + 7919 * (epoch + 1))
+                )
+                order = self._epochs[epoch] = [self.train[i] for i in perm.tolist()]
+            out += order[at : at + count - len(out)]
+        return out
+
+    def noise_indices(self, count: int) -> list[int]:
+        return list(range(_NOISE_AT, _NOISE_AT + count)) if self.train is None else self.indices(0, count)
+
+
+@dataclass
+class _Probe:
+    probe: LrScalingSpec
+    work: Workload
+    stream: Stream
+    mine: list[int]  # indices into runs() this rank trains
+    curves: dict[int, Curve] = field(default_factory=dict)
+    noise: tuple[float | None, float | None] = (None, None)
+    gathered: list[Any] | None = None
+
+
+def runs(probe: LrScalingSpec) -> list[ProbeRunSpec]:
+    return [probe.base, *probe.runs]
+
+
+def share(probe: LrScalingSpec, ranks: int) -> list[list[int]]:
+    """Each rank's runs: the costliest first onto the least loaded rank (the base run counts
+    its noise measurement), so that ranks finish together."""
+
+    def cost(run: ProbeRunSpec) -> float:
+        return probe.samples / run.batch_size * (1 + run.batch_size / 64)
+
+    load = [0.0] * ranks
+    out: list[list[int]] = [[] for _ in range(ranks)]
+    everything = runs(probe)
+    for i in sorted(range(len(everything)), key=lambda i: -cost(everything[i])):
+        r = min(range(ranks), key=lambda r: (load[r], r))
+        out[r].append(i)
+        load[r] += cost(everything[i]) * (1.5 if i == 0 else 1.0)
+    return out
+
+
+class LrScalingProbe(AfterKind[_Probe]):
+    """After the first step: the base run and every rule's run, spread over the ranks."""
+
+    name: ClassVar[str] = "lr_scaling"
+    laps: ClassVar[Laps] = Laps(plan="lr_scaling", controls=None, reference=None)
+
+    def applies(self, spec: CheckSpec) -> bool:
+        return spec.lr_scaling is not None
+
+    def prepare(self, ctx: Context) -> _Probe:
+        probe = ctx.spec.lr_scaling
+        assert probe is not None
+        work = run_workload(ctx.spec, ctx.workload)
+        stream = Stream(work, ctx.spec.seed, probe.samples, probe.global_batch_size)
+        return _Probe(probe, work, stream, share(probe, ctx.group.world)[ctx.group.rank])
+
+    def plan(self, ctx: Context, state: _Probe) -> None:
+        everything = runs(state.probe)
+        for i in state.mine:
+            state.curves[i] = self._train(ctx, state, everything[i], noise=i == 0)
+        payload = (state.curves, state.noise)
+        gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
+        dist.gather_object(payload, gathered, dst=0)
+        state.gathered = gathered
+
+    def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
+        assert prior is not None and state.gathered is not None
+        curves: dict[int, Curve] = {}
+        noise: tuple[float | None, float | None] = (None, None)
+        for rank_curves, rank_noise in state.gathered:
+            curves.update(rank_curves)
+            if rank_noise != (None, None):
+                noise = rank_noise
+        everything = runs(state.probe)
+        found = judge(state.probe, [(everything[i], curves[i]) for i in range(len(everything))], noise)
+        return replace(prior, lr_scaling=found)
+
+    # ------------------------------------------------------------------------------ a run
+
+    def _batch(self, state: _Probe, indices: list[int], ctx: Context, noisy: bool) -> tuple[Any, Any]:
+        x, y = state.work.batch(indices, ctx.dtype, ctx.device)
+        if not isinstance(state.work, SyntheticWorkload):
+            return x, y
+        with torch.no_grad():
+            y = teacher(ctx.spec.seed, ctx.dtype, ctx.device)(x)
+        if noisy and state.probe.label_noise:
+            y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
+        return x, y
+
+    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> Curve:
+        probe, work, stream = state.probe, state.work, state.stream
+        module = work.module(ctx.dtype, ctx.device)
+        params = [p for p in module.parameters() if p.requires_grad]
+        optimizer = build_optimizer(run.recipe, params)
+        held_x, held_y = self._batch(state, stream.held_out, ctx, noisy=False)
+
+        def held_out_loss() -> float | None:
+            with torch.no_grad():
+                value = float(work.loss(module, held_x, held_y, "mean"))
+            return value if math.isfinite(value) else None
+
+        if noise:
+            start = self._noise_scale(ctx, state, module, run.batch_size)
+        b, G = run.batch_size, probe.global_batch_size
+        curve: Curve = [(0, held_out_loss())]
+        points = list(probe.points[1:])
+        diverged = False
+        for j in range(probe.samples // b):
+            if diverged:
+                break
+            rate = lr_of(run.recipe, (j * b) // G)
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+            optimizer.zero_grad(set_to_none=True)
+            x, y = self._batch(state, stream.indices(j * b, b), ctx, noisy=True)
+            loss = work.loss(module, x, y, "mean")
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+            if run.recipe.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, run.recipe.max_grad_norm)
+            optimizer.step()
+            consumed = (j + 1) * b
+            while points and points[0] <= consumed:
+                points.pop(0)
+                value = held_out_loss()
+                curve.append((consumed, value))
+                diverged = value is None
+        curve += [(p, None) for p in points]  # after a divergence: no loss to show
+        if noise:
+            end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
+            state.noise = (start, end)
+        return curve
+
+    def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
+        """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
+        batch (8 to 256) and the big batch they make, averaged over repeats, then divided."""
+        params = [p for p in module.parameters() if p.requires_grad]
+        small = max(8, min(small, 256))
+        big = small * _NOISE_GROUPS
+        indices = state.stream.noise_indices(big * _NOISE_REPEATS)
+
+        def squared_norm(chunk: list[int]) -> float:
+            module.zero_grad(set_to_none=True)
+            x, y = self._batch(state, chunk, ctx, noisy=True)
+            grads = torch.autograd.grad(state.work.loss(module, x, y, "mean"), params, allow_unused=True)
+            return float(sum(g.double().pow(2).sum() for g in grads if g is not None))
+
+        sq, trace = 0.0, 0.0
+        for k in range(_NOISE_REPEATS):
+            chunk = indices[k * big : (k + 1) * big]
+            smalls = [
+                (squared_norm(chunk[i * small : (i + 1) * small]), float(small)) for i in range(_NOISE_GROUPS)
+            ]
+            estimate = step_estimate(smalls, squared_norm(chunk), big)
+            sq += estimate.gradient_sq
+            trace += estimate.trace
+        return trace / sq if sq > 0 and trace > 0 else None
