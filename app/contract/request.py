@@ -4,7 +4,8 @@ admission (`CheckRequestIn.to_core()`), the rank program under torchrun and the 
 
 A request is validated once, where it comes in: the HTTP schema, or `check_request` for JSON
 that did not come through it (its choices against the same Literal types the schema takes,
-its plan's ranges by the core's `request_limits`). From here on the records are trusted.
+its ranges against the table the schema reads, app.contract.limits). From here on the records
+are trusted.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.contract.check_options import (
     DType,
 )
 from app.contract.codec import decode
+from app.contract.limits import CHECK_LIMITS
 from app.contract.lr_scaling_spec import LrScalingSpec, probe_spec
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import (
@@ -43,7 +45,6 @@ from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
 from app.core.records.plan import Plan
 from app.core.records.plan_request import NodeGroup, PlanRequest
-from app.core.request.limits import check_limits
 from app.core.request.parse import plan_request
 
 
@@ -81,16 +82,16 @@ _CHOICES = {"backend": Backend, "dtype": DType, "workload": CheckWorkload}
 
 def check_request(data: Mapping[str, Any]) -> CheckRequest:
     """A check request's JSON that no HTTP schema read (the rank program's --request, a local
-    check): its choices and its plan's ranges checked here, once."""
-    given = {k: v for k, v in data.items() if k != "plan" and v is not None}
+    check): its choices and its ranges checked here, once."""
     for key, kind in _CHOICES.items():
-        if key in given and given[key] not in get_args(kind):
+        if data.get(key) is not None and data[key] not in get_args(kind):
             raise SpecError(f"{key} must be one of {', '.join(get_args(kind))}", f"/{key}")
-    request = plan_request(data["plan"])
+    data = CHECK_LIMITS.check(data)
     try:
-        check_limits(request)
+        request = plan_request(data["plan"])
     except PlanError as err:
         raise err.under("/plan") from None
+    given = {k: v for k, v in data.items() if k != "plan" and v is not None}
     return CheckRequest(request, decode(CheckOptions, _without_nulls(given)))
 
 
