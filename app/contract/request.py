@@ -4,7 +4,8 @@ admission (`CheckRequestIn.to_core()`), the rank program under torchrun and the 
 
 A request is validated once, where it comes in: the HTTP schema, or `check_request` for JSON
 that did not come through it (its choices against the same Literal types the schema takes,
-its plan's ranges by the core's `request_limits`). From here on the records are trusted.
+its ranges against the table the schema reads, app.contract.limits). From here on the records
+are trusted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.contract.kinds.part import Trained
 from app.contract.kinds.registry import REQUEST_PARTS
 from app.contract.kinds.resume import ResumeOptions
 from app.contract.kinds.throughput import ThroughputOptions
+from app.contract.limits import CHECK_LIMITS
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.spec import CheckSpec, spec_from_plan
@@ -37,7 +39,6 @@ from app.contract.targets import missing_module
 from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
 from app.core.records.plan_request import NodeGroup, PlanRequest
-from app.core.request.limits import check_limits
 from app.core.request.parse import plan_request
 
 
@@ -76,16 +77,16 @@ _CHOICES = {"backend": Backend, "dtype": DType, "workload": CheckWorkload}
 
 def check_request(data: Mapping[str, Any]) -> CheckRequest:
     """A check request's JSON that no HTTP schema read (the rank program's --request, a local
-    check): its choices and its plan's ranges checked here, once."""
-    given = {k: v for k, v in data.items() if k != "plan" and v is not None}
+    check): its choices and its ranges checked here, once."""
     for key, kind in _CHOICES.items():
-        if key in given and given[key] not in get_args(kind):
+        if data.get(key) is not None and data[key] not in get_args(kind):
             raise SpecError(f"{key} must be one of {', '.join(get_args(kind))}", f"/{key}")
-    request = plan_request(data["plan"])
+    data = CHECK_LIMITS.check(data)
     try:
-        check_limits(request)
+        request = plan_request(data["plan"])
     except PlanError as err:
         raise err.under("/plan") from None
+    given = {k: v for k, v in data.items() if k != "plan" and v is not None}
     return CheckRequest(request, decode(CheckOptions, _without_nulls(given)))
 
 

@@ -71,7 +71,7 @@ def _efficiency(request: PlanRequest, global_batch: int) -> tuple[BatchEfficienc
         return None, []
     try:
         e = efficiency(global_batch, noise, stderr)
-    except ValueError:  # the one way past the limits (request_limits): B / B_noise overflows
+    except ValueError:  # the one way past the limits (request/limits.py): B / B_noise overflows
         raise InvalidValue(
             f"gradient_noise_scale {noise:g} is too small for global batch {global_batch}: "
             f"their ratio overflows",
@@ -122,7 +122,7 @@ def _quietly(request: PlanRequest) -> Plan:
 
 def _plan_or_raise(request: PlanRequest) -> Plan:
     if request.gradient_noise_scale_stderr is not None and request.gradient_noise_scale is None:
-        # A rule between two fields, which no field's own range states (request_limits.py).
+        # A rule between two fields, which no field's own range states (request/limits.py).
         raise InvalidValue(
             "gradient_noise_scale_stderr is the uncertainty of gradient_noise_scale: give the noise "
             "scale too",

@@ -13,7 +13,6 @@ from app.contract.check_options import (
     DEFAULT_FIT_OPTIMIZER,
     DEFAULT_NOISE_STEPS,
     DEFAULT_STEPS,
-    MAX_STEPS,
     Backend,
     CheckWorkload,
     DType,
@@ -29,7 +28,7 @@ from app.schemas.kinds.lr_scaling import LrScalingRequestField
 from app.schemas.kinds.resume import ResumeRequestField
 from app.schemas.kinds.throughput import ThroughputRequestField
 from app.schemas.plan_requests import PlanRequestIn
-from app.schemas.types import WHOLE
+from app.schemas.types import check_limit
 
 # app.contract.jobs.JobStatus's values, listed inline in the OpenAPI document (as a Literal would
 # list them) rather than as a schema of their own: in a job, and as the list's query parameter.
@@ -49,7 +48,7 @@ class RendezvousIn(BaseModel):
         examples=["node0.example:29400"],
         description="HOST:PORT; the first node on HOST serves the rendezvous there.",
     )
-    nnodes: Annotated[int, Field(ge=1, le=4096), WHOLE] = Field(description="Nodes taking part.")
+    nnodes: Annotated[int, check_limit("rendezvous.nnodes")] = Field(description="Nodes taking part.")
     run_id: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
         examples=["job-4711"],
@@ -65,11 +64,11 @@ class NoiseScaleIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: Annotated[int, Field(ge=0, le=256), WHOLE] = Field(
+    steps: Annotated[int, check_limit("noise_scale.steps")] = Field(
         DEFAULT_NOISE_STEPS,
         description="Optimizer steps, each on a fresh global batch; 0 skips the measurement.",
     )
-    learning_rate: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)] = Field(
+    learning_rate: Annotated[float, check_limit("noise_scale.learning_rate")] = Field(
         0.0, description="Plain SGD between the steps; 0 measures every step at the starting weights."
     )
 
@@ -83,11 +82,11 @@ class FitMicroBatchIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_bytes: Annotated[int, Field(ge=1 << 20, le=1 << 50), WHOLE] | None = Field(
+    memory_bytes: Annotated[int, check_limit("fit_micro_batch.memory_bytes")] | None = Field(
         None,
         description="The memory to fit into. Default on a GPU: its total memory; a check on CPU needs it.",
     )
-    safety_margin: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = Field(
+    safety_margin: Annotated[float, check_limit("fit_micro_batch.safety_margin")] | None = Field(
         None,
         description="Fraction of memory_bytes kept free (fragmentation, other processes). Default: "
         "0.1 on a GPU, where the caching allocator's peak is measured; 0.15 on CPU, where the count "
@@ -98,7 +97,7 @@ class FitMicroBatchIn(BaseModel):
         DEFAULT_FIT_OPTIMIZER,
         description="Whose state the probe step allocates next to the weights and gradients.",
     )
-    max_micro_batch_size: Annotated[int, Field(ge=1, le=1 << 20), WHOLE] = Field(
+    max_micro_batch_size: Annotated[int, check_limit("fit_micro_batch.max_micro_batch_size")] = Field(
         DEFAULT_FIT_LIMIT, description="Where the search stops."
     )
 
@@ -128,10 +127,10 @@ class CheckRequestIn(BaseModel):
         description="auto: NCCL with one rank per GPU when the host has enough GPUs, else gloo on CPU.",
     )
     dtype: DType = DEFAULT_DTYPE
-    seed: Annotated[int, Field(ge=0, le=2**31 - 1), WHOLE] = Field(
+    seed: Annotated[int, check_limit("seed")] = Field(
         0, description="Seeds the model's weights, the synthetic data and (without a dataset) the shuffle."
     )
-    timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] | None = Field(
+    timeout_s: Annotated[float, check_limit("timeout_s")] | None = Field(
         None, description="Kill the check after this long; default and maximum from the server's settings."
     )
     rendezvous: RendezvousIn | None = None
@@ -143,7 +142,7 @@ class CheckRequestIn(BaseModel):
         "per-token loss over the step's valid tokens, with the token-normalisation controls. "
         "Default: tokens when the plan's loss_normalization is token.",
     )
-    steps: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
+    steps: Annotated[int, check_limit("steps")] = Field(
         DEFAULT_STEPS,
         examples=[20],
         description="Optimizer steps to train. 1: the first step's gradient against the single-process "

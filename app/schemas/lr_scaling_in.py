@@ -11,10 +11,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.examples import lr_scaling_result
-from app.schemas.types import Count, PositiveFloat, with_examples
+from app.schemas.types import plan_limit, with_examples
 
-_Ratio = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-_MAX_POINTS = 1000
+_PROBE = "learning_rate.lr_scaling."
 
 
 class _ProbePart(BaseModel):
@@ -27,16 +26,24 @@ class LossPointIn(_ProbePart):
 
 
 class ProbeBaseIn(_ProbePart):
-    batch_size: Count = Field(description="The base run's batch (the plan's base_batch_size).")
-    lr: PositiveFloat = Field(description="The base run's lr (the plan's base_lr).")
-    curve: list[LossPointIn] | None = Field(None, max_length=_MAX_POINTS)
+    batch_size: Annotated[int, plan_limit(_PROBE + "base.batch_size")] = Field(
+        description="The base run's batch (the plan's base_batch_size)."
+    )
+    lr: Annotated[float, plan_limit(_PROBE + "base.lr")] = Field(
+        description="The base run's lr (the plan's base_lr)."
+    )
+    curve: Annotated[list[LossPointIn], plan_limit(_PROBE + "base.curve")] | None = None
 
 
 class ProbeRunIn(_ProbePart):
     rule: str = Field(min_length=1, max_length=32, examples=["linear"])
-    lr: PositiveFloat | None = Field(None, description="The lr this rule gave the plan's global batch.")
-    curve: list[LossPointIn] | None = Field(None, max_length=_MAX_POINTS)
-    final_loss_ratio: _Ratio | None = Field(None, description="Its final held-out loss over the base run's.")
+    lr: Annotated[float, plan_limit(_PROBE + "rules[].lr")] | None = Field(
+        None, description="The lr this rule gave the plan's global batch."
+    )
+    curve: Annotated[list[LossPointIn], plan_limit(_PROBE + "rules[].curve")] | None = None
+    final_loss_ratio: Annotated[float, plan_limit(_PROBE + "rules[].final_loss_ratio")] | None = Field(
+        None, description="Its final held-out loss over the base run's."
+    )
     holds: bool | None = Field(None, description="It stayed within the probe's tolerance of the base run.")
 
 
@@ -52,7 +59,7 @@ class LrScalingIn(_ProbePart):
     model_config = with_examples(lr_scaling_result())
 
     base: ProbeBaseIn | None = None
-    rules: list[ProbeRunIn] = Field(default_factory=list, max_length=16)
+    rules: Annotated[list[ProbeRunIn], plan_limit(_PROBE + "rules")] = Field(default_factory=list)
     best_rule: str | None = Field(
         description="The rule whose run came closest to the base run: the plan scales by it.",
         max_length=32,

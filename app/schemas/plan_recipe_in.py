@@ -8,14 +8,14 @@ from typing import Annotated
 from pydantic import Field
 
 from app.core.records import plan_request as core
-from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.schemas.lr_scaling_in import LrScalingIn
-from app.schemas.types import WHOLE, Count, PositiveFloat, RequestModel, with_examples
+from app.schemas.types import RequestModel, plan_limit, with_examples
 
-Beta = Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)]
-NonNegativeLr = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Milestone = Annotated[int, Field(ge=1, le=MAX_SAFE_INTEGER), WHOLE]
-MilestoneEpoch = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+Beta = Annotated[float, plan_limit("learning_rate.betas[]")]
+Milestone = Annotated[int, plan_limit("learning_rate.milestones[]")]
+MilestoneEpoch = Annotated[float, plan_limit("learning_rate.milestone_epochs[]")]
+Milestones = Annotated[list[Milestone], plan_limit("learning_rate.milestones")]
+MilestoneEpochs = Annotated[list[MilestoneEpoch], plan_limit("learning_rate.milestone_epochs")]
 
 
 class LearningRateIn(RequestModel):
@@ -55,8 +55,8 @@ class LearningRateIn(RequestModel):
         },
     )
 
-    base_lr: PositiveFloat
-    base_batch_size: Count = 256
+    base_lr: Annotated[float, plan_limit("learning_rate.base_lr")]
+    base_batch_size: Annotated[int, plan_limit("learning_rate.base_batch_size")] = 256
     rule: core.LRRule = Field(
         core.LRRule.AUTO,
         description="linear (Goyal et al.), sqrt (Krizhevsky; Malladi et al. for Adam), none, auto "
@@ -64,18 +64,18 @@ class LearningRateIn(RequestModel):
         "(`POST /v1/checks` with `lr_scaling`), given as lr_scaling_check or lr_scaling.",
     )
     optimizer: core.Optimizer = core.Optimizer.SGD
-    warmup_epochs: Annotated[float, Field(ge=0, le=1_000_000, allow_inf_nan=False)] | None = None
-    warmup_steps: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] | None = None
-    betas: tuple[Beta, Beta] = (0.9, 0.999)
-    eps: PositiveFloat = 1e-8
-    base_batch_tokens: Count | None = Field(
+    warmup_epochs: Annotated[float, plan_limit("learning_rate.warmup_epochs")] | None = None
+    warmup_steps: Annotated[int, plan_limit("learning_rate.warmup_steps")] | None = None
+    betas: tuple[Beta, Beta] = (0.9, 0.999)  # two items, as learning_rate.betas in the table says
+    eps: Annotated[float, plan_limit("learning_rate.eps")] = 1e-8
+    base_batch_tokens: Annotated[int, plan_limit("learning_rate.base_batch_tokens")] | None = Field(
         None,
         description="Scale against tokens per optimizer step instead of samples: the factor is "
         "applied to (global batch x sequence_length) / base_batch_tokens. Needs sequence_length; "
         "base_batch_size is then not used.",
         examples=[1048576],
     )
-    warmup_start_lr: NonNegativeLr | None = Field(
+    warmup_start_lr: Annotated[float, plan_limit("learning_rate.warmup_start_lr")] | None = Field(
         None,
         description="Where the linear warmup starts (step 0); it reaches the scaled lr at step "
         "warmup_steps. Default: base_lr (Goyal et al.). 0 is allowed; at most the scaled lr.",
@@ -87,66 +87,56 @@ class LearningRateIn(RequestModel):
         "last step, or step (x gamma at each milestone).",
         examples=["cosine"],
     )
-    min_lr: NonNegativeLr | None = Field(
+    min_lr: Annotated[float, plan_limit("learning_rate.min_lr")] | None = Field(
         None,
         description="The lr at the run's last step under cosine and linear decay; default 0, at "
         "most the scaled lr.",
         examples=[0.00003],
     )
-    milestones: list[Milestone] | None = Field(
+    milestones: Milestones | None = Field(
         None,
-        min_length=1,
-        max_length=100,
         description="Step decay: the optimizer steps at which the lr is multiplied by gamma, "
         "increasing, after the warmup and before the run's end.",
         examples=[[30000, 60000, 80000]],
     )
-    milestone_epochs: list[MilestoneEpoch] | None = Field(
+    milestone_epochs: MilestoneEpochs | None = Field(
         None,
-        min_length=1,
-        max_length=100,
         description="Step decay's milestones in epochs instead (ceil(epochs x optimizer steps per "
         "epoch); needs dataset).",
         examples=[[30, 60, 80]],
     )
-    gamma: float = Field(
+    gamma: Annotated[float, plan_limit("learning_rate.gamma")] = Field(
         0.1,
-        gt=0,
-        lt=1,
-        allow_inf_nan=False,
         description="Step decay's factor at each milestone.",
         examples=[0.1],
     )
-    train_steps: Count | None = Field(
+    train_steps: Annotated[int, plan_limit("learning_rate.train_steps")] | None = Field(
         None,
         description="The run's optimizer steps; default dataset.epochs x optimizer_steps_per_epoch. "
         "With dataset.epochs, at most that.",
         examples=[100000],
     )
-    train_samples: Count | None = Field(
+    train_samples: Annotated[int, plan_limit("learning_rate.train_samples")] | None = Field(
         None,
         description="The run's length in samples instead: train_samples // global batch steps, as "
         "Megatron's --train-samples.",
         examples=[51200000],
     )
-    momentum: float | None = Field(
+    momentum: Annotated[float, plan_limit("learning_rate.momentum")] | None = Field(
         None,
-        ge=0,
-        lt=1,
-        allow_inf_nan=False,
         description="SGD's (and LARS's) momentum; default 0.9. Adam-like optimizers use betas.",
         examples=[0.9],
     )
     nesterov: bool = Field(
         False, strict=True, description="Nesterov momentum (SGD with momentum > 0).", examples=[True]
     )
-    weight_decay: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = Field(
+    weight_decay: Annotated[float, plan_limit("learning_rate.weight_decay")] = Field(
         0.0,
         description="As torch's optimizers apply it, to every parameter: L2 in the gradient for "
         "sgd, lars and adam, decoupled for adamw and lamb.",
         examples=[0.1],
     )
-    max_grad_norm: PositiveFloat | None = Field(
+    max_grad_norm: Annotated[float, plan_limit("learning_rate.max_grad_norm")] | None = Field(
         None,
         description="Clip the all-reduced gradient to this global L2 norm (torch's "
         "clip_grad_norm_) before each optimizer step; default none: no clipping.",

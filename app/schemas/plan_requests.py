@@ -18,27 +18,14 @@ from pydantic import (
 )
 
 from app.core.records import plan_request as core
-from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.request import parse as core_request
-from app.core.split.curve_checks import MIN_SAMPLES_PER_S
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
 from app.schemas.resume import ResumeIn
-from app.schemas.types import (
-    WHOLE,
-    Count,
-    GpuCount,
-    PositiveFloat,
-    RequestModel,
-    StrictNonNegativeFloat,
-    StrictPositiveFloat,
-    with_examples,
-)
+from app.schemas.types import RequestModel, plan_limit, with_examples
 
 # LearningRateIn lives in plan_recipe_in; app.schemas.exports (and users) name it here.
 __all__ = [
-    "MAX_CURVE_POINTS",
-    "MAX_NODE_GROUPS",
     "SCREEN",
     "CurvePointIn",
     "DatasetIn",
@@ -49,15 +36,12 @@ __all__ = [
     "TopologyIn",
 ]
 
-MAX_NODE_GROUPS = 10_000
-
 SCREEN = {"screen": True}
 """Validation context for a caller that only asks whether a body is valid and leaves the
 answer to an invalid one to the route (app.api.plan_fast_path): a schema error is then raised
 without its checked suggestions, which cost up to a dozen plans."""
 
 
-MAX_CURVE_POINTS = 64
 CURVE_HELP = (
     "Measured samples per second of one data-parallel replica at each micro-batch it ran "
     "(`POST /v1/checks` with `throughput` gives it in this form), micro-batch sizes strictly "
@@ -70,17 +54,16 @@ CURVE_HELP = (
 class CurvePointIn(RequestModel):
     model_config = with_examples({"micro_batch_size": 16, "samples_per_s": 1840.0})
 
-    micro_batch_size: Count
-    samples_per_s: Annotated[float, Field(ge=MIN_SAMPLES_PER_S, allow_inf_nan=False, strict=True)] = Field(
+    micro_batch_size: Annotated[int, plan_limit("topology.throughput_curve[].micro_batch_size")]
+    samples_per_s: Annotated[float, plan_limit("topology.throughput_curve[].samples_per_s")] = Field(
         description="Samples per second at this micro-batch (at least 1e-6: a measured rate)."
     )
 
 
 Curve = Annotated[
     list[CurvePointIn],
+    plan_limit("topology.throughput_curve"),
     Field(
-        min_length=1,
-        max_length=MAX_CURVE_POINTS,
         description=CURVE_HELP,
         examples=[
             [
@@ -113,13 +96,13 @@ class NodeGroupIn(RequestModel):
         description="Unique label; default `group<i>`.",
         examples=["h100"],
     )
-    num_nodes: GpuCount
-    gpus_per_node: GpuCount
-    relative_throughput: PositiveFloat = Field(
+    num_nodes: Annotated[int, plan_limit("topology.node_groups[].num_nodes")]
+    gpus_per_node: Annotated[int, plan_limit("topology.node_groups[].gpus_per_node")]
+    relative_throughput: Annotated[float, plan_limit("topology.node_groups[].relative_throughput")] = Field(
         1.0, description="Samples per second of one GPU, relative to the others."
     )
-    max_micro_batch_size: Count | None = Field(
-        None, description="Largest micro-batch one GPU of this group holds."
+    max_micro_batch_size: Annotated[int, plan_limit("topology.node_groups[].max_micro_batch_size")] | None = (
+        Field(None, description="Largest micro-batch one GPU of this group holds.")
     )
     throughput_curve: Curve | None = Field(
         None, description="Instead of relative_throughput: this group's measured curve. " + CURVE_HELP
@@ -156,15 +139,13 @@ class TopologyIn(RequestModel):
         },
     )
 
-    num_nodes: GpuCount | None = None
-    gpus_per_node: GpuCount | None = None
+    num_nodes: Annotated[int, plan_limit("topology.num_nodes")] | None = None
+    gpus_per_node: Annotated[int, plan_limit("topology.gpus_per_node")] | None = None
     throughput_curve: Curve | None = Field(
         None, description="With num_nodes and gpus_per_node: the replicas' measured curve. " + CURVE_HELP
     )
-    node_groups: list[NodeGroupIn] | None = Field(
+    node_groups: Annotated[list[NodeGroupIn], plan_limit("topology.node_groups")] | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_NODE_GROUPS,
         description="A mixed cluster, instead of num_nodes/gpus_per_node.",
     )
 
@@ -183,15 +164,15 @@ class TopologyIn(RequestModel):
 class ParallelismIn(RequestModel):
     model_config = with_examples({"tensor": 4, "pipeline": 2, "context": 1})
 
-    tensor: GpuCount = 1
-    pipeline: GpuCount = 1
-    context: GpuCount = 1
-    data_parallel_shard: GpuCount = Field(
+    tensor: Annotated[int, plan_limit("parallelism.tensor")] = 1
+    pipeline: Annotated[int, plan_limit("parallelism.pipeline")] = 1
+    context: Annotated[int, plan_limit("parallelism.context")] = 1
+    data_parallel_shard: Annotated[int, plan_limit("parallelism.data_parallel_shard")] = Field(
         1,
         description="FSDP shard group size: 1 is DDP, the data-parallel size is FSDP, a proper "
         "divisor is HSDP with data_parallel_size / data_parallel_shard replicas.",
     )
-    expert: GpuCount = Field(
+    expert: Annotated[int, plan_limit("parallelism.expert")] = Field(
         1,
         description="Expert-parallel size: borrows ranks, never changes the world size; a multiple "
         "of context x tensor that divides data_parallel_shard x context x tensor (torchtitan).",
@@ -203,11 +184,11 @@ class DatasetIn(RequestModel):
         {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90}
     )
 
-    num_samples: Count
+    num_samples: Annotated[int, plan_limit("dataset.num_samples")]
     shuffle: bool = Field(True, strict=True)
-    seed: Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE] = 0
+    seed: Annotated[int, plan_limit("dataset.seed")] = 0
     drop_last: bool = Field(False, strict=True)
-    epochs: Annotated[int, Field(ge=1, le=1_000_000), WHOLE] | None = None
+    epochs: Annotated[int, plan_limit("dataset.epochs")] | None = None
 
 
 class PlanRequestIn(RequestModel):
@@ -228,40 +209,40 @@ class PlanRequestIn(RequestModel):
     )
 
     topology: TopologyIn
-    global_batch_size: Count | None = None
-    micro_batch_size: Count | None = None
-    gradient_accumulation_steps: Count | None = None
-    max_micro_batch_size: Count | None = None
+    global_batch_size: Annotated[int, plan_limit("global_batch_size")] | None = None
+    micro_batch_size: Annotated[int, plan_limit("micro_batch_size")] | None = None
+    gradient_accumulation_steps: Annotated[int, plan_limit("gradient_accumulation_steps")] | None = None
+    max_micro_batch_size: Annotated[int, plan_limit("max_micro_batch_size")] | None = None
     divisibility: core.Divisibility = core.Divisibility.EXACT
     parallelism: ParallelismIn = Field(default_factory=ParallelismIn)
     loss_reduction: core.LossReduction = core.LossReduction.MEAN
     dataset: DatasetIn | None = None
     learning_rate: LearningRateIn | None = None
-    gradient_noise_scale: StrictPositiveFloat | None = Field(
+    gradient_noise_scale: Annotated[float, plan_limit("gradient_noise_scale")] | None = Field(
         None,
         description="Gradient noise scale in samples: B_simple or B_noise measured by a check "
         "(`POST /v1/checks`). The plan then reports its global batch's step and sample "
         "efficiency against the critical batch, about this size (McCandlish et al. 2018).",
         examples=[4096],
     )
-    gradient_noise_scale_stderr: StrictNonNegativeFloat | None = Field(
+    gradient_noise_scale_stderr: Annotated[float, plan_limit("gradient_noise_scale_stderr")] | None = Field(
         None,
         description="Standard error of `gradient_noise_scale`, in samples; only with it.",
         examples=[300],
     )
-    sequence_length: Count | None = Field(
+    sequence_length: Annotated[int, plan_limit("sequence_length")] | None = Field(
         None,
         description="Tokens per sample (sequence). The plan then reports `tokens`, and the batch "
         "may be given in tokens.",
         examples=[4096],
     )
-    global_batch_tokens: Count | None = Field(
+    global_batch_tokens: Annotated[int, plan_limit("global_batch_tokens")] | None = Field(
         None,
         description="Tokens per optimizer step, instead of global_batch_size: a whole number of "
         "sequences (needs sequence_length).",
         examples=[4194304],
     )
-    micro_batch_tokens: Count | None = Field(
+    micro_batch_tokens: Annotated[int, plan_limit("micro_batch_tokens")] | None = Field(
         None,
         description="Tokens per micro-batch per data-parallel rank (torchtitan's local_batch_size "
         "x seq_len), instead of micro_batch_size: a whole number of sequences.",

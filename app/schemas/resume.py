@@ -7,10 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from app.core.records.plan_request import MAX_SAFE_INTEGER
-from app.schemas.types import WHOLE, GpuCount, RequestModel, ResponseModel, with_examples
-
-Steps = Annotated[int, Field(ge=0, le=MAX_SAFE_INTEGER), WHOLE]
+from app.schemas.types import RequestModel, ResponseModel, plan_limit, with_examples
 
 
 class ResumeIn(RequestModel):
@@ -18,15 +15,15 @@ class ResumeIn(RequestModel):
 
     model_config = with_examples({"optimizer_step": 1200, "data_parallel_size": 8})
 
-    optimizer_step: Steps | None = Field(
+    optimizer_step: Annotated[int, plan_limit("resume.optimizer_step")] | None = Field(
         None, description="Optimizer steps taken before the checkpoint: the run goes on with this step."
     )
-    consumed_samples: Steps | None = Field(
+    consumed_samples: Annotated[int, plan_limit("resume.consumed_samples")] | None = Field(
         None,
         description="Samples consumed before the checkpoint, as Megatron counts them (a whole number of "
         "global batches; with a ramp-up, through POST /v1/plans/schedule).",
     )
-    data_parallel_size: GpuCount | None = Field(
+    data_parallel_size: Annotated[int, plan_limit("resume.data_parallel_size")] | None = Field(
         None,
         description="The data-parallel size the run goes on with (default: the plan's). It must divide the "
         "global batch, which a resume keeps; each replica takes the largest micro-batch that divides its "

@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, ClassVar
 from app.contract.check_options import (
     DEFAULT_LR_PROBE_POINTS,
     DEFAULT_LR_PROBE_TOLERANCE,
-    MAX_LR_PROBE_POINTS,
-    MAX_LR_PROBE_SAMPLES,
 )
 from app.contract.kinds.part import RequestPart, Trained
+from app.contract.limits import within
 from app.contract.model_registry import SYNTHETIC
 from app.contract.spec_error import SpecError
 from app.core.errors.domain import InvalidValue, PlanError, field_key
@@ -109,7 +108,7 @@ def probe_spec(request: PlanRequest, planned: Plan, options: LrScalingOptions) -
             'give plan.learning_rate, e.g. {"base_lr": 0.1, "base_batch_size": 64}',
             pointer="/plan/learning_rate",
         )
-    _check_ranges(options)
+    within(options, "lr_scaling")  # the ranges the HTTP schema holds, for JSON it did not read
     G, b = planned.global_batch_size, lr.base_batch_size
     least = max(G, b)
     if options.samples < least:
@@ -140,19 +139,6 @@ def probe_spec(request: PlanRequest, planned: Plan, options: LrScalingOptions) -
         base=base,
         runs=runs,
     )
-
-
-def _check_ranges(options: LrScalingOptions) -> None:
-    """The ranges the HTTP schema holds, for JSON that did not come through it."""
-    limits = {
-        "points": (1 <= options.points <= MAX_LR_PROBE_POINTS, f"1 to {MAX_LR_PROBE_POINTS}"),
-        "tolerance": (0 < options.tolerance <= 1, "above 0, at most 1"),
-        "label_noise": (0 <= options.label_noise <= 100, "0 to 100"),
-        "samples": (0 < options.samples <= MAX_LR_PROBE_SAMPLES, f"1 to {MAX_LR_PROBE_SAMPLES}"),
-    }
-    for name, (ok, what) in limits.items():
-        if not ok:
-            raise InvalidValue(f"{name} must be {what}", pointer=_FIELD + name)
 
 
 def _rules(asked: tuple[str, ...] | None, plan_rule: str) -> tuple[str, ...]:

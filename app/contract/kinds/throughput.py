@@ -20,6 +20,7 @@ from app.contract.check_options import (
     MAX_THROUGHPUT_POINTS,
 )
 from app.contract.kinds.part import RequestPart, Trained
+from app.contract.limits import within
 from app.contract.spec_error import SpecError
 from app.core.errors.domain import InvalidValue
 from app.core.records.plan_request import PlanRequest
@@ -150,7 +151,7 @@ def throughput_options(asked: ThroughputOptions, plan: PlanRequest, *, searched:
     """The measurement to run: `asked` checked against the plan (each refusal a 422 at its field,
     saying what works), with its default sizes filled in. `searched`: the micro-batch search
     runs first, and without sizes the measurement goes up to what it finds (sizes stay None)."""
-    _check_counts(asked)
+    within(asked, "throughput")
     cap = plan_cap(plan)
     sizes = asked.micro_batch_sizes
     if sizes is None:
@@ -160,20 +161,8 @@ def throughput_options(asked: ThroughputOptions, plan: PlanRequest, *, searched:
             else replace(asked, micro_batch_sizes=default_sizes(cap or DEFAULT_THROUGHPUT_LIMIT))
         )
     pointer = "/throughput/micro_batch_sizes"
-    if not sizes:
-        raise InvalidValue(
-            "give at least one micro-batch size, in increasing order (or leave micro_batch_sizes out "
-            f"for powers of two up to {cap or DEFAULT_THROUGHPUT_LIMIT})",
-            pointer=pointer,
-        )
-    if len(sizes) > MAX_THROUGHPUT_POINTS:
-        raise InvalidValue(
-            f"at most {MAX_THROUGHPUT_POINTS} micro-batch sizes, not {len(sizes)}", pointer=pointer
-        )
     ordered = sorted(set(sizes))
     for i, b in enumerate(sizes):
-        if b < 1:
-            raise InvalidValue(f"a micro-batch size is at least 1, not {b}", pointer=f"{pointer}/{i}")
         if i and b <= sizes[i - 1]:
             raise InvalidValue(
                 f"micro_batch_sizes must strictly increase ({b} follows {sizes[i - 1]}): give each size "
@@ -187,20 +176,3 @@ def throughput_options(asked: ThroughputOptions, plan: PlanRequest, *, searched:
                 pointer=f"{pointer}/{i}",
             )
     return asked
-
-
-def _check_counts(asked: ThroughputOptions) -> None:
-    if asked.repeats < 1:
-        raise InvalidValue(
-            f"repeats must be at least 1, not {asked.repeats} (the median of 10 is the default)",
-            pointer="/throughput/repeats",
-        )
-    if asked.warmup_steps < 0:
-        raise InvalidValue(
-            f"warmup_steps must be 0 or more, not {asked.warmup_steps}", pointer="/throughput/warmup_steps"
-        )
-    if not 0 <= asked.margin < 1:
-        raise InvalidValue(
-            f"margin is a fraction of the fastest samples/s, in [0, 1), not {asked.margin} (e.g. 0.05)",
-            pointer="/throughput/margin",
-        )

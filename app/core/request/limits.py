@@ -1,73 +1,105 @@
-"""The ranges of CONTRACT.md "Limits", for a plan request that did not come through the HTTP
-schema (which states the same ranges as its fields' constraints and refuses first): the rank
-program's and a local check's JSON (`app.contract.request.check_request`). The planner
-trusts its request and checks none of this again: a request is validated once, where it
-comes in.
+"""The ranges of CONTRACT.md "Limits", written once: each plan request field's path -> its
+bounds (app.core.request.bounds).
+
+The HTTP schema's field types read their bounds here (app.schemas.types.plan_limit), and
+`PLAN_LIMITS.check` holds JSON that did not come through that schema to the same table: the
+rank program's `--request` and a stored job (`app.contract.request.check_request`, through the
+check request's table, app.contract.limits, which holds these under `plan`). The planner trusts
+its request and checks none of this again: a request is validated once, where it comes in.
+tests/core/test_limits_table.py holds the schema's bounds equal to this table's.
 """
 
 from __future__ import annotations
 
-import math
+from app.core.records.plan_request import MAX_SAFE_INTEGER, MAX_WORLD_SIZE
+from app.core.request.bounds import Bounds, Limits
 
-from app.core.errors.domain import InvalidValue, field_key
-from app.core.records.plan_request import MAX_SAFE_INTEGER, PlanRequest
+MAX_EPOCHS = 1_000_000  # dataset.epochs, warmup and milestones in epochs: a run, not a forever
+MAX_NODE_GROUPS = 10_000
+MAX_CURVE_POINTS = 64
+MAX_MILESTONES = 100
+# A rate below this is no measurement (a sample every 11 days), and it would round a split's
+# integer weights to zero.
+MIN_SAMPLES_PER_S = 1e-6
+MAX_PROBE_RULES = 16  # an lr-scaling probe's answer, as a plan takes it back
+MAX_PROBE_POINTS = 1000
+
+COUNT = Bounds("int", ge=1, le=MAX_SAFE_INTEGER)  # batch and dataset sizes, steps of a run
+FROM_ZERO = Bounds("int", ge=0, le=MAX_SAFE_INTEGER)  # a seed, steps already taken
+GPUS = Bounds("int", ge=1, le=MAX_WORLD_SIZE)  # a plan covers at most this many GPUs
+POSITIVE = Bounds("float", gt=0)  # throughputs, learning rates, a noise scale
+NON_NEGATIVE = Bounds("float", ge=0)
+FRACTION = Bounds("float", ge=0, lt=1)  # betas, momentum
+CURVE = Bounds("items", ge=1, le=MAX_CURVE_POINTS, allow_null=True)
+RATE = Bounds("float", ge=MIN_SAMPLES_PER_S)
+PROBE_POINTS = Bounds("items", le=MAX_PROBE_POINTS, allow_null=True)
+EPOCHS = Bounds("int", ge=1, le=MAX_EPOCHS)
+MILESTONES = Bounds("items", ge=1, le=MAX_MILESTONES, allow_null=True)
+
+# The plan request (POST /v1/plans, a check's `plan`): every field with a bound, nowhere else.
+_PLAN = {
+    "topology.num_nodes": GPUS.nullable,
+    "topology.gpus_per_node": GPUS.nullable,
+    "topology.throughput_curve": CURVE,
+    "topology.throughput_curve[].micro_batch_size": COUNT,
+    "topology.throughput_curve[].samples_per_s": RATE,
+    "topology.node_groups": Bounds("items", ge=1, le=MAX_NODE_GROUPS, allow_null=True),
+    "topology.node_groups[].num_nodes": GPUS,
+    "topology.node_groups[].gpus_per_node": GPUS,
+    "topology.node_groups[].relative_throughput": POSITIVE,
+    "topology.node_groups[].max_micro_batch_size": COUNT.nullable,
+    "topology.node_groups[].throughput_curve": CURVE,
+    "topology.node_groups[].throughput_curve[].micro_batch_size": COUNT,
+    "topology.node_groups[].throughput_curve[].samples_per_s": RATE,
+    "global_batch_size": COUNT.nullable,
+    "micro_batch_size": COUNT.nullable,
+    "gradient_accumulation_steps": COUNT.nullable,
+    "max_micro_batch_size": COUNT.nullable,
+    # A parallel size above the most GPUs a plan covers could never divide its world.
+    "parallelism.tensor": GPUS,
+    "parallelism.pipeline": GPUS,
+    "parallelism.context": GPUS,
+    "parallelism.data_parallel_shard": GPUS,
+    "parallelism.expert": GPUS,
+    "dataset.num_samples": COUNT,
+    "dataset.seed": FROM_ZERO,
+    "dataset.epochs": EPOCHS.nullable,
+    "learning_rate.base_lr": POSITIVE,
+    "learning_rate.base_batch_size": COUNT,
+    "learning_rate.warmup_epochs": Bounds("float", ge=0, le=MAX_EPOCHS, allow_null=True),
+    "learning_rate.warmup_steps": FROM_ZERO.nullable,
+    "learning_rate.betas": Bounds("items", ge=2, le=2),
+    "learning_rate.betas[]": FRACTION,
+    "learning_rate.eps": POSITIVE,
+    "learning_rate.base_batch_tokens": COUNT.nullable,
+    "learning_rate.warmup_start_lr": NON_NEGATIVE.nullable,
+    "learning_rate.min_lr": NON_NEGATIVE.nullable,
+    "learning_rate.milestones": MILESTONES,
+    "learning_rate.milestones[]": COUNT,
+    "learning_rate.milestone_epochs": MILESTONES,
+    "learning_rate.milestone_epochs[]": Bounds("float", gt=0, le=MAX_EPOCHS),
+    "learning_rate.gamma": Bounds("float", gt=0, lt=1),
+    "learning_rate.train_steps": COUNT.nullable,
+    "learning_rate.train_samples": COUNT.nullable,
+    "learning_rate.momentum": FRACTION.nullable,
+    "learning_rate.weight_decay": Bounds("float", ge=0, le=1),
+    "learning_rate.max_grad_norm": POSITIVE.nullable,
+    "learning_rate.lr_scaling.base.batch_size": COUNT,
+    "learning_rate.lr_scaling.base.lr": POSITIVE,
+    "learning_rate.lr_scaling.base.curve": PROBE_POINTS,
+    "learning_rate.lr_scaling.rules": Bounds("items", le=MAX_PROBE_RULES),
+    "learning_rate.lr_scaling.rules[].lr": POSITIVE.nullable,
+    "learning_rate.lr_scaling.rules[].curve": PROBE_POINTS,
+    "learning_rate.lr_scaling.rules[].final_loss_ratio": POSITIVE.nullable,
+    "gradient_noise_scale": POSITIVE.nullable,
+    "gradient_noise_scale_stderr": NON_NEGATIVE.nullable,
+    "sequence_length": COUNT.nullable,
+    "global_batch_tokens": COUNT.nullable,
+    "micro_batch_tokens": COUNT.nullable,
+    "resume.optimizer_step": FROM_ZERO.nullable,
+    "resume.consumed_samples": FROM_ZERO.nullable,
+    "resume.data_parallel_size": GPUS.nullable,
+}
 
 
-def check_limits(request: PlanRequest) -> None:
-    """Raise InvalidValue at the first count or number outside CONTRACT.md's "Limits"."""
-    counts: list[tuple[str, int | None, int]] = [
-        ("/global_batch_size", request.global_batch_size, 1),
-        ("/micro_batch_size", request.micro_batch_size, 1),
-        ("/gradient_accumulation_steps", request.gradient_accumulation_steps, 1),
-        ("/max_micro_batch_size", request.max_micro_batch_size, 1),
-        ("/parallelism/tensor", request.parallelism.tensor, 1),
-        ("/parallelism/pipeline", request.parallelism.pipeline, 1),
-        ("/parallelism/context", request.parallelism.context, 1),
-        ("/parallelism/data_parallel_shard", request.parallelism.data_parallel_shard, 1),
-        ("/parallelism/expert", request.parallelism.expert, 1),
-    ]
-    if request.dataset is not None:
-        counts += [
-            ("/dataset/num_samples", request.dataset.num_samples, 1),
-            ("/dataset/seed", request.dataset.seed, 0),
-            ("/dataset/epochs", request.dataset.epochs, 1),
-        ]
-    lr = request.learning_rate
-    if lr is not None:
-        counts += [
-            ("/learning_rate/base_batch_size", lr.base_batch_size, 1),
-            ("/learning_rate/warmup_steps", lr.warmup_steps, 0),
-            ("/learning_rate/train_steps", lr.train_steps, 1),
-            ("/learning_rate/train_samples", lr.train_samples, 1),
-        ]
-        for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
-            if not (math.isfinite(value) and value > 0):
-                raise InvalidValue(f"{pointer.rsplit('/', 1)[1]} must be finite and > 0", pointer=pointer)
-        epochs = lr.warmup_epochs
-        if epochs is not None and not (math.isfinite(epochs) and epochs >= 0):
-            raise InvalidValue(
-                "warmup_epochs must be finite and >= 0", pointer="/learning_rate/warmup_epochs"
-            )
-        for beta in lr.betas:
-            if not 0 <= beta < 1:
-                raise InvalidValue("betas must lie in [0, 1)", pointer="/learning_rate/betas")
-    noise, stderr = request.gradient_noise_scale, request.gradient_noise_scale_stderr
-    if noise is not None and not (math.isfinite(noise) and noise > 0):
-        raise InvalidValue("gradient_noise_scale must be finite and > 0", pointer="/gradient_noise_scale")
-    if stderr is not None and not (math.isfinite(stderr) and stderr >= 0):
-        raise InvalidValue(
-            "gradient_noise_scale_stderr must be finite and >= 0",
-            pointer="/gradient_noise_scale_stderr",
-        )
-    for pointer, number, low in counts:
-        # A plain int in range, the usual case, is one type test and one comparison.
-        if number is None or (type(number) is int and low <= number <= MAX_SAFE_INTEGER):
-            continue
-        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= MAX_SAFE_INTEGER:
-            name = pointer.rsplit("/", 1)[1]
-            nearest_ok = min(max(number, low), MAX_SAFE_INTEGER) if isinstance(number, int) else low
-            raise InvalidValue(
-                f"{name} must be a whole number from {low} to {MAX_SAFE_INTEGER}",
-                pointer=pointer,
-                suggestions={field_key(pointer): [nearest_ok]},
-            )
+PLAN_LIMITS = Limits(_PLAN)

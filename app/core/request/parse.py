@@ -17,6 +17,7 @@ from dataclasses import is_dataclass
 from enum import Enum
 from typing import Any, TypeVar, cast
 
+from app.core.errors.domain import InvalidValue
 from app.core.records import plan_request as core
 from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import Curve
@@ -64,8 +65,10 @@ def resume(body: Mapping[str, Any] | object | None) -> ResumeSpec | None:
 def topology(data: Mapping[str, Any]) -> core.Topology:
     groups = data.get("node_groups")
     if not groups:
-        curve = _curve(data.get("throughput_curve"))
-        return core.Topology.homogeneous(data["num_nodes"], data["gpus_per_node"], curve)
+        nodes, gpus = data.get("num_nodes"), data.get("gpus_per_node")
+        if nodes is None or gpus is None:  # JSON the schema did not read: said as it says it
+            raise InvalidValue("give num_nodes and gpus_per_node (or node_groups)", pointer="/topology")
+        return core.Topology.homogeneous(nodes, gpus, _curve(data.get("throughput_curve")))
     return core.Topology(
         tuple(
             core.NodeGroup(

@@ -9,10 +9,8 @@ import math
 from app.core.errors.domain import InvalidValue, field_key
 from app.core.records.plan_request import NodeGroup, Topology
 from app.core.records.throughput_curve import Curve
+from app.core.request.limits import MIN_SAMPLES_PER_S
 
-# A rate below this is no measurement (a sample every 11 days), and it would round a split's
-# integer weights to zero.
-MIN_SAMPLES_PER_S = 1e-6
 _MEASURE = "POST /v1/checks with throughput measures one: batchplan measure"
 
 
@@ -59,7 +57,7 @@ def _plainly_valid(curve: Curve) -> bool:
         and all(map(int.__lt__, sizes, sizes[1:]))
         and set(map(type, rates)) == _FLOAT
         and not any(map(math.isnan, rates))
-        and 0 < min(rates)
+        and MIN_SAMPLES_PER_S <= min(rates)
         and max(rates) < math.inf
     )
 

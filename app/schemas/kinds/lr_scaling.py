@@ -12,11 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.contract.check_options import (
     DEFAULT_LR_PROBE_POINTS,
     DEFAULT_LR_PROBE_TOLERANCE,
-    MAX_LR_PROBE_POINTS,
-    MAX_LR_PROBE_SAMPLES,
 )
 from app.contract.kinds.lr_scaling import LrScalingOptions
-from app.schemas.types import WHOLE
+from app.schemas.types import check_limit
 
 
 class LrScalingRequestIn(BaseModel):
@@ -25,26 +23,25 @@ class LrScalingRequestIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    samples: Annotated[int, Field(ge=1, le=MAX_LR_PROBE_SAMPLES), WHOLE] = Field(
+    samples: Annotated[int, check_limit("lr_scaling.samples")] = Field(
         examples=[65536],
         description="How far every run trains, in samples (rounded down to whole global batches); at "
         "least one global batch (and one base batch).",
     )
-    rules: list[Literal["none", "sqrt", "linear"]] | None = Field(
+    rules: Annotated[list[Literal["none", "sqrt", "linear"]], check_limit("lr_scaling.rules")] | None = Field(
         None,
-        max_length=3,
         examples=[["sqrt", "linear"]],
         description="The rules to run at the plan's global batch. Default: none, sqrt and linear; the "
         "plan's own rule is added when missing.",
     )
-    points: Annotated[int, Field(ge=1, le=MAX_LR_PROBE_POINTS), WHOLE] = Field(
+    points: Annotated[int, check_limit("lr_scaling.points")] = Field(
         DEFAULT_LR_PROBE_POINTS, description="Held-out evaluations along the way (and one at 0 samples)."
     )
-    tolerance: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = Field(
+    tolerance: Annotated[float, check_limit("lr_scaling.tolerance")] = Field(
         DEFAULT_LR_PROBE_TOLERANCE,
         description="A rule holds while its final held-out loss is at most (1 + tolerance) x the base run's.",
     )
-    label_noise: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = Field(
+    label_noise: Annotated[float, check_limit("lr_scaling.label_noise")] = Field(
         0.0,
         examples=[0.5],
         description="The built-in model's gradient-noise knob: the standard deviation of Gaussian noise "

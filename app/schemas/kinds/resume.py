@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.contract.check_options import MAX_STEPS
 from app.contract.kinds.resume import ResumeOptions
 from app.schemas.kinds.run import two_epoch_plan
-from app.schemas.types import WHOLE
+from app.schemas.types import check_limit
 
 
 class CheckResumeIn(BaseModel):
@@ -23,12 +22,12 @@ class CheckResumeIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    at_step: Annotated[int, Field(ge=1, le=MAX_STEPS), WHOLE] = Field(
+    at_step: Annotated[int, check_limit("resume.at_step")] = Field(
         examples=[7],
         description="Optimizer steps taken before the checkpoint, from 1 to steps - 1: the run goes on "
         "from this step on the new replicas.",
     )
-    data_parallel_size: Annotated[int, Field(ge=1, le=4096), WHOLE] = Field(
+    data_parallel_size: Annotated[int, check_limit("resume.data_parallel_size")] = Field(
         examples=[2],
         description="The replicas the run goes on with, at most the plan's (the ranks beyond them idle, "
         "as a job that lost nodes); it must keep the global batch, and the plan's sampler must resume "

@@ -13,12 +13,12 @@ from app.contract.check_options import (
     DEFAULT_THROUGHPUT_LIMIT,
     DEFAULT_THROUGHPUT_REPEATS,
     DEFAULT_THROUGHPUT_WARMUP,
-    MAX_THROUGHPUT_POINTS,
 )
 from app.contract.kinds.throughput import ThroughputOptions
-from app.schemas.types import WHOLE
+from app.schemas.types import check_limit
 
-MicroBatch = Annotated[int, Field(ge=1, le=1 << 20), WHOLE]
+MicroBatch = Annotated[int, check_limit("throughput.micro_batch_sizes[]")]
+Sizes = Annotated[list[MicroBatch], check_limit("throughput.micro_batch_sizes")]
 
 
 class ThroughputIn(BaseModel):
@@ -28,21 +28,19 @@ class ThroughputIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    micro_batch_sizes: list[MicroBatch] | None = Field(
+    micro_batch_sizes: Sizes | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_THROUGHPUT_POINTS,
         examples=[[1, 2, 4, 8, 16, 32, 64, 128]],
         description="Strictly increasing, each at most the plan's cap (max_micro_batch_size, or every "
         "node group's). Default: powers of two up to that cap (and the cap), up to what "
         f"fit_micro_batch finds when it runs, else up to {DEFAULT_THROUGHPUT_LIMIT}.",
     )
-    repeats: Annotated[int, Field(ge=1, le=1000), WHOLE] = Field(
+    repeats: Annotated[int, check_limit("throughput.repeats")] = Field(
         DEFAULT_THROUGHPUT_REPEATS,
         description="Timed repeats per size; a point's step_time_s is their median. A repeat times as "
         "many micro-steps as last 10 ms together.",
     )
-    warmup_steps: Annotated[int, Field(ge=0, le=1000), WHOLE] = Field(
+    warmup_steps: Annotated[int, check_limit("throughput.warmup_steps")] = Field(
         DEFAULT_THROUGHPUT_WARMUP, description="Micro-steps run before the clock starts, per size."
     )
     time_optimizer_step: bool = Field(
@@ -50,7 +48,7 @@ class ThroughputIn(BaseModel):
         description="false: a micro-step is a forward and a backward that accumulates, as under "
         "gradient accumulation. true: each also zeroes the gradients and takes an AdamW step.",
     )
-    margin: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = Field(
+    margin: Annotated[float, check_limit("throughput.margin")] = Field(
         DEFAULT_KNEE_MARGIN,
         description="knee_micro_batch_size is the smallest micro-batch within this fraction of the "
         "fastest samples/s.",
