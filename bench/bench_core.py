@@ -48,7 +48,7 @@ from app.core.records.plan_request import (
     PlanRequest,
     Topology,
 )
-from app.core.records.throughput_curve import Curve
+from app.core.records.throughput_curve import ThroughputCurve
 
 IMAGENET = 1_281_167
 
@@ -89,7 +89,7 @@ def mixed(n: int, *, node_scale: int = 1, per_replica: int = 8, **extra: object)
     return PlanRequest(topology=topology, **kwargs)  # type: ignore[arg-type]
 
 
-def saturating_curve(rng: random.Random, cap: int | None) -> Curve:
+def saturating_curve(rng: random.Random, cap: int | None) -> ThroughputCurve:
     """Samples/s at powers of two up to the cap (64 without one), as a throughput check measures
     them: rising to a peak, sometimes falling after it (memory pressure)."""
     top = cap or 64
@@ -98,7 +98,7 @@ def saturating_curve(rng: random.Random, cap: int | None) -> Curve:
     rates = [peak * b / (b + half) for b in sizes]
     if rng.random() < 0.3 and len(rates) > 2:
         rates[-1] *= rng.uniform(0.7, 0.95)
-    return Curve(tuple(sizes), tuple(rates))
+    return ThroughputCurve(tuple(sizes), tuple(rates))
 
 
 def curved(n: int, kinds: int | None = None, per_replica: int = 8, seed: int = 0) -> PlanRequest:

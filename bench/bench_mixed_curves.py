@@ -159,11 +159,13 @@ def rank_main(rank: int, port: int, cgroup: str, steps: int, rounds: int) -> Non
 
 def plan_both(curves: list[list[dict[str, float]]]) -> dict[str, Any]:
     from app.core.planner import plan
-    from app.core.records.throughput_curve import Curve, StepTime
+    from app.core.records.throughput_curve import StepTime, ThroughputCurve
     from app.core.request.parse import plan_request
 
     timers = [
-        StepTime.of(Curve(tuple(p["micro_batch_size"] for p in c), tuple(p["samples_per_s"] for p in c)))
+        StepTime.of(
+            ThroughputCurve(tuple(p["micro_batch_size"] for p in c), tuple(p["samples_per_s"] for p in c))
+        )
         for c in curves
     ]
 

@@ -38,7 +38,7 @@ class Setup:
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class CheckedSplit:
     """The batch split the check ran (after a micro-batch search re-planned it, if one did)."""
 
     data_parallel_size: int
@@ -86,7 +86,7 @@ class CheckResult:
     model: str
     ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
     setup: Setup = field(metadata=FLAT)
-    layout: Layout = field(metadata=FLAT)
+    layout: CheckedSplit = field(metadata=FLAT)
     gradient: Comparison = field(metadata=FLAT)
     controls: tuple[ControlOutcome, ...]
     controls_skipped: tuple[SkippedControl, ...]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from app.core.cluster import device_mesh
-from app.core.cluster.topology import Layout, resolve_layout, validate_topology
+from app.core.cluster.topology import ReplicaLayout, resolve_layout, validate_topology
 from app.core.errors.domain import InvalidValue, PlanError, passes
 from app.core.errors.suggestions import with_request_fields
 from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentences
@@ -24,7 +24,7 @@ from app.core.tokens.token_plan import in_samples, plan_learning_rate_for, token
 
 def _replica_groups(
     request: PlanRequest,
-    layout: Layout,
+    layout: ReplicaLayout,
     solution: BatchSolution,
     sampler: SamplerPlan | None,
     timing: Timing | None,
@@ -137,7 +137,7 @@ def _plan_or_raise(request: PlanRequest) -> Plan:
         raise pointed from None
 
 
-def _solved(request: PlanRequest) -> tuple[Layout, BatchProblem, BatchSolution]:
+def _solved(request: PlanRequest) -> tuple[ReplicaLayout, BatchProblem, BatchSolution]:
     """The cluster's replicas and the batch split over them (micro x accumulation x replicas)."""
     validate_topology(request.topology)
     if request.topology.curves:
@@ -231,7 +231,11 @@ def _plan(request: PlanRequest) -> Plan:
 
 
 def _throughput_sentences(
-    request: PlanRequest, layout: Layout, throughput: ThroughputPlan, G: int, groups: tuple[ReplicaGroup, ...]
+    request: PlanRequest,
+    layout: ReplicaLayout,
+    throughput: ThroughputPlan,
+    G: int,
+    groups: tuple[ReplicaGroup, ...],
 ) -> list[str]:
     fixed = request.gradient_accumulation_steps is not None or request.micro_batch_size is not None
     times = layout.step_times  # one StepTime per distinct curve: alike when all are the first

@@ -60,7 +60,7 @@ class CurvePointIn(RequestModel):
     )
 
 
-Curve = Annotated[
+ThroughputCurveIn = Annotated[
     list[CurvePointIn],
     plan_limit("topology.throughput_curve"),
     Field(
@@ -104,7 +104,7 @@ class NodeGroupIn(RequestModel):
     max_micro_batch_size: Annotated[int, plan_limit("topology.node_groups[].max_micro_batch_size")] | None = (
         Field(None, description="Largest micro-batch one GPU of this group holds.")
     )
-    throughput_curve: Curve | None = Field(
+    throughput_curve: ThroughputCurveIn | None = Field(
         None, description="Instead of relative_throughput: this group's measured curve. " + CURVE_HELP
     )
 
@@ -141,7 +141,7 @@ class TopologyIn(RequestModel):
 
     num_nodes: Annotated[int, plan_limit("topology.num_nodes")] | None = None
     gpus_per_node: Annotated[int, plan_limit("topology.gpus_per_node")] | None = None
-    throughput_curve: Curve | None = Field(
+    throughput_curve: ThroughputCurveIn | None = Field(
         None, description="With num_nodes and gpus_per_node: the replicas' measured curve. " + CURVE_HELP
     )
     node_groups: Annotated[list[NodeGroupIn], plan_limit("topology.node_groups")] | None = Field(

@@ -21,7 +21,7 @@ from plan_helpers import ddp_gradient, examples, replica_micro_batches, try_plan
 
 from app.core.records.plan import Plan
 from app.core.records.plan_request import Divisibility, NodeGroup, Parallelism, PlanRequest, Topology
-from app.core.records.throughput_curve import Curve
+from app.core.records.throughput_curve import ThroughputCurve
 
 Point = tuple[int, float]
 
@@ -79,7 +79,7 @@ def curve_requests(draw: st.DrawFn) -> tuple[PlanRequest, list[tuple[list[Point]
         points = draw(curves())
         cap = draw(st.one_of(st.none(), st.integers(points[-1][0], points[-1][0] + 8)))
         gpus = draw(st.integers(1, 3))
-        curve = Curve(tuple(b for b, _ in points), tuple(r for _, r in points))
+        curve = ThroughputCurve(tuple(b for b, _ in points), tuple(r for _, r in points))
         groups.append(NodeGroup(f"g{i}", 1, gpus, max_micro_batch_size=cap, throughput_curve=curve))
         replicas += [(points, cap if cap is not None else 10**6)] * gpus
     topology = Topology(tuple(groups), listed_groups=True)
@@ -148,7 +148,7 @@ def test_a_model_parallel_block_across_two_groups_runs_at_the_slower_curve() -> 
     slow = [(4, 300.0), (8, 450.0), (12, 500.0)]
 
     def group(name: str, points: list[Point]) -> NodeGroup:
-        curve = Curve(tuple(b for b, _ in points), tuple(r for _, r in points))
+        curve = ThroughputCurve(tuple(b for b, _ in points), tuple(r for _, r in points))
         return NodeGroup(name, 1, 3, throughput_curve=curve)
 
     request = PlanRequest(

@@ -1,4 +1,4 @@
-"""Layout's derived values (heterogeneous, uniform_cap, capacity) are cached per layout by
+"""ReplicaLayout's derived values (heterogeneous, uniform_cap, capacity) are cached per layout by
 app.core.cluster.topology's lock-free cached_property: the same values as functools.cached_property
 gives over the same functions, each computed once per layout, and the layout stays frozen."""
 
@@ -10,7 +10,7 @@ import functools
 import pytest
 
 from app.core.cluster import topology
-from app.core.cluster.topology import Layout, resolve_layout
+from app.core.cluster.topology import ReplicaLayout, resolve_layout
 from app.core.records.plan_request import NodeGroup, Parallelism, Topology
 
 DERIVED = ("heterogeneous", "uniform_cap", "capacity")
@@ -26,7 +26,7 @@ TOPOLOGIES = {
 }
 
 
-def _layouts() -> list[Layout]:
+def _layouts() -> list[ReplicaLayout]:
     return [
         resolve_layout(t, Parallelism(tensor=tp), cap)
         for t in TOPOLOGIES.values()
@@ -39,7 +39,7 @@ def test_the_values_are_functools_cached_propertys() -> None:
     reference = type(
         "Reference",
         (),
-        {name: functools.cached_property(getattr(Layout, name).func) for name in DERIVED},
+        {name: functools.cached_property(getattr(ReplicaLayout, name).func) for name in DERIVED},
     )
     for layout in _layouts():
         twin = reference()
@@ -51,10 +51,10 @@ def test_the_values_are_functools_cached_propertys() -> None:
 def test_each_value_is_computed_once_per_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, int]] = []
     for name in DERIVED:
-        descriptor = getattr(Layout, name)
+        descriptor = getattr(ReplicaLayout, name)
         original = descriptor.func
 
-        def counted(layout: Layout, name: str = name, original: object = original) -> object:
+        def counted(layout: ReplicaLayout, name: str = name, original: object = original) -> object:
             calls.append((name, id(layout)))
             return original(layout)  # type: ignore[operator]
 

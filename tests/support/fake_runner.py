@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from app.contract.check_result import CheckResult, Comparison, Layout, Setup
+from app.contract.check_result import CheckedSplit, CheckResult, Comparison, Setup
 from app.contract.host import BuiltModel, ProcessDescription
 from app.contract.protocol import HostInfo
 from app.worker.service.runner import CheckOrder
@@ -24,7 +24,7 @@ def passing_result(order: CheckOrder) -> CheckResult:
         model=spec.model,
         ddp_equivalence={"equivalent": True, "fails_with_ddp_defaults": False, "summary": "", "findings": []},
         setup=Setup(backend="gloo", device="cpu", device_name="cpu", dtype=spec.dtype, nnodes=1, processes=1),
-        layout=Layout(
+        layout=CheckedSplit(
             data_parallel_size=spec.data_parallel_size,
             replicas_per_process=spec.data_parallel_size,
             global_batch_size=spec.global_batch_size,

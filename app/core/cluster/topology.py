@@ -15,7 +15,7 @@ from typing import Any, Generic, Self, TypeVar, overload
 from app.core.errors.domain import InvalidValue, TopologyError, field_key
 from app.core.records.plan_request import MAX_WORLD_SIZE, Parallelism, Topology
 from app.core.records.record import record
-from app.core.records.throughput_curve import Curve, StepTime, slowest_of
+from app.core.records.throughput_curve import StepTime, ThroughputCurve, slowest_of
 
 
 @record
@@ -27,7 +27,9 @@ class Segment:
     node_group: str
     throughput: float
     cap: int | None  # None: no cap
-    curve: Curve | None = None  # measured samples/s per micro-batch (app.core.records.throughput_curve)
+    curve: ThroughputCurve | None = (
+        None  # measured samples/s per micro-batch (app.core.records.throughput_curve)
+    )
 
     @property
     def count(self) -> int:
@@ -59,7 +61,7 @@ class cached_property(Generic[T]):  # noqa: N801 (named as the functools one it 
 
 
 @dataclass(frozen=True)  # no slots: the derived properties below are cached per layout
-class Layout:
+class ReplicaLayout:
     world_size: int
     model_parallel_size: int
     data_parallel_size: int
@@ -81,7 +83,7 @@ class Layout:
     def step_times(self) -> list[StepTime | None]:
         """Each segment's predicted micro-step time from its curve (None without one), one
         StepTime per distinct curve: the split pools replicas by it, the plan times its shares."""
-        made: dict[Curve, StepTime] = {}
+        made: dict[ThroughputCurve, StepTime] = {}
         out: list[StepTime | None] = []
         for s in self.segments:
             if s.curve is None:
@@ -101,10 +103,10 @@ class Layout:
         return sum(s.count * s.cap for s in self.segments if s.cap is not None)
 
 
-def uniform_layout(replicas: int, model_parallel_size: int, cap: int | None) -> Layout:
+def uniform_layout(replicas: int, model_parallel_size: int, cap: int | None) -> ReplicaLayout:
     """A cluster of identical replicas: what-if layouts for suggestions."""
     segment = Segment(0, replicas, "default", 1.0, cap)
-    return Layout(replicas * model_parallel_size, model_parallel_size, replicas, (segment,), ())
+    return ReplicaLayout(replicas * model_parallel_size, model_parallel_size, replicas, (segment,), ())
 
 
 def _min_cap(a: int | None, b: int | None) -> int | None:
@@ -115,7 +117,7 @@ def _min_cap(a: int | None, b: int | None) -> int | None:
     return min(a, b)
 
 
-def _slower(a: Curve | None, b: Curve | None) -> Curve | None:
+def _slower(a: ThroughputCurve | None, b: ThroughputCurve | None) -> ThroughputCurve | None:
     if a is None or b is None or a == b:
         return a if b is None or a == b else b
     return slowest_of(a, b)
@@ -153,7 +155,7 @@ def _parallel_pointer(world: int, parallelism: Parallelism) -> str:
 
 # Over 60 lines: each refusal of a topology names its own field and nearest value, in the order a
 # user fixes them.
-def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: int | None) -> Layout:
+def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: int | None) -> ReplicaLayout:
     world = topology.world_size
     mp = parallelism.model_parallel_size
     if world > MAX_WORLD_SIZE:
@@ -174,10 +176,12 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
 
     segments: list[Segment] = []
     # A block of GPUs not yet a whole model-parallel group: name, throughput, cap, curve, GPUs.
-    pending: tuple[str, float, int | None, Curve | None, int] | None = None
+    pending: tuple[str, float, int | None, ThroughputCurve | None, int] | None = None
     replica = 0
 
-    def emit(name: str, throughput: float, cap: int | None, curve: Curve | None, count: int) -> None:
+    def emit(
+        name: str, throughput: float, cap: int | None, curve: ThroughputCurve | None, count: int
+    ) -> None:
         nonlocal replica
         last = segments[-1] if segments else None
         if (
@@ -221,7 +225,7 @@ def resolve_layout(topology: Topology, parallelism: Parallelism, request_cap: in
             + ", ".join(straddling)
             + "): each such replica runs at the pace of its slowest GPU"
         )
-    return Layout(world, mp, world // mp, tuple(segments), tuple(warnings))
+    return ReplicaLayout(world, mp, world // mp, tuple(segments), tuple(warnings))
 
 
 def validate_topology(topology: Topology) -> None:

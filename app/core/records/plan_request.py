@@ -9,7 +9,7 @@ from enum import StrEnum
 
 from app.core.records.record import record
 from app.core.records.resume import ResumeSpec
-from app.core.records.throughput_curve import Curve
+from app.core.records.throughput_curve import ThroughputCurve
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
 MAX_SAFE_INTEGER = 2**53 - 1  # exact in every JSON client
@@ -67,7 +67,7 @@ class NodeGroup:
     max_micro_batch_size: int | None = None
     # Measured samples/s per micro-batch of one replica (app.core.records.throughput_curve): the split is
     # then planned from curves, and relative_throughput is not used.
-    throughput_curve: Curve | None = None
+    throughput_curve: ThroughputCurve | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -81,7 +81,9 @@ class Topology:
     listed_groups: bool = False
 
     @classmethod
-    def homogeneous(cls, num_nodes: int, gpus_per_node: int, curve: Curve | None = None) -> Topology:
+    def homogeneous(
+        cls, num_nodes: int, gpus_per_node: int, curve: ThroughputCurve | None = None
+    ) -> Topology:
         group = NodeGroup("default", num_nodes, gpus_per_node, throughput_curve=curve)
         return cls((group,), listed_groups=False)
 

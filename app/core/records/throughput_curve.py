@@ -30,7 +30,7 @@ from app.core.records.record import record
 
 
 @record
-class Curve:
+class ThroughputCurve:
     """One replica's measured points, in the request's order: `micro_batch_sizes[i]` ran at
     `samples_per_s[i]`. Two tuples of numbers rather than a tuple of point records: a plan pools
     replicas by their curve, and hashing these is one C call where points would be one Python
@@ -58,7 +58,7 @@ class StepTime:
         self.slower_points = tuple(slower)
 
     @classmethod
-    def of(cls, curve: Curve) -> StepTime:
+    def of(cls, curve: ThroughputCurve) -> StepTime:
         sizes = list(curve.micro_batch_sizes)
         return cls(sizes, [b / r for b, r in zip(sizes, curve.samples_per_s, strict=True)])
 
@@ -145,10 +145,10 @@ class StepTime:
         return max(b / t for b, t in zip(self._sizes, self._times, strict=True))
 
 
-def slowest_of(a: Curve, b: Curve) -> Curve:
+def slowest_of(a: ThroughputCurve, b: ThroughputCurve) -> ThroughputCurve:
     """The curve of a model-parallel block that spans two node groups: at every micro-batch
     either measured, the slower group's predicted time (the block runs at its slowest GPU's
     pace). Between those points it is at least as slow as each group's line."""
     times = (StepTime.of(a), StepTime.of(b))
     sizes = tuple(sorted(set(a.micro_batch_sizes) | set(b.micro_batch_sizes)))
-    return Curve(sizes, tuple(m / max(t.at(m) for t in times) for m in sizes))
+    return ThroughputCurve(sizes, tuple(m / max(t.at(m) for t in times) for m in sizes))

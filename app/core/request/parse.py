@@ -20,7 +20,7 @@ from typing import Any, TypeVar, cast
 from app.core.errors.domain import InvalidValue
 from app.core.records import plan_request as core
 from app.core.records.resume import ResumeSpec
-from app.core.records.throughput_curve import Curve
+from app.core.records.throughput_curve import ThroughputCurve
 
 E = TypeVar("E", bound=Enum)
 
@@ -86,7 +86,7 @@ def topology(data: Mapping[str, Any]) -> core.Topology:
     )
 
 
-def _curve(points: Any) -> Curve | None:
+def _curve(points: Any) -> ThroughputCurve | None:
     """A throughput curve's points as the core's two tuples; app.core.split.curve_checks checks them.
     A value that is not a list of objects is left for those checks to name."""
     if points is None:
@@ -98,10 +98,10 @@ def _curve(points: Any) -> Curve | None:
         sizes.append(fields.get("micro_batch_size"))
         rate = fields.get("samples_per_s")
         rates.append(float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else rate)
-    return Curve(tuple(sizes), tuple(rates))
+    return ThroughputCurve(tuple(sizes), tuple(rates))
 
 
-def curve_json(curve: Curve) -> list[dict[str, Any]]:
+def curve_json(curve: ThroughputCurve) -> list[dict[str, Any]]:
     """A curve as the request writes it: a list of {micro_batch_size, samples_per_s}."""
     return [
         {"micro_batch_size": b, "samples_per_s": r}
@@ -227,7 +227,7 @@ def request_json(request: core.PlanRequest) -> dict[str, Any]:
 
 def _json_of(value: Any) -> Any:
     # A curve and a probe's numbers are written as the request gives them, not as records.
-    if isinstance(value, Curve):
+    if isinstance(value, ThroughputCurve):
         return curve_json(value)
     if isinstance(value, core.LrScaling):
         return lr_scaling_json(value)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from app.core.cluster.topology import Layout, uniform_layout
+from app.core.cluster.topology import ReplicaLayout, uniform_layout
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
 from app.core.records.plan_request import MAX_SAFE_INTEGER, Divisibility
@@ -30,7 +30,10 @@ from app.core.split.shares import Share
 
 
 def choose_split(
-    layout: Layout, global_batch_size: int | None, micro_batch_size: int | None, divisibility: Divisibility
+    layout: ReplicaLayout,
+    global_batch_size: int | None,
+    micro_batch_size: int | None,
+    divisibility: Divisibility,
 ) -> bool:
     """True for a proportional split. It shares out a given global batch, so without
     one (micro alone, or micro and accumulation) the split is even."""
@@ -102,7 +105,7 @@ def _round_to_unit(p: BatchProblem, unit: int, most: int | None, why: str) -> tu
     return value, moved_warning(G, value, p.divisibility, why)
 
 
-def _even_shares(layout: Layout, micro: int) -> tuple[Share, ...]:
+def _even_shares(layout: ReplicaLayout, micro: int) -> tuple[Share, ...]:
     return tuple(Share(i, s.start, s.stop, micro) for i, s in enumerate(layout.segments))
 
 

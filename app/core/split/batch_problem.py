@@ -3,7 +3,7 @@ solution, for the even split (batch.py) and the proportional one (batch_proporti
 
 from __future__ import annotations
 
-from app.core.cluster.topology import Layout
+from app.core.cluster.topology import ReplicaLayout
 from app.core.records.plan_request import Divisibility
 from app.core.records.record import record
 from app.core.split.shares import Share
@@ -11,7 +11,7 @@ from app.core.split.shares import Share
 
 @record
 class BatchProblem:
-    layout: Layout
+    layout: ReplicaLayout
     global_batch_size: int | None
     micro_batch_size: int | None
     gradient_accumulation_steps: int | None

@@ -8,7 +8,7 @@ import math
 
 from app.core.errors.domain import InvalidValue, field_key
 from app.core.records.plan_request import NodeGroup, Topology
-from app.core.records.throughput_curve import Curve
+from app.core.records.throughput_curve import ThroughputCurve
 from app.core.request.limits import MIN_SAMPLES_PER_S
 
 _MEASURE = "POST /v1/checks with throughput measures one: batchplan measure"
@@ -27,7 +27,7 @@ def validate_curves(topology: Topology, request_cap: int | None) -> None:
     with_curve = next((g for g in groups if g.throughput_curve is not None), None)
     if with_curve is None:
         return
-    valid: set[Curve] = set()  # curves already checked: a cluster of a few GPU kinds repeats them
+    valid: set[ThroughputCurve] = set()  # curves already checked: a cluster of a few GPU kinds repeats them
     for i, group in enumerate(groups):
         if group.throughput_curve is None:
             _refuse_scalar(topology, i, group, with_curve)
@@ -47,7 +47,7 @@ def validate_curves(topology: Topology, request_cap: int | None) -> None:
         _check_cap(topology, i, group, curve, request_cap)
 
 
-def _plainly_valid(curve: Curve) -> bool:
+def _plainly_valid(curve: ThroughputCurve) -> bool:
     """The usual curve, in a few C-level passes; the field-by-field look names the one at fault."""
     sizes, rates = curve.micro_batch_sizes, curve.samples_per_s
     return (
@@ -109,7 +109,7 @@ def _check_points(topology: Topology, index: int, group: NodeGroup) -> None:
 
 
 def _check_cap(
-    topology: Topology, index: int, group: NodeGroup, curve: Curve, request_cap: int | None
+    topology: Topology, index: int, group: NodeGroup, curve: ThroughputCurve, request_cap: int | None
 ) -> None:
     largest = curve.micro_batch_sizes[-1]
     if (request_cap is None or largest <= request_cap) and (

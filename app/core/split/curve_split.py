@@ -25,7 +25,7 @@ import math
 from bisect import bisect_left
 from itertools import accumulate
 
-from app.core.cluster.topology import Layout
+from app.core.cluster.topology import ReplicaLayout
 from app.core.records.integers import divisors
 from app.core.records.throughput_curve import StepTime
 from app.core.split.shares import Share
@@ -44,10 +44,10 @@ class _Pool:
 class CurveSplit:
     """The min-max split over a layout's segments, each with a curve, for any micro-step total."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: ReplicaLayout) -> None:
         self.segments = layout.segments
         pools: dict[tuple[int, int | None], _Pool] = {}
-        # Layout.step_times holds one StepTime per distinct curve: pooled by its identity.
+        # ReplicaLayout.step_times holds one StepTime per distinct curve: pooled by its identity.
         for i, (s, time) in enumerate(zip(layout.segments, layout.step_times, strict=True)):
             assert time is not None
             pool = pools.get((id(time), s.cap))
@@ -189,7 +189,7 @@ class CurveSplit:
         return shares
 
 
-def curve_split(layout: Layout) -> CurveSplit:
+def curve_split(layout: ReplicaLayout) -> CurveSplit:
     """The split from `layout`'s curves, built once per layout (the accumulation search, the
     split and the plan's comparisons all ask it), kept beside the layout's own cached values."""
     built: CurveSplit | None = layout.__dict__.get("curve_split")
@@ -215,7 +215,7 @@ def best_accumulation(split: CurveSplit, global_batch: int, low: int, high: int)
     return best_g
 
 
-def fastest_even_accumulation(layout: Layout, per_replica: int, fewest: int) -> int:
+def fastest_even_accumulation(layout: ReplicaLayout, per_replica: int, fewest: int) -> int:
     """On an even split from one curve (every replica alike), the accumulation g dividing each
     replica's samples per step, at least `fewest` (the cap's), whose step g x t(per_replica / g)
     is the shortest; ties: the fewest micro-steps. Without a curve, `fewest`."""

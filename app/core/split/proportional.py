@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from app.core.cluster.topology import Layout, Segment
+from app.core.cluster.topology import ReplicaLayout, Segment
 from app.core.records.integers import ceil_div, smallest_divisor_at_least
 from app.core.records.plan_request import MAX_SAFE_INTEGER, Divisibility
 from app.core.split.batch_problem import BatchProblem, BatchSolution, NoFit, moved_warning
@@ -16,7 +16,7 @@ from app.core.split.shares import proportional_shares
 _SEARCH_STEPS = 512  # bounded scans keep every answer within milliseconds
 
 
-def capped_layout(p: BatchProblem) -> Layout:
+def capped_layout(p: BatchProblem) -> ReplicaLayout:
     """Balance with a fixed micro_batch_size: that size is every replica's ceiling."""
     m = p.micro_batch_size
     if m is None:

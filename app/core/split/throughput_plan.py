@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from app.core.cluster.topology import Layout
+from app.core.cluster.topology import ReplicaLayout
 from app.core.records.integers import ceil_div, smallest_divisor_at_least
 from app.core.records.plan import SplitPrediction, ThroughputPlan
 from app.core.records.throughput_curve import StepTime
@@ -21,9 +21,9 @@ _MAX_LISTED = 4
 
 
 class Timing:
-    """Predicted micro-step times of a layout's replicas (Layout.step_times)."""
+    """Predicted micro-step times of a layout's replicas (ReplicaLayout.step_times)."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: ReplicaLayout) -> None:
         self.layout = layout
         self.times = layout.step_times
         # (StepTime's id, micro-batch) -> time: a cluster of a few GPU kinds asks the same
@@ -88,7 +88,11 @@ def throughput_plan(problem: BatchProblem, solution: BatchSolution) -> tuple[Thr
 
 
 def _fewest(
-    problem: BatchProblem, solution: BatchSolution, layout: Layout, timing: Timing, chosen: SplitPrediction
+    problem: BatchProblem,
+    solution: BatchSolution,
+    layout: ReplicaLayout,
+    timing: Timing,
+    chosen: SplitPrediction,
 ) -> SplitPrediction:
     """The split at the fewest accumulation steps that fit: the largest micro-batches, what the
     plan would take without curves."""
@@ -110,7 +114,7 @@ def _fewest(
 
 
 def outside_measured(
-    layout: Layout, shares: tuple[Share, ...], timing: Timing
+    layout: ReplicaLayout, shares: tuple[Share, ...], timing: Timing
 ) -> list[tuple[str, int, int, str]]:
     """(node group, micro-batch, nearest measured, "above" or "below") for each share whose
     micro-batch lies outside its curve's measured points."""
@@ -125,7 +129,7 @@ def outside_measured(
     return out
 
 
-def curve_warnings(layout: Layout, shares: tuple[Share, ...], timing: Timing) -> list[str]:
+def curve_warnings(layout: ReplicaLayout, shares: tuple[Share, ...], timing: Timing) -> list[str]:
     """Where a prediction rests on more than the measured points: micro-batches outside them,
     and points measured faster than a smaller micro-batch (kept at the smaller one's time)."""
     out = []

@@ -12,10 +12,10 @@ import torch
 
 from app.contract.check_options import DType, ProcessGroupBackend
 from app.contract.check_result import (
+    CheckedSplit,
     CheckResult,
     Comparison,
     ControlOutcome,
-    Layout,
     Setup,
     SkippedControl,
 )
@@ -54,8 +54,8 @@ class CheckGroup:
         )
 
 
-def check_layout(spec: CheckSpec, micro_batch_sizes: Sequence[int], replicas_per_rank: int) -> Layout:
-    return Layout(
+def check_layout(spec: CheckSpec, micro_batch_sizes: Sequence[int], replicas_per_rank: int) -> CheckedSplit:
+    return CheckedSplit(
         data_parallel_size=spec.data_parallel_size,
         replicas_per_process=replicas_per_rank,
         global_batch_size=spec.global_batch_size,

@@ -35,7 +35,7 @@ from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
-from app.worker.checks.lr_scaling.verdict import Curve, judge
+from app.worker.checks.lr_scaling.verdict import LossCurve, judge
 from app.worker.checks.run.check import run_workload
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.synthetic_model import OUTPUTS, build_model
@@ -107,7 +107,7 @@ class _Probe:
     work: Workload
     stream: Stream
     mine: list[int]  # indices into runs() this rank trains
-    curves: dict[int, Curve] = field(default_factory=dict)
+    curves: dict[int, LossCurve] = field(default_factory=dict)
     noise: tuple[float | None, float | None] = (None, None)
     gathered: list[Any] | None = None
 
@@ -160,7 +160,7 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
-        curves: dict[int, Curve] = {}
+        curves: dict[int, LossCurve] = {}
         noise: tuple[float | None, float | None] = (None, None)
         for rank_curves, rank_noise in state.gathered:
             curves.update(rank_curves)
@@ -182,7 +182,7 @@ class LrScalingProbe(AfterKind[_Probe]):
             y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
         return x, y
 
-    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> Curve:
+    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> LossCurve:
         probe, work, stream = state.probe, state.work, state.stream
         module = work.module(ctx.dtype, ctx.device)
         params = [p for p in module.parameters() if p.requires_grad]
@@ -197,7 +197,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         if noise:
             start = self._noise_scale(ctx, state, module, run.batch_size)
         b, G = run.batch_size, probe.global_batch_size
-        curve: Curve = [(0, held_out_loss())]
+        curve: LossCurve = [(0, held_out_loss())]
         points = list(probe.points[1:])
         diverged = False
         for j in range(probe.samples // b):

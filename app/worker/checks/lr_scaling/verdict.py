@@ -23,7 +23,7 @@ from app.contract.kinds.lr_scaling import (
     ProbeRunSpec,
 )
 
-Curve = list[tuple[int, float | None]]  # (samples, held-out loss; None once diverged)
+LossCurve = list[tuple[int, float | None]]  # (samples, held-out loss; None once diverged)
 REGIME_FACTOR = 4.0
 
 
@@ -37,13 +37,13 @@ def regime(batch: int, b_noise: float | None) -> str:
     return "around_noise_scale"
 
 
-def _points(curve: Curve) -> tuple[LossPoint, ...]:
+def _points(curve: LossCurve) -> tuple[LossPoint, ...]:
     return tuple(LossPoint(samples, loss) for samples, loss in curve)
 
 
 def judge(
     probe: LrScalingSpec,
-    trained: list[tuple[ProbeRunSpec, Curve]],
+    trained: list[tuple[ProbeRunSpec, LossCurve]],
     noise: tuple[float | None, float | None],
 ) -> LrScalingResult:
     """The result from every run's curve, the base run first."""

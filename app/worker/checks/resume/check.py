@@ -34,7 +34,7 @@ from app.core.records.resume import ResumePlan
 from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.resume.controls import ResumeControls
 from app.worker.checks.resume.parts import (
-    Layout,
+    ResumedReplicas,
     checkpoint_of,
     layout_of,
     resumed_feed,
@@ -55,7 +55,7 @@ class _Resume:
     plan: Plan
     new: Plan
     resume: ResumePlan
-    right: Layout  # where the resumed replicas read: the core's skips
+    right: ResumedReplicas  # where the resumed replicas read: the core's skips
     work: Workload
     ranks: Ranks
     referee: Referee | None

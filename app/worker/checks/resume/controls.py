@@ -16,7 +16,7 @@ from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import Plan
 from app.worker.checks.controls import Control
 from app.worker.checks.result_parts import DETECTION_FACTOR
-from app.worker.checks.resume.parts import Layout, layout_of, layout_steps
+from app.worker.checks.resume.parts import ResumedReplicas, layout_of, layout_steps
 from app.worker.training.gradients import compare
 from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant, StepIndices
 
@@ -55,11 +55,13 @@ class _Fork:
 class ResumeControls:
     """The resume controls beside the reference run from `at_step` on (rank 0)."""
 
-    def __init__(self, plan: Plan, new: Plan, right: Layout, epoch: int, at_step: int, steps: int) -> None:
+    def __init__(
+        self, plan: Plan, new: Plan, right: ResumedReplicas, epoch: int, at_step: int, steps: int
+    ) -> None:
         self.tolerance, self.at_step = 0.0, at_step
         self.plan, self.new, self.right, self.epoch, self.left = plan, new, right, epoch, steps - at_step
         self.right_steps = layout_steps(new, right, epoch, self.left)
-        self.ways: list[tuple[Control, Layout, Callable[[int], int]]] = []
+        self.ways: list[tuple[Control, ResumedReplicas, Callable[[int], int]]] = []
         self.skipped: list[SkippedControl] = []
         old = plan.replica_groups[0]
         per_rank = old.micro_batch_size * plan.gradient_accumulation_steps * (at_step % self._per_epoch())
@@ -80,7 +82,9 @@ class ResumeControls:
         assert self.plan.sampler is not None
         return self.plan.sampler.optimizer_steps_per_epoch
 
-    def _same_run(self, control: Control, layout: Layout, lr_step: Callable[[int], int]) -> str | None:
+    def _same_run(
+        self, control: Control, layout: ResumedReplicas, lr_step: Callable[[int], int]
+    ) -> str | None:
         """Why this resume trains the right one exactly on these steps; None when it does not."""
         recipe = self.plan.learning_rate
         assert recipe is not None
@@ -144,8 +148,8 @@ def _same(step: int) -> int:
     return step
 
 
-def _with_skip(layout: Layout, skip: Callable[[int], int]) -> Layout:
-    return Layout(
+def _with_skip(layout: ResumedReplicas, skip: Callable[[int], int]) -> ResumedReplicas:
+    return ResumedReplicas(
         layout.replicas,
         layout.micro,
         layout.accumulation,
@@ -154,7 +158,7 @@ def _with_skip(layout: Layout, skip: Callable[[int], int]) -> Layout:
     )
 
 
-def _weighed(step: StepIndices, layout: Layout, plan: Plan) -> list[tuple[int, float]]:
+def _weighed(step: StepIndices, layout: ResumedReplicas, plan: Plan) -> list[tuple[int, float]]:
     """A step's samples with each one's weight in the step's loss, in order: the same list for
     two layouts means the same gradient."""
     per_mean = plan.loss_reduction == "mean" and any(g.loss_scale is not None for g in plan.replica_groups)

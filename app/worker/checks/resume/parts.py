@@ -35,7 +35,7 @@ ReplicaStep = tuple[int, list[list[int]]]  # (epoch, this replica's micro-batche
 
 
 @dataclass(frozen=True, slots=True)
-class Layout:
+class ResumedReplicas:
     """How the resumed replicas read: how many, their micro-batch and accumulation, where the
     resumed epoch starts in each one's shard, and each one's weight on a micro-batch's loss."""
 
@@ -46,13 +46,13 @@ class Layout:
     scales: tuple[float, ...]  # per replica, loss_scale / replicas (what DDP's mean makes of it)
 
 
-def layout_of(plan: Plan, skip: Callable[[int], int], *, keep: Plan | None = None) -> Layout:
+def layout_of(plan: Plan, skip: Callable[[int], int], *, keep: Plan | None = None) -> ResumedReplicas:
     """`plan`'s replicas reading from `skip(replica)`; `keep`: with that plan's micro-batch,
     accumulation and loss scale instead (the global batch changes)."""
     own = keep or plan
     dp, group = plan.data_parallel_size, own.replica_groups[0]
     scale = (group.loss_scale or 0.0) / dp
-    return Layout(
+    return ResumedReplicas(
         dp,
         group.micro_batch_size,
         own.gradient_accumulation_steps,
@@ -61,7 +61,7 @@ def layout_of(plan: Plan, skip: Callable[[int], int], *, keep: Plan | None = Non
     )
 
 
-def resumed_feed(plan: Plan, layout: Layout, replica: int, epoch: int) -> Iterator[ReplicaStep]:
+def resumed_feed(plan: Plan, layout: ResumedReplicas, replica: int, epoch: int) -> Iterator[ReplicaStep]:
     """Replica `replica`'s optimizer steps from the resumed epoch `epoch` on, crossing epochs."""
     assert plan.sampler is not None
     sampler_plan, skip = plan.sampler, layout.skip[replica]
@@ -83,7 +83,9 @@ def resumed_feed(plan: Plan, layout: Layout, replica: int, epoch: int) -> Iterat
         epoch, skip = epoch + 1, 0
 
 
-def layout_steps(plan: Plan, layout: Layout, epoch: int, steps: int) -> list[tuple[int, StepIndices]]:
+def layout_steps(
+    plan: Plan, layout: ResumedReplicas, epoch: int, steps: int
+) -> list[tuple[int, StepIndices]]:
     """Every replica's steps, `steps` of them: what rank 0's single-process runs train on."""
     feeds = [resumed_feed(plan, layout, r, epoch) for r in range(layout.replicas)]
     out: list[tuple[int, StepIndices]] = []
