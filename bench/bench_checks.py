@@ -35,7 +35,7 @@ from _common import ROOT
 
 from app.contract.rank_command import torchrun_argv
 from app.ports import free_port
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from tests.support.servers import serve
 
 

@@ -27,7 +27,7 @@ import httpx
 from _common import machine_line, verdict
 from bench_checks import check_over_http
 
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from tests.support.servers import serve
 
 TARGET_S = 1.0

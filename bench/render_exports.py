@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from app.core.exports.registry import EXPORTERS
 from app.main import create_app
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.examples import PLAN_EXAMPLES, h100_and_a100, plan_example
 from app.settings import Settings
 

@@ -19,7 +19,7 @@ from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, SUGGESTION_CHECKS, problem_response, refusal
 from app.core.errors.domain import PlanError
 from app.core.errors.problems import Problem
-from app.core.exports.parts.common import ExportInput, ExportUnsupported
+from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.registry import EXPORTERS, plan_and_export, unknown_format
 from app.core.learning_rate.schedule import schedule
 from app.core.planner import plan

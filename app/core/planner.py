@@ -15,7 +15,8 @@ from app.core.learning_rate.noise_scale import efficiency, readable
 from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan, ThroughputPlan
 from app.core.records.plan_request import LossNormalization, LossReduction, PlanRequest
 from app.core.resume.plan_resume import resumed
-from app.core.split.batch import BatchProblem, BatchSolution, choose_split, solve
+from app.core.split.batch import choose_split, solve
+from app.core.split.batch_problem import BatchProblem, BatchSolution
 from app.core.split.curve_checks import validate_curves
 from app.core.split.sampler import even_sampler, proportional_sampler, sampler_warnings
 from app.core.split.throughput_plan import Timing, curve_warnings, throughput_plan

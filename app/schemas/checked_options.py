@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from app.core.errors.domain import DomainError
 from app.core.errors.problems import CHECKED, nearest_bound
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import EXPORTERS
 from app.core.planner import plan
 from app.schemas.exports import ExportOptionsIn

@@ -22,7 +22,6 @@ from app.contract.jobs import Job, JobStatus
 from app.contract.model_registry import NAME, SYNTHETIC
 from app.contract.options import FitOptions, NoiseOptions, Rendezvous
 from app.contract.request import CheckOptions, CheckRequest
-from app.schemas.check_examples import CHECK_EXAMPLES as CHECK_EXAMPLES  # noqa: PLC0414  (re-exported)
 from app.schemas.check_results import CheckResultOut
 from app.schemas.kinds.lr_scaling import LrScalingRequestField
 from app.schemas.kinds.resume import ResumeRequestField

@@ -11,7 +11,8 @@ from app.core.request import parse as core_request
 from app.core.resume import elastic as core_elastic
 from app.core.resume.elastic_resume import ElasticResumeSpec
 from app.schemas.checked_suggestions import checked_suggestions_validator
-from app.schemas.plan_requests import DatasetIn, LearningRateIn
+from app.schemas.plan_recipe_in import LearningRateIn
+from app.schemas.plan_requests import DatasetIn
 from app.schemas.types import WHOLE, Count, GpuCount, RequestModel, ResponseModel, with_examples
 
 ELASTIC_REQUEST_EXAMPLE: dict[str, Any] = {

@@ -9,12 +9,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from app.contract.check_options import MAX_STEPS
-from app.core.exports.parts.common import ExportOptions
+from app.core.exports.parts.export_types import ExportOptions
 from app.core.learning_rate import schedule as core_schedule
 from app.core.records.plan_request import Decay
 from app.core.records.schedule import Rampup, ScheduleSpec
-from app.schemas.elastic import ELASTIC_INFEASIBLE_EXAMPLE as ELASTIC_INFEASIBLE_EXAMPLE  # noqa: PLC0414  (re-exported)
-from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE as ELASTIC_REQUEST_EXAMPLE  # noqa: PLC0414  (re-exported)
 from app.schemas.examples import plan_example
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.types import WHOLE, Count, RequestModel, ResponseModel, with_examples

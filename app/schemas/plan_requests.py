@@ -29,7 +29,6 @@ __all__ = [
     "SCREEN",
     "CurvePointIn",
     "DatasetIn",
-    "LearningRateIn",
     "NodeGroupIn",
     "ParallelismIn",
     "PlanRequestIn",

@@ -8,13 +8,12 @@ from typing import Literal
 from pydantic import Field, TypeAdapter
 
 from app.core.records.plan import Plan
-from app.schemas.plan_recipe_out import AdamOut, LearningRateOut
+from app.schemas.plan_recipe_out import LearningRateOut
 from app.schemas.resume import ResumeOut
-from app.schemas.throughput_out import SplitPredictionOut, ThroughputOut
+from app.schemas.throughput_out import ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
 
 # Where they were first defined, or defined beside: still named here.
-__all__ = ["AdamOut", "LearningRateOut", "SplitPredictionOut", "ThroughputOut"]
 
 
 class ReplicaGroupOut(ResponseModel):

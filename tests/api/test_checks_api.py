@@ -21,7 +21,7 @@ from support.apps import warm_client
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
 from app.contract.codec import encode
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.host import HostOut
 
 pytestmark = pytest.mark.slow

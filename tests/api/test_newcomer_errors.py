@@ -15,8 +15,9 @@ from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
 
 from app.main import create_app
+from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE
 from app.schemas.examples import plan_example
-from app.schemas.exports import ELASTIC_REQUEST_EXAMPLE, SCHEDULE_REQUEST_EXAMPLE
+from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE
 from app.settings import Settings
 
 PLAN = plan_example("dataset_and_lr")

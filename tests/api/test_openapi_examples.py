@@ -15,8 +15,9 @@ from support.fake_runner import FakeRunner
 
 from app.api.problems import NOT_JSON_EXAMPLE
 from app.main import create_app
+from app.schemas.elastic import ELASTIC_INFEASIBLE_EXAMPLE
 from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, plan_example
-from app.schemas.exports import ELASTIC_INFEASIBLE_EXAMPLE, SCHEDULE_REQUEST_EXAMPLE
+from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE
 from app.settings import Settings
 
 KEY = "example-key"

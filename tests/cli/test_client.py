@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.client import BatchplanClient, ProblemError, UnreachableError
 from app.main import create_app
-from app.schemas.exports import ELASTIC_REQUEST_EXAMPLE
+from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE
 from app.settings import Settings
 
 BODY = {"topology": {"num_nodes": 2, "gpus_per_node": 8}, "global_batch_size": 512}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from export_helpers import export_input
 
-from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.parts.export_types import ExportUnsupported
 from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from support.bodies import node_groups
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.planner import plan
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn

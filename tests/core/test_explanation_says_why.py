@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from app.core.errors.domain import DomainError
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import EXPORTERS
 from app.core.planner import plan
 from app.core.records.plan import Plan

@@ -12,7 +12,7 @@ import pytest
 from export_helpers import EVEN, MIXED, PINNED, call_kwargs, export_input
 
 from app.core.errors.domain import PlanError
-from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.parts.export_types import ExportUnsupported
 from app.core.exports.registry import EXPORTERS, export
 from app.core.records.plan_request import PlanRequest
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES

@@ -17,7 +17,7 @@ import yaml
 from consumer_bodies import EVEN, MODEL_PARALLEL, UNEVEN, refuses_model_parallel
 from export_helpers import export_input
 
-from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.parts.export_types import ExportUnsupported
 from app.core.exports.registry import export
 from app.core.learning_rate.recipe_summary import lr_of
 from app.ports import free_port

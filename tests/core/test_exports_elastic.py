@@ -16,8 +16,8 @@ import torch
 from fastapi.testclient import TestClient
 from support.bodies import node_groups, sample_plan
 
-from app.core.exports.parts.common import ExportInput, ExportOptions
 from app.core.exports.parts.elastic_table import elastic_table, run_id
+from app.core.exports.parts.export_types import ExportInput, ExportOptions
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn

@@ -22,7 +22,7 @@ import pytest
 from export_helpers import export_input
 from support.bodies import sample_plan
 
-from app.core.exports.parts.common import ExportInput, ExportOptions, ExportUnsupported
+from app.core.exports.parts.export_types import ExportInput, ExportOptions, ExportUnsupported
 from app.core.exports.registry import EXPORTERS, export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 

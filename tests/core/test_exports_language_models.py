@@ -17,7 +17,7 @@ from export_helpers import export_input
 from megatron_calculator import calculator_module
 
 from app.core.errors.domain import PlanError
-from app.core.exports.parts.common import ExportInput, ExportOptions, ExportUnsupported
+from app.core.exports.parts.export_types import ExportInput, ExportOptions, ExportUnsupported
 from app.core.exports.registry import export
 from app.schemas.examples import plan_example
 

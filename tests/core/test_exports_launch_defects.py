@@ -17,7 +17,7 @@ import pytest
 import yaml
 from export_helpers import export_input
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.parts.preflight import check_request, plan_json
 from app.core.exports.registry import export
 from app.core.request.parse import plan_request

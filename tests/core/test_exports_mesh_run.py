@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.core.cluster.device_mesh import rank_map
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from export_helpers import call_kwargs, export_input
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.learning_rate.recipe_summary import lr_of
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support.bodies import curve_group, node_groups
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from test_exports_python_run import _finish, _start
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.ports import free_port

@@ -22,7 +22,7 @@ from export_helpers import export_input
 from test_exports_golden import PLANS
 
 from app.core.exports.accelerate import CODE_END, CODE_START
-from app.core.exports.parts.common import ExportInput, ExportUnsupported
+from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 

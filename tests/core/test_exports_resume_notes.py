@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from support.bodies import sample_plan
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn

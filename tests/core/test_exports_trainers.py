@@ -11,7 +11,7 @@ import pytest
 from consumer_bodies import EVEN, refuses_model_parallel
 from export_helpers import call_kwargs, export_input
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.learning_rate.recipe_summary import lr_of
 

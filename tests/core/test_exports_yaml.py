@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.distributed.run import get_args_parser
 
-from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.parts.export_types import ExportUnsupported
 from app.core.exports.parts.yaml_writer import to_yaml
 from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES

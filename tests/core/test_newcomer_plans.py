@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from export_helpers import export_input
 
-from app.core.exports.parts.common import ExportOptions
+from app.core.exports.parts.export_types import ExportOptions
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.core.records.plan import Plan

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from export_helpers import export_input
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.parts.preflight import check_request
 from app.core.exports.registry import export
 from app.core.request.parse import plan_request

@@ -29,7 +29,7 @@ from export_helpers import export_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.exports.parts.common import ExportInput, ExportUnsupported
+from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.registry import export
 from app.core.learning_rate.schedule import schedule
 from app.core.records.schedule import ScheduleSpec

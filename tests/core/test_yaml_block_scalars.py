@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.exports.parts import yaml_writer
-from app.core.exports.parts.common import ExportInput, ExportOptions
+from app.core.exports.parts.export_types import ExportInput, ExportOptions
 from app.core.exports.parts.yaml_writer import to_yaml
 from app.core.exports.registry import export
 from app.schemas.examples import PLAN_EXAMPLES

@@ -33,7 +33,7 @@ from support.image_targets import (
 from support.polling import wait_for
 from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
 
-from app.schemas.exports import ELASTIC_REQUEST_EXAMPLE
+from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE
 
 # ------------------------------------------------------------------ the Dockerfile
 

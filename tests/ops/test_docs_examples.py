@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from support.doc_examples import ROOT, Example, examples, mismatches, pages, stated
 
 from app.core.errors.domain import DomainError
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import EXPORTERS
 from app.core.planner import plan
 from app.main import create_app

@@ -27,7 +27,7 @@ from schemathesis.checks import (  # noqa: E402
 )
 from support.servers import Server, serve, worker_env  # noqa: E402
 
-from app.schemas.checks import CHECK_EXAMPLES  # noqa: E402
+from app.schemas.check_examples import CHECK_EXAMPLES  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from slurm_cluster import Cluster
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.core.records.plan import Plan

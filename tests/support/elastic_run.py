@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.planner import plan as run_plan
 from app.core.records.plan import Plan

@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 # A check that waits for free ranks while the pool recovers must not time out then.

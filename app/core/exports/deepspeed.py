@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.core.exports.parts.common import Export, ExportInput, ExportUnsupported, require_even
+from app.core.exports.parts.common import require_even
 from app.core.exports.parts.deepspeed_schedule import deepspeed_scheduler
+from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.training import optimizer_settings, warmup_field
 
 _DEEPSPEED_OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "lamb": "Lamb"}

@@ -17,15 +17,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
-    comment,
-    python_call,
-    require_data_parallel,
-    require_even,
-    summary,
-)
+from app.core.exports.parts.common import comment, python_call, require_data_parallel, require_even, summary
+from app.core.exports.parts.export_types import Export, ExportInput
 from app.core.exports.parts.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (

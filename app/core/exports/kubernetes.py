@@ -7,9 +7,6 @@ from typing import Any
 
 from app.core.errors.domain import InvalidValue
 from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
-    ExportUnsupported,
     comment,
     even_alternative,
     even_pairs,
@@ -18,6 +15,7 @@ from app.core.exports.parts.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.mesh_env import mesh_env_items
 from app.core.exports.parts.preflight import check_args, preflight_lines
 from app.core.exports.parts.shell import shell_words

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
     comment,
     num_nodes,
     python_call,
@@ -21,6 +19,7 @@ from app.core.exports.parts.common import (
     require_uniform_nodes,
     summary,
 )
+from app.core.exports.parts.export_types import Export, ExportInput
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (
     lr_block,

@@ -10,16 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from app.core.errors.domain import PlanError
-from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
-    ExportUnsupported,
-    comment,
-    num_nodes,
-    require_even,
-    summary,
-    uniform_gpus_per_node,
-)
+from app.core.exports.parts.common import comment, num_nodes, require_even, summary, uniform_gpus_per_node
+from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.training import OptimizerSettings, optimizer_settings, run_length
 from app.core.learning_rate.schedule import schedule
 from app.core.records.plan import LearningRatePlan

@@ -3,8 +3,9 @@ the per-rank micro-batches and loss scales of an uneven split. Data-parallel onl
 
 from __future__ import annotations
 
-from app.core.exports.parts.common import Export, ExportInput, require_data_parallel
+from app.core.exports.parts.common import require_data_parallel
 from app.core.exports.parts.elastic_table import elastic_table, run_id, table_source
+from app.core.exports.parts.export_types import Export, ExportInput
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (
     lr_block,

@@ -13,7 +13,7 @@ from app.core.exports.hf_trainer import export_hf_trainer
 from app.core.exports.kubernetes import export_kubernetes
 from app.core.exports.lightning import export_lightning
 from app.core.exports.megatron import export_megatron
-from app.core.exports.parts.common import Export, Exporter, ExportInput, ExportOptions
+from app.core.exports.parts.export_types import Export, Exporter, ExportInput, ExportOptions
 from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun

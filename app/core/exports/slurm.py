@@ -13,8 +13,6 @@ from __future__ import annotations
 import shlex
 
 from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
     node_groups,
     num_nodes,
     pinned_ranks,
@@ -22,6 +20,7 @@ from app.core.exports.parts.common import (
     uniform_gpus_per_node,
 )
 from app.core.exports.parts.elastic_launch import elastic_args, elastic_comment, elastic_range
+from app.core.exports.parts.export_types import Export, ExportInput
 from app.core.exports.parts.mesh_env import mesh_export_lines
 from app.core.exports.parts.preflight import check_args, preflight_lines
 from app.core.exports.parts.shell import (

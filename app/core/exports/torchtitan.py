@@ -11,14 +11,8 @@ from __future__ import annotations
 import json
 import math
 
-from app.core.exports.parts.common import (
-    Export,
-    ExportInput,
-    ExportUnsupported,
-    comment,
-    require_even,
-    summary,
-)
+from app.core.exports.parts.common import comment, require_even, summary
+from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.training import optimizer_settings, run_length, warmup_field
 from app.core.records.plan import LearningRatePlan
 

@@ -21,9 +21,7 @@ from app.core.cluster.topology import ReplicaLayout, uniform_layout
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.integers import ceil_div, divisors, nearest, smallest_divisor_at_least
 from app.core.records.plan_request import MAX_SAFE_INTEGER, Divisibility
-from app.core.split.batch_problem import BatchProblem as BatchProblem  # noqa: PLC0414  (re-exported)
-from app.core.split.batch_problem import BatchSolution as BatchSolution  # noqa: PLC0414  (re-exported)
-from app.core.split.batch_problem import NoFit, moved_warning
+from app.core.split.batch_problem import BatchProblem, BatchSolution, NoFit, moved_warning
 from app.core.split.curve_split import fastest_even_accumulation
 from app.core.split.proportional import capped_layout, nearest_total, solve_proportional
 from app.core.split.shares import Share

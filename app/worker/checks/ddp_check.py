@@ -21,6 +21,7 @@ import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.check_result import CheckResult, SkippedControl
+from app.contract.model_registry import sync_batch_norm_refusal
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
@@ -31,7 +32,7 @@ from app.worker.checks.shards import Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
-from app.worker.training.sync_batch_norm import cpu_refusal, forward_is_collective, training_sync_batch_norms
+from app.worker.training.sync_batch_norm import forward_is_collective, training_sync_batch_norms
 from app.worker.training.workload import Workload, model_code
 
 
@@ -154,7 +155,7 @@ def _refuse_what_cannot_run(
     synced = training_sync_batch_norms(module)
     if synced and device.type != "cuda":
         with model_code():  # refused before any collective: the ranks stay usable
-            raise ValueError(cpu_refusal(synced))
+            raise ValueError(sync_batch_norm_refusal(synced))
 
 
 def _wrapped(

@@ -31,7 +31,7 @@ from app.worker.service.runner import CheckRunner
 from app.worker.service.store import JobStore, database_failed
 from app.worker.service.submission import Submission
 
-__all__ = ["CheckService", "Limits"]  # Limits: where callers have always found it
+__all__ = ["CheckService"]
 
 log = logging.getLogger("batchplan.worker")
 

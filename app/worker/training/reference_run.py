@@ -35,17 +35,15 @@ from torch.utils.data import Dataset, default_collate
 
 from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import LearningRatePlan, Plan
-from app.worker.training.plan_steps import StepIndices, dataset_size, run_steps, step_indices
+from app.worker.training.plan_steps import StepIndices, dataset_size, run_steps
 
 __all__ = [
     "ReferenceRun",
     "ReferenceStep",
     "ReferenceTrainer",
     "RunVariant",
-    "StepIndices",
     "build_optimizer",
     "reference_run",
-    "step_indices",
 ]
 
 # A collated micro-batch's loss, reduced as the plan's loss_reduction says (mean or sum).

@@ -17,9 +17,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from app.contract.model_registry import sync_batch_norm_refusal as cpu_refusal
-
-__all__ = ["AnyBatchNorm", "as_batch_norm", "cpu_refusal", "training_sync_batch_norms"]
+__all__ = ["AnyBatchNorm", "as_batch_norm", "training_sync_batch_norms"]
 
 
 class AnyBatchNorm(_BatchNorm):

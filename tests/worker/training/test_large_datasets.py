@@ -118,7 +118,7 @@ def test_a_shuffled_dataset_over_the_permutation_limit_names_the_largest_that_wo
 
 
 def test_the_documented_sampler_threshold_is_the_one_a_check_uses() -> None:
-    from app.schemas.checks import CheckResultOut
+    from app.schemas.check_results import CheckResultOut
     from app.worker.checks.shards import REAL_SAMPLER_MAX_SAMPLES
 
     description = CheckResultOut.model_fields["sampler_checked"].description or ""

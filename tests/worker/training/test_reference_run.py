@@ -11,7 +11,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from app.core.planner import plan
 from app.schemas.plan_requests import PlanRequestIn
-from app.worker.training.reference_run import reference_run, step_indices
+from app.worker.training.plan_steps import step_indices
+from app.worker.training.reference_run import reference_run
 from app.worker.training.samplers import ProportionalSampler
 
 UNEVEN = {

@@ -13,13 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.core.errors.domain import PlanError
-
-# `X as X`: re-exported (PEP 484), the formats import their types from here.
-from app.core.exports.parts.export_types import Export as Export  # noqa: PLC0414
-from app.core.exports.parts.export_types import Exporter as Exporter  # noqa: PLC0414
-from app.core.exports.parts.export_types import ExportInput as ExportInput  # noqa: PLC0414
-from app.core.exports.parts.export_types import ExportOptions as ExportOptions  # noqa: PLC0414
-from app.core.exports.parts.export_types import ExportUnsupported as ExportUnsupported  # noqa: PLC0414
+from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.training import optimizer_sentence, schedule_sentence
 from app.core.planner import plan as run_plan

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.core.exports.parts.common import ExportUnsupported
+from app.core.exports.parts.export_types import ExportUnsupported
 from app.core.records.plan import LearningRatePlan
 
 _INSTEAD = (

@@ -11,8 +11,9 @@ an uneven plan's shares follow the throughputs of the nodes it was planned for.
 from __future__ import annotations
 
 from app.core.errors.domain import InvalidValue
-from app.core.exports.parts.common import ExportInput, ExportUnsupported, num_nodes, uniform_gpus_per_node
+from app.core.exports.parts.common import num_nodes, uniform_gpus_per_node
 from app.core.exports.parts.elastic_table import elastic_table
+from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.parts.shell import c10d_rendezvous
 
 POINTER = "/query/elastic_nodes"

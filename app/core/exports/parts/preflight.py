@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import asdict
 from typing import Any
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 from app.core.records.plan_request import LearningRateSpec, NodeGroup, PlanRequest
 from app.core.request.parse import curve_json, lr_scaling_json
 

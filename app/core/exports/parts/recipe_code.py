@@ -19,7 +19,7 @@ from app.core.learning_rate.recipe import DEFAULT_MOMENTUM
 from app.core.records.plan import LearningRatePlan
 
 if TYPE_CHECKING:
-    from app.core.exports.parts.common import ExportInput
+    from app.core.exports.parts.export_types import ExportInput
 
 PLACEHOLDER_LR = LearningRatePlan(
     optimizer="sgd",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from app.core.exports.parts.common import ExportInput
+from app.core.exports.parts.export_types import ExportInput
 
 
 def torchrun_args(

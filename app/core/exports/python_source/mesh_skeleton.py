@@ -6,8 +6,8 @@ or shards its sequence: those plans are refused with what to use instead."""
 
 from __future__ import annotations
 
-from app.core.exports.parts.common import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.elastic_table import elastic_table, run_id, table_source
+from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import lr_block, max_grad_norm, optimizer_call, scheduler_call
 from app.core.exports.python_source.mesh_resume_source import MESH_RESUME_SOURCE

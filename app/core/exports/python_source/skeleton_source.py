@@ -5,7 +5,8 @@ placeholders."""
 
 from __future__ import annotations
 
-from app.core.exports.parts.common import Export, ExportInput, summary, uniform_gpus_per_node
+from app.core.exports.parts.common import summary, uniform_gpus_per_node
+from app.core.exports.parts.export_types import Export, ExportInput
 
 # In main(), after the script's own --checkpoint option.
 _PROCESS_GROUP = """

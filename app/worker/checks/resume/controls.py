@@ -18,7 +18,8 @@ from app.worker.checks.controls import Control
 from app.worker.checks.result_parts import DETECTION_FACTOR
 from app.worker.checks.resume.parts import ResumedReplicas, layout_of, layout_steps
 from app.worker.training.gradients import compare
-from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant, StepIndices
+from app.worker.training.plan_steps import StepIndices
+from app.worker.training.reference_run import ReferenceStep, ReferenceTrainer, RunVariant
 
 RESUME_WITHOUT_SKIP = Control(
     "resume_without_skip",

@@ -27,8 +27,7 @@ from torch.utils.data import DistributedSampler
 
 from app.core.records.plan import Plan
 from app.worker.training.mesh_models import mesh_names
-from app.worker.training.plan_steps import dataset_size
-from app.worker.training.reference_run import StepIndices
+from app.worker.training.plan_steps import StepIndices, dataset_size
 from app.worker.training.samplers import IndexDataset
 
 ReplicaStep = tuple[int, list[list[int]]]  # (epoch, this replica's micro-batches of indices)

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 from fastapi.testclient import TestClient
 from support.polling import check_result
 
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.worker.checks.resume.controls import (
     RESUME_KEEPS_MICRO_BATCH,
     RESUME_PER_RANK_POSITION,

@@ -20,7 +20,7 @@ from support.apps import warm_client
 from support.bodies import RUN_RECIPE, fast_and_slow
 from support.polling import check_result, hold_ranks, run_check
 
-from app.schemas.checks import CHECK_EXAMPLES
+from app.schemas.check_examples import CHECK_EXAMPLES
 from app.worker.checks.run.controls import RUN_CONTROLS
 
 pytestmark = pytest.mark.slow
