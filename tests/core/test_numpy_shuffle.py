@@ -1,4 +1,4 @@
-"""The core's numpy shuffle (app.core.split.numpy_shuffle) against numpy itself: the seed's
+"""The core's numpy shuffle (app.core.split.stream.numpy_shuffle) against numpy itself: the seed's
 state, PCG64's raw draws, and `default_rng(seed).shuffle(list(range(n)))`, exactly, over
 thousands of seeds (small, 32- and 64-bit edges, 2**127 and past the pool's four words) and
 every size up to 300, and a few large ones."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.split.numpy_shuffle import _Pcg64, _seed_state, numpy_permutation
+from app.core.split.stream.numpy_shuffle import _Pcg64, _seed_state, numpy_permutation
 
 EDGE_SEEDS = [
     2**31 - 1,

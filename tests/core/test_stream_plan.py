@@ -1,4 +1,4 @@
-"""The stream plan's own rules (app.core.split.stream): the fields it refuses and where, the
+"""The stream plan's own rules (app.core.split.stream.plan): the fields it refuses and where, the
 rank it will not leave without a sample, the warnings and their sources, the end-of-epoch
 policies' counts worked by hand, the suggested shard counts, and its cost at 2**53 - 1 samples
 and a million shards. tests/core/test_stream_split.py holds the same plans to the libraries."""
@@ -16,10 +16,10 @@ from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan import ReplicaGroup
 from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.records.stream import StreamSpec
-from app.core.split.stream import plan_stream
-from app.core.split.stream_advice import least_num_shards
-from app.core.split.stream_ids import delivered_micro_batches, trained_micro_batches
-from app.core.split.stream_layout import MAX_COUNTED_SHARDS, MAX_STREAM_SHARDS
+from app.core.split.stream.advice import least_num_shards
+from app.core.split.stream.ids import delivered_micro_batches, trained_micro_batches
+from app.core.split.stream.layout import MAX_COUNTED_SHARDS, MAX_STREAM_SHARDS
+from app.core.split.stream.plan import plan_stream
 
 
 def spec(**fields) -> StreamSpec:

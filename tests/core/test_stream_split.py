@@ -19,8 +19,8 @@ from support.stream_oracle import RankDelivery, Reading, deliver, quiet
 
 from app.core.errors.domain import InfeasiblePlan
 from app.core.records.stream import StreamPlan, StreamSpec
-from app.core.split.stream import plan_stream
-from app.core.split.stream_ids import delivered_micro_batches
+from app.core.split.stream.ids import delivered_micro_batches
+from app.core.split.stream.plan import plan_stream
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*This DataLoader will create")
 

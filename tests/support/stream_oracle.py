@@ -6,7 +6,7 @@ stream plan is held to (tests/core/test_stream_split.py).
         -> [RankDelivery per rank]
 
 Shard i holds the sample ids offset_i .. offset_i + n_i - 1 (offset_i: the samples of the
-shards before it), as app.core.split.stream_ids numbers them.
+shards before it), as app.core.split.stream.ids numbers them.
 
 - "hf_datasets": a real `datasets.IterableDataset` (`hf_base`: `to_iterable_dataset` or
   `from_generator`), shuffled by its own `shuffle(seed, buffer_size, max_buffer_input_shards)`

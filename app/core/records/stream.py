@@ -2,7 +2,7 @@
 what the planner answers (`StreamPlan`, its `StreamRankGroup`s and `StreamWarning`s).
 
 A stream is an `IterableDataset` read in shards: the DataLoader takes no sampler for it, so the
-splitter decides which rank and worker read which shard (app.core.split.stream says how each
+splitter decides which rank and worker read which shard (app.core.split.stream.plan says how each
 library does it, and plans it).
 """
 

@@ -15,7 +15,7 @@ from itertools import accumulate, chain
 
 from app.core.errors.domain import InvalidValue
 from app.core.records.stream import StreamSpec
-from app.core.split.stream_layout import branch, reader_shards, shard_sizes, total_samples
+from app.core.split.stream.layout import branch, reader_shards, shard_sizes, total_samples
 
 MAX_LISTED_SAMPLES = 1 << 24  # ids are listed for checks and tests, not for the plan's counts
 

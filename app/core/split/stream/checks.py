@@ -7,9 +7,9 @@ from __future__ import annotations
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.records.stream import END_OF_EPOCH, SPLITTERS, StreamSpec
-from app.core.split.stream_advice import least_num_shards
-from app.core.split.stream_counts import Run
-from app.core.split.stream_layout import (
+from app.core.split.stream.advice import least_num_shards
+from app.core.split.stream.counts import Run
+from app.core.split.stream.layout import (
     MAX_COUNTED_SHARDS,
     MAX_STREAM_READERS,
     MAX_STREAM_SHARDS,

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from app.core.records.integers import divisors, nearest
 from app.core.records.stream import Branch, StreamRankGroup, StreamSpec, StreamWarning
-from app.core.split.stream_counts import rank_runs
-from app.core.split.stream_layout import MAX_STREAM_SHARDS, total_samples
+from app.core.split.stream.counts import rank_runs
+from app.core.split.stream.layout import MAX_STREAM_SHARDS, total_samples
 
 IDLE = ("huggingface/datasets#8669", "huggingface/lerobot#3781")
 EXAMPLES = ("huggingface/datasets#5961",)

@@ -17,11 +17,11 @@ from itertools import pairwise
 
 from app.core.records.plan import ReplicaGroup
 from app.core.records.stream import StreamPlan, StreamRankGroup, StreamSpec
-from app.core.split import stream_advice as advice
-from app.core.split.stream_checks import check_stream, refuse_empty_ranks
-from app.core.split.stream_counts import Run, rank_runs
-from app.core.split.stream_layout import total_samples
-from app.core.split.stream_policy import micro_batches, micro_batches_run, trained
+from app.core.split.stream import advice
+from app.core.split.stream.checks import check_stream, refuse_empty_ranks
+from app.core.split.stream.counts import Run, rank_runs
+from app.core.split.stream.layout import total_samples
+from app.core.split.stream.policy import micro_batches, micro_batches_run, trained
 
 MicroRun = tuple[int, int, int]  # ranks [start, stop) and their micro-batch size
 

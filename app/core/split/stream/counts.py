@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from app.core.records.integers import ceil_div
 from app.core.records.stream import Branch, StreamSpec
-from app.core.split.stream_layout import branch, needs_order, shard_order
+from app.core.split.stream.layout import branch, needs_order, shard_order
 
 Figures = tuple[tuple[int, ...], tuple[int, ...]]  # (shards, samples) per worker
 Run = tuple[int, int, Figures]  # ranks [start, stop) and their figures

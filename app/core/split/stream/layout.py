@@ -27,9 +27,9 @@ from __future__ import annotations
 import random
 
 from app.core.records.stream import Branch, Splitter, StreamSpec
-from app.core.split.numpy_shuffle import numpy_permutation
+from app.core.split.stream.numpy_shuffle import numpy_permutation
 
-# What a plan costs is bounded by these (app.core.split.stream_counts): shards shared out by
+# What a plan costs is bounded by these (app.core.split.stream.counts): shards shared out by
 # num_samples are counted in closed form, whatever their number; a shard_samples list, or
 # uneven shards in a permuted order (a pure-Python shuffle, ~1 us a shard), shard by shard.
 MAX_STREAM_SHARDS = 1_000_000
