@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -17,7 +17,7 @@ from app.api.json_body import JsonBodyRoute
 from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
-from app.contract.codec import encode
+from app.contract.codec import encode, json_text
 from app.contract.jobs import Job, JobStatus
 from app.core.errors.domain import Conflict, NotFound, Unavailable
 from app.core.errors.problems import domain_problem, problem_body
@@ -100,12 +100,15 @@ def _trajectory_of(job: Job) -> Mapping[str, Any]:
     """The finished job's result, when it holds a run; else the problem that says why not."""
     if not job.status.finished:
         raise not_finished(job)
-    if job.result is None or job.result.get("trajectory") is None:
+    result = job.result
+    if result is None or result.get("trajectory") is None:
         raise no_trajectory(job)
-    return job.result
+    return result
 
 
-_EXAMPLE_JOB = Job(_EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}, result={"trajectory": None})
+_EXAMPLE_JOB = Job(
+    _EXAMPLE_ID, JobStatus.SUCCEEDED, "2026-01-01T00:00:00Z", {}, result_json='{"trajectory":null}'
+)
 _TRAJECTORY_PROBLEMS: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The chart: the loss at every optimizer step of the plan's run, the reference "
@@ -164,14 +167,24 @@ async def _service(request: Request) -> CheckService:
 Service = Annotated[CheckService, Depends(_service)]
 
 
-def _json(body: dict[str, Any]) -> bytes:
-    # As Starlette's JSONResponse writes it; the documented models (response_model) are not
-    # validated again on the way out: the stored result is the rank's, through the codec.
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+def _job_text(job: Job) -> str:
+    """The job as `CheckJobOut` documents it (`job_json`), written as Starlette's JSONResponse
+    writes JSON (`codec.json_text`), with its result spliced in as the job store holds it: the
+    codec's JSON text of the rank's CheckResult, written in that form once when the check
+    finished, and never parsed, validated or written again on the way out (response_model
+    only documents it)."""
+    stored = job.result_json
+    if stored is None:
+        return json_text(job_json(job))
+    shown = job_json(dataclasses.replace(job, result_json=None))
+    written = (
+        f"{json_text(key)}:{stored if key == 'result' else json_text(value)}" for key, value in shown.items()
+    )
+    return "{" + ",".join(written) + "}"
 
 
 def _job_response(job: Job, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_json(job_json(job)), status_code, headers, media_type="application/json")
+    return Response(_job_text(job).encode(), status_code, headers, media_type="application/json")
 
 
 @router.post(
@@ -211,7 +224,8 @@ async def list_checks(
 ) -> Response:
     wanted = JobStatus(status) if status is not None else None
     jobs = await service.list(limit, wanted)
-    return Response(_json({"checks": [job_json(j) for j in jobs]}), media_type="application/json")
+    listed = '{"checks":[' + ",".join(map(_job_text, jobs)) + "]}"
+    return Response(listed.encode(), media_type="application/json")
 
 
 @router.get(

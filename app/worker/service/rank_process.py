@@ -74,7 +74,7 @@ class RankProcess:
     def _read(self) -> None:
         while True:
             try:
-                raw = self.conn.recv()
+                raw = self.conn.recv_bytes()
             except (EOFError, OSError):
                 with contextlib.suppress(RuntimeError):  # the loop may already be closed
                     self.loop.call_soon_threadsafe(self._died)
@@ -113,7 +113,7 @@ class RankProcess:
         if self.dead:
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         try:
-            await asyncio.to_thread(self.conn.send, protocol.to_pipe(msg))
+            await asyncio.to_thread(self.conn.send_bytes, protocol.to_pipe(msg))
         except OSError:
             # It died before its reader saw the pipe close (a broken pipe, or a reset): the
             # same death, said the same way, not an internal error of the check.
@@ -130,7 +130,7 @@ class RankProcess:
 
     def send_exit(self) -> None:
         with contextlib.suppress(Exception):
-            self.conn.send(protocol.to_pipe(protocol.Exit()))
+            self.conn.send_bytes(protocol.to_pipe(protocol.Exit()))
 
     def describe_death(self) -> str:
         if not self._buried:
