@@ -71,11 +71,17 @@ def decode(hint: type[T] | Any, data: Json) -> T:
     return value
 
 
+# Made once: json.dumps with any argument builds its encoder on every call. What the codec
+# writes is a tree (no cycles to look for).
+_WIRE = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False)
+
+
 def to_json(value: Any) -> bytes:
     """`value` as the JSON bytes that cross between this app's processes (the pipe, the
     TCPStore): ASCII, and every float as Python writes it, NaN included (a diverged
     gradient's error is one), since both ends read it with `from_json`."""
-    return json.dumps(encode(value), separators=(",", ":")).encode()
+    return _WIRE.encode(encode(value)).encode()
 
 
 def from_json(hint: type[T] | Any, data: bytes | str) -> T:
@@ -88,7 +94,7 @@ def json_text(data: Json) -> str:
     """JSON values as HTTP serves them (and as the job store keeps a result, to serve it as it
     is): compact, characters as they are, and no NaN or Infinity, which are not JSON (a
     ValueError)."""
-    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _TEXT.encode(data)
 
 
 # ---------------------------------------------------------------------------------- records
