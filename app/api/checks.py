@@ -4,7 +4,7 @@ A check's charts are check_charts.py's."""
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -15,7 +15,7 @@ from app.api.json_body import JsonBodyRoute
 from app.api.measured_lr import with_measured_lr
 from app.api.plans import refused_plans
 from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
-from app.contract.codec import encode
+from app.contract.codec import encode, json_text
 from app.contract.jobs import Job, JobStatus
 from app.core.errors.domain import Unavailable
 from app.core.errors.problems import domain_problem, problem_body
@@ -110,14 +110,24 @@ async def _service(request: Request) -> CheckService:
 Service = Annotated[CheckService, Depends(_service)]
 
 
-def _json(body: dict[str, Any]) -> bytes:
-    # As Starlette's JSONResponse writes it; the documented models (response_model) are not
-    # validated again on the way out: the stored result is the rank's, through the codec.
-    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+def _job_text(job: Job) -> str:
+    """The job as `CheckJobOut` documents it (`job_json`), written as Starlette's JSONResponse
+    writes JSON (`codec.json_text`), with its result spliced in as the job store holds it: the
+    codec's JSON text of the rank's CheckResult, written in that form once when the check
+    finished, and never parsed, validated or written again on the way out (response_model
+    only documents it)."""
+    stored = job.result_json
+    if stored is None:
+        return json_text(job_json(job))
+    shown = job_json(dataclasses.replace(job, result_json=None))
+    written = (
+        f"{json_text(key)}:{stored if key == 'result' else json_text(value)}" for key, value in shown.items()
+    )
+    return "{" + ",".join(written) + "}"
 
 
 def _job_response(job: Job, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(_json(job_json(job)), status_code, headers, media_type="application/json")
+    return Response(_job_text(job).encode(), status_code, headers, media_type="application/json")
 
 
 @router.post(
@@ -155,7 +165,8 @@ async def list_checks(
 ) -> Response:
     wanted = JobStatus(status) if status is not None else None
     jobs = await service.list(limit, wanted)
-    return Response(_json({"checks": [job_json(j) for j in jobs]}), media_type="application/json")
+    listed = '{"checks":[' + ",".join(map(_job_text, jobs)) + "]}"
+    return Response(listed.encode(), media_type="application/json")
 
 
 @router.get(

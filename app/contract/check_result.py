@@ -3,8 +3,8 @@ it is what the job store keeps and GET /v1/checks/{id} serves, key for key
 (schemas/check_results.py documents every key; tests hold the two together).
 
 The verdicts (`passed`, `gradient_matches`, `controls_detected`) are derived from the
-measurements, so they cannot disagree with them. Sections built elsewhere as JSON
-(`ddp_equivalence`, `noise_scale`, `micro_batch_search`) stay mappings.
+measurements, so they cannot disagree with them. Every section is a record, its own module's
+where it has one (equivalence.py, noise_scale.py, micro_batch_search.py, throughput.py).
 """
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from typing import Any, ClassVar
 
 from app.contract.check_options import CheckWorkload, DType, ProcessGroupBackend
 from app.contract.codec import FLAT, named
+from app.contract.equivalence import Equivalence
 from app.contract.kinds.lr_scaling import LrScalingResult
 from app.contract.kinds.resume import ResumeOutcome
 from app.contract.kinds.run import RunOutcome
 from app.contract.kinds.throughput import Throughput
+from app.contract.micro_batch_search import MicroBatchSearch
+from app.contract.noise_scale import NoiseScaleReport
 from app.contract.timings import Timings, with_setup
 from app.core.records.plan import Split, Wrapper
 
@@ -84,7 +87,7 @@ class SkippedControl:
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     model: str
-    ddp_equivalence: Mapping[str, Any]  # equivalence.verdict's
+    ddp_equivalence: Equivalence
     setup: Setup = field(metadata=FLAT)
     layout: CheckedSplit = field(metadata=FLAT)
     gradient: Comparison = field(metadata=FLAT)
@@ -92,8 +95,8 @@ class CheckResult:
     controls_skipped: tuple[SkippedControl, ...]
     # Whether a replica was read through the plan's real sampler (see checks/shards.py).
     sampler_checked: bool
-    noise_scale: Mapping[str, Any] | None
-    micro_batch_search: Mapping[str, Any] | None
+    noise_scale: NoiseScaleReport | None
+    micro_batch_search: MicroBatchSearch | None
     timings: Timings = field(metadata=named("timings_s"))
     torch_version: str
     # The mesh that ran ({"names": [...], "sizes": [...]}, torchtitan's order), None for a
@@ -132,9 +135,7 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        first_step = (
-            self.gradient_matches and self.controls_detected and bool(self.ddp_equivalence["equivalent"])
-        )
+        first_step = self.gradient_matches and self.controls_detected and self.ddp_equivalence.equivalent
         resumed = self.resume is None or self.resume.matches
         return first_step and (self.run is None or self.run.trajectory_matches) and resumed
 

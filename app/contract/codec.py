@@ -6,7 +6,7 @@ per type.
 Why this and not pickle or msgspec: what the store keeps is what GET /v1/checks/{id} serves,
 so it must be JSON, and the rank program under torchrun must run where only torch and the
 standard library are (no msgspec on a cluster node). One codec for the three boundaries keeps
-one form on the wire.
+one form on the wire: its bytes (`to_json`, `from_json`), never pickled on top.
 
 A record's JSON is its fields in order, with three declarations a field or class may carry:
 - `field(metadata=named("timings_s"))`: the field's key is another name;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import types
 import typing
 from collections.abc import Callable, Hashable, Mapping
@@ -68,6 +69,32 @@ def decode(hint: type[T] | Any, data: Json) -> T:
     """The value of type `hint` that `encode` wrote as `data`."""
     value: T = _decoder(cast(Hashable, hint))(data)
     return value
+
+
+# Made once: json.dumps with any argument builds its encoder on every call. What the codec
+# writes is a tree (no cycles to look for).
+_WIRE = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_TEXT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=False)
+
+
+def to_json(value: Any) -> bytes:
+    """`value` as the JSON bytes that cross between this app's processes (the pipe, the
+    TCPStore): ASCII, and every float as Python writes it, NaN included (a diverged
+    gradient's error is one), since both ends read it with `from_json`."""
+    return _WIRE.encode(encode(value)).encode()
+
+
+def from_json(hint: type[T] | Any, data: bytes | str) -> T:
+    """The value of type `hint` that `to_json` wrote as `data`."""
+    value: T = decode(hint, json.loads(data))
+    return value
+
+
+def json_text(data: Json) -> str:
+    """JSON values as HTTP serves them (and as the job store keeps a result, to serve it as it
+    is): compact, characters as they are, and no NaN or Infinity, which are not JSON (a
+    ValueError)."""
+    return _TEXT.encode(data)
 
 
 # ---------------------------------------------------------------------------------- records

@@ -3,6 +3,7 @@ the HTTP schemas serve it (`schemas.checks.job_json`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -54,8 +55,19 @@ class Job:
     submission: Mapping[str, Any]
     started_at: str | None = None
     finished_at: str | None = None
-    result: Mapping[str, Any] | None = None  # the codec's JSON of the rank's CheckResult
+    # The rank's CheckResult as the codec's JSON text (`codec.json_text`), as the store wrote it:
+    # GET serves it as it is, never parsed and written again.
+    result_json: str | None = None
     error: str | None = None
+
+    @property
+    def result(self) -> Mapping[str, Any] | None:
+        """The result's JSON values, parsed for a reader of its parts (a chart, a plan that
+        takes an lr-scaling probe's answer)."""
+        if self.result_json is None:
+            return None
+        parsed: Mapping[str, Any] = json.loads(self.result_json)
+        return parsed
 
     def check_transition(self, to: JobStatus) -> None:
         """Refuse a move that `status` does not allow (a conflict: the job moved on)."""

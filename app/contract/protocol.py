@@ -1,8 +1,9 @@
 """The messages between the pool and its warm ranks, one small record each.
 
-On the pipe every message is what the codec writes of it (JSON values, its "op" first), so
-both ends stay free of each other's classes; the spec and the result inside are typed at
-both ends. Torch-free: the web process imports this.
+On the pipe every message is the codec's JSON bytes of it (its "op" first), sent and read as
+bytes (`Connection.send_bytes` / `recv_bytes`: nothing pickled on top), so both ends stay free
+of each other's classes; the spec and the result inside are typed at both ends. Torch-free:
+the web process imports this.
 
 Pool to rank: `Join` (to a node's leader: meet the other nodes), `Run`, `Exit`.
 Rank to pool: `Ready` once warm, `Models` (what the registered models build), `Joined`,
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from app.contract.check_result import CheckResult
-from app.contract.codec import Json, decode, encode
+from app.contract.codec import from_json, to_json
 from app.contract.host import BuiltModel
 from app.contract.spec import CheckSpec
 
@@ -128,10 +129,10 @@ FromRank = Ready | Models | Joined | Done | Result | Error
 Message = ToRank | FromRank
 
 
-def to_pipe(message: Message) -> Json:
-    return encode(message)
+def to_pipe(message: Message) -> bytes:
+    return to_json(message)
 
 
-def from_pipe(data: Json) -> Message:
-    message: Message = decode(Message, data)
+def from_pipe(data: bytes) -> Message:
+    message: Message = from_json(Message, data)
     return message

@@ -19,7 +19,7 @@ from app.core.split.micro_batch_search import budget_bytes
 from app.schemas.plan_requests import PlanRequestIn
 from app.worker.example_models import wide_mlp
 from app.worker.measure.memory import probe
-from app.worker.measure.micro_batch_fit import find_max_micro_batch
+from tests.support.fit_report import found_report
 
 
 def test_the_replica_table_counts_data_parallel_ranks_beside_the_global_rank_map(run: Invoke) -> None:
@@ -43,9 +43,7 @@ def test_the_micro_batch_search_says_the_memory_used_and_the_budget(
     torch.manual_seed(0)
     model, data, loss = wide_mlp()
     capacity, margin = 4 << 20, 0.15
-    report = find_max_micro_batch(
-        model, data, loss, "cpu", capacity_bytes=capacity, safety_margin=margin, limit=512
-    )
+    report = found_report(model, data, loss, "cpu", capacity_bytes=capacity, safety_margin=margin, limit=512)
     found = report["max_micro_batch_size"]
     used, _ = probe(model, data, loss, found, torch.device("cpu"))
     request = {

@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from app.contract.check_result import CheckedSplit, CheckResult, Comparison, Setup
+from app.contract.equivalence import Equivalence
 from app.contract.host import BuiltModel, ProcessDescription
 from app.contract.protocol import HostInfo
 from app.worker.service.runner import CheckOrder
@@ -22,7 +23,7 @@ def passing_result(order: CheckOrder) -> CheckResult:
     spec = order.spec
     return CheckResult(
         model=spec.model,
-        ddp_equivalence={"equivalent": True, "fails_with_ddp_defaults": False, "summary": "", "findings": []},
+        ddp_equivalence=Equivalence(equivalent=True, fails_with_ddp_defaults=False, summary="", findings=()),
         setup=Setup(backend="gloo", device="cpu", device_name="cpu", dtype=spec.dtype, nnodes=1, processes=1),
         layout=CheckedSplit(
             data_parallel_size=spec.data_parallel_size,

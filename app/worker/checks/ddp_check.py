@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -21,7 +21,10 @@ import torch._dynamo
 from torch.nn.parallel import DistributedDataParallel
 
 from app.contract.check_result import CheckResult, SkippedControl
+from app.contract.equivalence import Finding
+from app.contract.micro_batch_search import MicroBatchSearch
 from app.contract.model_registry import sync_batch_norm_refusal
+from app.contract.noise_scale import NoiseScaleReport
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
@@ -41,16 +44,16 @@ class _Step:
     """What the DDP kind builds and measures on this rank."""
 
     model: DistributedDataParallel
-    findings: list[dict[str, Any]]
+    findings: list[Finding]
     sampled: dict[int, list[list[int]]]  # this rank's replicas' micro-batches
     local: range
-    search: dict[str, Any] | None
+    search: MicroBatchSearch | None
     grad: torch.Tensor | None = None
     applicable: list[SampleControl] = field(default_factory=list)
     skipped: list[SkippedControl] = field(default_factory=list)
     ratios: dict[SampleControl, Fraction] = field(default_factory=dict)
     computed: dict[SampleControl, torch.Tensor] = field(default_factory=dict)
-    noise: dict[str, Any] | None = None
+    noise: NoiseScaleReport | None = None
     reference: torch.Tensor | None = None
 
 
@@ -160,7 +163,7 @@ def _refuse_what_cannot_run(
 
 def _wrapped(
     module: torch.nn.Module, workload: Workload, spec: CheckSpec, probe: Sequence[int], group: CheckGroup
-) -> tuple[DistributedDataParallel, list[dict[str, Any]]]:
+) -> tuple[DistributedDataParallel, list[Finding]]:
     """The module under DDP, and what it shows about DDP equivalence: its module tree, and
     runs of it on `probe` (the same samples on every rank) for randomness, rank dependence
     and unused parameters; answers a warm rank kept for this model are used when every rank

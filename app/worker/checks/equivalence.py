@@ -13,12 +13,12 @@ judged in the modes the factory left them in: an eval-mode batch norm or dropout
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 
+from app.contract.equivalence import Equivalence, Finding
 from app.contract.spec import CheckSpec
 from app.worker.checks.equivalence_probes import different
 
@@ -35,15 +35,8 @@ def _finding(
     breaks: bool,
     *,
     fails_with_ddp_defaults: bool = False,
-) -> dict[str, Any]:
-    return {
-        "cause": cause,
-        "modules": modules[:20],
-        "detail": detail,
-        "fix": fix,
-        "breaks_equivalence": breaks,
-        "fails_with_ddp_defaults": fails_with_ddp_defaults,
-    }
+) -> Finding:
+    return Finding(cause, tuple(modules[:20]), detail, fix, breaks, fails_with_ddp_defaults)
 
 
 def _drop_rate(module: nn.Module) -> float:
@@ -64,7 +57,7 @@ def stochastic_depth_modules(module: nn.Module) -> list[str]:
 
 def static_findings(
     module: nn.Module, spec: CheckSpec, *, processes: int = 0, own_loss: bool = False
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """What the module tree shows, judged at the plan's split (`processes`: how many run the
     replicas; `own_loss`: the loss is the model's own `outputs.loss`)."""
     out = _batch_norm_findings(module, spec, processes)
@@ -118,7 +111,7 @@ def static_findings(
     return out
 
 
-def _batch_norm_findings(module: nn.Module, spec: CheckSpec, processes: int) -> list[dict[str, Any]]:
+def _batch_norm_findings(module: nn.Module, spec: CheckSpec, processes: int) -> list[Finding]:
     out = []
     micro = min(spec.micro_batch_sizes())
     dp, g, G = spec.data_parallel_size, spec.gradient_accumulation_steps, spec.global_batch_size
@@ -173,9 +166,9 @@ def _batch_norm_findings(module: nn.Module, spec: CheckSpec, processes: int) -> 
     return out
 
 
-def _covered(name: str, known: list[dict[str, Any]]) -> bool:
+def _covered(name: str, known: list[Finding]) -> bool:
     """Whether `name` is a module a finding already names, or inside one."""
-    return any(name == k or name.startswith(k + ".") for f in known for k in f["modules"])
+    return any(name == k or name.startswith(k + ".") for f in known for k in f.modules)
 
 
 # Over 60 lines: one finding per way the DDP gradient can differ, each a sentence with its own
@@ -186,16 +179,16 @@ def empirical_findings(
     rank: float,
     processes: int,
     unused: list[str],
-    known: list[dict[str, Any]],
+    known: list[Finding],
     dtype: str = "float64",
     draws: list[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Finding]:
     """What running the model showed: `stochastic`, the larger relative difference of the
     outputs or gradients of two passes under different random states; `draws`, the modules
     whose own forward drew random numbers; `rank`, the difference between ranks."""
     out = []
     threshold = different(dtype)
-    causes = {f["cause"] for f in known}
+    causes = {f.cause for f in known}
     unexplained_draws = [n for n in draws or [] if not _covered(n, known)]
     if stochastic > threshold and (not causes & {"dropout", "stochastic_depth"} or unexplained_draws):
         out.append(
@@ -252,10 +245,8 @@ def empirical_findings(
     return out
 
 
-def verdict(
-    findings: list[dict[str, Any]], gradient_matches: bool, rel_l2: float, tolerance: float
-) -> dict[str, Any]:
-    breaking = [f for f in findings if f["breaks_equivalence"]]
+def verdict(findings: list[Finding], gradient_matches: bool, rel_l2: float, tolerance: float) -> Equivalence:
+    breaking = [f for f in findings if f.breaks_equivalence]
     if not gradient_matches and not breaking:
         breaking.append(
             _finding(
@@ -270,20 +261,15 @@ def verdict(
         )
         findings = [*findings, breaking[-1]]
     equivalent = gradient_matches and not breaking
-    fails = [f for f in findings if f.get("fails_with_ddp_defaults")]
+    fails = [f for f in findings if f.fails_with_ddp_defaults]
     if equivalent:
         summary = "DDP-equivalent at this split: the DDP step's gradient equals the single-process gradient"
     else:
         summary = "not DDP-equivalent at this split: " + "; ".join(
-            f["cause"].replace("_", " ") for f in breaking
+            f.cause.replace("_", " ") for f in breaking
         )
     if fails:
         summary += "; but with DDP's defaults training fails at the next step: " + "; ".join(
-            f["cause"].replace("_", " ") for f in fails
+            f.cause.replace("_", " ") for f in fails
         )
-    return {
-        "equivalent": equivalent,
-        "fails_with_ddp_defaults": bool(fails),
-        "summary": summary,
-        "findings": findings,
-    }
+    return Equivalence(equivalent, bool(fails), summary, tuple(findings))

@@ -19,11 +19,14 @@ from app.contract.check_result import (
     Setup,
     SkippedControl,
 )
+from app.contract.equivalence import Finding
+from app.contract.micro_batch_search import MicroBatchSearch
+from app.contract.noise_scale import NoiseScaleReport
 from app.contract.spec import CheckSpec, replicas_per_process
 from app.core.records.plan import Wrapper
 from app.worker.checks import equivalence
 from app.worker.checks.controls import Control
-from app.worker.measure.noise_measurement import distrust, not_equivalent_reason
+from app.worker.measure.noise_measurement import not_equivalent_reason
 from app.worker.training.gradients import compare
 
 # float64 on CPU agrees to ~1e-16 relative, float32 to ~1e-7; a wrong setup is off by 1e-1 or more.
@@ -86,7 +89,7 @@ class Measured:
     reference: torch.Tensor  # one process, the mean loss over the global batch
     controls: Sequence[tuple[Control, torch.Tensor]]  # each control that ran, and its step
     skipped: Sequence[SkippedControl]
-    findings: list[dict[str, Any]]  # equivalence findings
+    findings: list[Finding]  # equivalence findings
     sampler_checked: bool
     micro_batch_sizes: Sequence[int]  # every replica's, as the check ran them
 
@@ -98,8 +101,8 @@ def judged_result(
     measured: Measured,
     *,
     replicas_per_rank: int | None = None,
-    noise: dict[str, Any] | None = None,
-    search: dict[str, Any] | None = None,
+    noise: NoiseScaleReport | None = None,
+    search: MicroBatchSearch | None = None,
     mesh: dict[str, list[Any]] | None = None,
     wrapper: Wrapper = "ddp",
     warnings: tuple[str, ...] = (),
@@ -109,8 +112,8 @@ def judged_result(
     tolerance = TOLERANCE[spec.dtype]
     gradient = Comparison(*compare(measured.gradient, measured.reference), tolerance=tolerance)
     verdict = equivalence.verdict(measured.findings, gradient.matches, gradient.rel_l2, tolerance)
-    if noise is not None and not verdict["equivalent"]:
-        noise = distrust(noise, [not_equivalent_reason(verdict["summary"])])
+    if noise is not None and not verdict.equivalent:
+        noise = noise.distrusted([not_equivalent_reason(verdict.summary)])
     per_rank = replicas_per_process(group.world, spec.data_parallel_size)
     return CheckResult(
         model=model,

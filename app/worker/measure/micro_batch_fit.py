@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from app.contract.check_options import DEFAULT_FIT_LIMIT, DEFAULT_FIT_OPTIMIZER
+from app.contract.micro_batch_search import MemoryFit, MicroBatchSearch, ReplannedSplit, SearchedSplit
 from app.contract.options import FitOptions
 from app.contract.request import replan
 from app.contract.spec import CheckSpec
@@ -42,7 +43,7 @@ def find_max_micro_batch(
     safety_margin: float = 0.1,
     limit: int = DEFAULT_FIT_LIMIT,
     optimizer: str = DEFAULT_FIT_OPTIMIZER,
-) -> dict[str, Any]:
+) -> MemoryFit:
     """The largest micro-batch in [1, limit] whose training step peaks within
     `budget_bytes(capacity_bytes, safety_margin)` without running out of memory.
 
@@ -50,11 +51,11 @@ def find_max_micro_batch(
     On CPU a trial also stops as soon as it passes the budget, so that the search never
     takes much more host memory than the budget. The model must already be on `device`.
 
-    Returns a JSON-able report: max_micro_batch_size (0 when even 1 does not fit),
-    capacity_bytes, budget_bytes, safety_margin, device, optimizer, hit_limit (the limit fit,
-    the real maximum may be larger), peak_bytes_at_max, bytes_per_sample (slope of the peaks
-    of the largest trials that ran to the end; None with fewer than two), trials (micro_batch_size,
-    fits, peak_bytes, error, in the order they ran) and seconds. The slope is fitted through
+    Returns the report (contract.micro_batch_search.MemoryFit): max_micro_batch_size (0 when
+    even 1 does not fit), capacity_bytes, budget_bytes, safety_margin, device, optimizer,
+    hit_limit (the limit fit, the real maximum may be larger), peak_bytes_at_max,
+    bytes_per_sample (slope of the peaks of the largest trials that ran to the end; None with
+    fewer than two), the trials in the order they ran, and seconds. The slope is fitted through
     the largest trials only (`activation_bound`).
     """
     started = time.perf_counter()
@@ -81,27 +82,19 @@ def find_max_micro_batch(
     # Only trials that ran to the end measured their whole peak.
     complete = [(t.micro_batch_size, t.peak_bytes) for t in result.trials if t.error is None and t.peak_bytes]
     slope = affine_bytes_per_sample(activation_bound(complete))
-    return {
-        "max_micro_batch_size": result.max_micro_batch_size,
-        "capacity_bytes": capacity_bytes,
-        "budget_bytes": budget,
-        "safety_margin": safety_margin,
-        "device": str(device),
-        "optimizer": optimizer,
-        "hit_limit": result.hit_limit,
-        "peak_bytes_at_max": at_max[0] if at_max else None,
-        "bytes_per_sample": None if slope is None else round(slope),
-        "trials": [
-            {
-                "micro_batch_size": t.micro_batch_size,
-                "fits": t.fits,
-                "peak_bytes": t.peak_bytes,
-                "error": t.error,
-            }
-            for t in result.trials
-        ],
-        "seconds": round(time.perf_counter() - started, 3),
-    }
+    return MemoryFit(
+        max_micro_batch_size=result.max_micro_batch_size,
+        capacity_bytes=capacity_bytes,
+        budget_bytes=budget,
+        safety_margin=safety_margin,
+        device=str(device),
+        optimizer=optimizer,
+        hit_limit=result.hit_limit,
+        peak_bytes_at_max=at_max[0] if at_max else None,
+        bytes_per_sample=None if slope is None else round(slope),
+        trials=tuple(result.trials),
+        seconds=round(time.perf_counter() - started, 3),
+    )
 
 
 def activation_bound(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -118,15 +111,16 @@ def activation_bound(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def fit_micro_batch(
     spec: CheckSpec, workload: Workload, device: torch.device
-) -> tuple[CheckSpec, dict[str, Any]]:
+) -> tuple[CheckSpec, MicroBatchSearch | None]:
     """Rank 0 finds the largest micro-batch that fits in its device's memory (the model in
     its own dtype, a real training step with the optimizer's state); every rank then
-    re-plans the same global batch under that cap, with more accumulation if need be."""
+    re-plans the same global batch under that cap, with more accumulation if need be. The
+    search's report is rank 0's (None on the others)."""
     fit = spec.fit or FitOptions()
     # No micro-batch larger than a replica's whole share of a step can help.
     limit = min(fit.max_micro_batch_size, max(spec.micro_batch_sizes()) * spec.gradient_accumulation_steps)
     found = torch.zeros(1, dtype=torch.int64, device=device)
-    report: dict[str, Any] = {}
+    report: MemoryFit | None = None  # rank 0's
     margin = default_safety_margin(device) if fit.safety_margin is None else fit.safety_margin
     if dist.get_rank() == 0:
         module = workload.single_process_module(None, device)
@@ -140,7 +134,7 @@ def fit_micro_batch(
             limit=limit,
             optimizer=fit.optimizer,
         )
-        found[0] = report["max_micro_batch_size"]
+        found[0] = report.max_micro_batch_size
         del module
     dist.broadcast(found, src=0)
     cap = int(found)
@@ -153,23 +147,22 @@ def fit_micro_batch(
         fitted = replan(spec, cap)
     except PlanError as err:
         raise ValueError(f"the largest micro-batch that fits is {cap}, and then: {err.detail}") from None
-    report.update(
-        {
-            "search_limit": limit,
-            "requested": {
-                "micro_batch_sizes": sorted(set(spec.micro_batch_sizes())),
-                "gradient_accumulation_steps": spec.gradient_accumulation_steps,
-            },
-            "planned": {
-                "global_batch_size": fitted.global_batch_size,
-                "micro_batch_sizes": sorted(set(fitted.micro_batch_sizes())),
-                "gradient_accumulation_steps": fitted.gradient_accumulation_steps,
-                "max_micro_batch_size": cap,
-                "plan_request": request_json(fitted.plan_request) if fitted.plan_request else None,
-            },
-        }
+    if report is None:
+        return fitted, None
+    return fitted, MicroBatchSearch(
+        fit=report,
+        search_limit=limit,
+        requested=SearchedSplit(
+            tuple(sorted(set(spec.micro_batch_sizes()))), spec.gradient_accumulation_steps
+        ),
+        planned=ReplannedSplit(
+            global_batch_size=fitted.global_batch_size,
+            micro_batch_sizes=tuple(sorted(set(fitted.micro_batch_sizes()))),
+            gradient_accumulation_steps=fitted.gradient_accumulation_steps,
+            max_micro_batch_size=cap,
+            plan_request=request_json(fitted.plan_request) if fitted.plan_request else None,
+        ),
     )
-    return fitted, report
 
 
 def default_safety_margin(device: torch.device) -> float:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import accumulate
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from app.contract.noise_scale import NoiseEfficiency, NoiseScaleReport, NoiseStep
 from app.contract.spec import CheckSpec
 from app.core.learning_rate import noise_scale
 from app.worker.training.gradients import Batch, BatchFeed, ddp_gradient, mean_gradient
@@ -44,7 +44,7 @@ def measurement_batches(
 
 def measure_noise_scale(
     model: DistributedDataParallel, spec: CheckSpec, local: range, feed: BatchFeed
-) -> dict[str, Any] | None:
+) -> NoiseScaleReport | None:
     """McCandlish et al.'s two-batch estimate over `spec.noise_steps` steps: each replica's
     gradient is a small batch, DDP's all-reduced gradient the big one (with one replica, the
     accumulation steps' micro-batches are the small batches). Rank 0 returns the estimate."""
@@ -90,68 +90,53 @@ def _step_estimate(
     return estimate
 
 
-def _report(spec: CheckSpec, steps: list[noise_scale.StepEstimate]) -> dict[str, Any]:
+def _report(spec: CheckSpec, steps: list[noise_scale.StepEstimate]) -> NoiseScaleReport:
     """The estimate over the steps, with a recommendation only where it can be trusted."""
     G = spec.global_batch_size
     result = noise_scale.estimate(steps)
-    out: dict[str, Any] = {
-        "b_simple": result.b_simple,
-        "stderr": result.stderr,
-        "relative_stderr": result.relative_stderr,
-        "steps": result.steps,
-        "decay": result.decay,
-        "gradient_sq": result.gradient_sq,
-        "trace": result.trace,
-        "small_batch": steps[0].small_batch,
-        "small_batch_is": "micro_batch" if spec.data_parallel_size == 1 else "replica",
-        "big_batch": G,
-        "learning_rate": spec.noise_learning_rate,
-        "history": [
-            {"step": k + 1, "gradient_sq": s.gradient_sq, "trace": s.trace, "b_simple": running}
-            for k, (s, running) in enumerate(zip(result.history, result.running, strict=True))
-        ],
-        "critical_batch_size": result.b_simple,
-        "efficiency": None,
-    }
     reasons = noise_scale.doubts(result)
+    efficiency: NoiseEfficiency | None = None
+    recommendation = ""  # with reasons, `distrusted` says why there is none
     if result.b_simple is None:
-        out["recommendation"] = (
+        recommendation = (
             f"no estimate: over {result.steps} steps the averaged |G|^2 or tr(S) was not positive, so "
             f"the gradient is lost in the noise at these batch sizes; measure over more steps or "
             f"with a larger global batch"
         )
     elif not reasons:
         eff = noise_scale.efficiency(G, result.b_simple, result.stderr)
-        out["efficiency"] = {
-            k: getattr(eff, k)
-            for k in (
-                "batch_to_critical", "steps_vs_min", "samples_vs_min", "step_efficiency",
-                "sample_efficiency", "verdict",
-            )
-        }  # fmt: skip
-        out["recommendation"] = eff.recommendation + (
+        efficiency = NoiseEfficiency(
+            eff.batch_to_critical,
+            eff.steps_vs_min,
+            eff.samples_vs_min,
+            eff.step_efficiency,
+            eff.sample_efficiency,
+            eff.verdict,
+        )
+        recommendation = eff.recommendation + (
             "; B_simple approximates the critical batch when the loss curvature is alike in every direction"
         )
-    out["reliable"] = True
-    out["unreliable_because"] = []
-    return distrust(out, reasons) if reasons else out
-
-
-def distrust(noise: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
-    """The measurement `noise` kept, with no critical batch, efficiency or recommendation
-    drawn from it, and the reasons why not."""
-    because = [*noise.get("unreliable_because", []), *reasons]
-    value = noise.get("b_simple")
-    return {
-        **noise,
-        "reliable": False,
-        "unreliable_because": because,
-        "critical_batch_size": None,
-        "efficiency": None,
-        "recommendation": noise["recommendation"]
-        if value is None
-        else f"no recommendation from B_simple {value:.4g}: " + "; ".join(because),
-    }
+    report = NoiseScaleReport(
+        b_simple=result.b_simple,
+        stderr=result.stderr,
+        relative_stderr=result.relative_stderr,
+        steps=result.steps,
+        decay=result.decay,
+        gradient_sq=result.gradient_sq,
+        trace=result.trace,
+        small_batch=steps[0].small_batch,
+        small_batch_is="micro_batch" if spec.data_parallel_size == 1 else "replica",
+        big_batch=G,
+        learning_rate=spec.noise_learning_rate,
+        history=tuple(
+            NoiseStep(k + 1, s.gradient_sq, s.trace, running)
+            for k, (s, running) in enumerate(zip(result.history, result.running, strict=True))
+        ),
+        critical_batch_size=result.b_simple,
+        efficiency=efficiency,
+        recommendation=recommendation,
+    )
+    return report.distrusted(reasons) if reasons else report
 
 
 def not_equivalent_reason(summary: str) -> str:

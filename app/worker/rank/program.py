@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from app.contract.check_options import BACKENDS, DTYPES
+from app.contract.check_result import CheckResult
 from app.contract.codec import encode
 from app.contract.mesh_spec import mesh_world
 from app.contract.model_registry import SYNTHETIC, TARGET, parse_models
@@ -132,9 +133,10 @@ def _spec(args: argparse.Namespace, world: int) -> tuple[CheckSpec, str | None]:
     return spec, target
 
 
-def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dict[str, Any] | None:
-    """Run the check in a process group formed from torchrun's environment: rank 0's result
-    (on every node's first process too, with --result-on-every-node), else None."""
+def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> str | None:
+    """Run the check in a process group formed from torchrun's environment: rank 0's result as
+    the line it prints (on every node's first process too, with --result-on-every-node), else
+    None."""
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
@@ -149,7 +151,7 @@ def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dic
     try:
         nnodes = max(1, world // local_world)
         result = run_spec(spec, CheckGroup(rank, world, device, backend, nnodes), workload, target)
-        shared = [encode(result.with_setup_time(setup)) if result is not None else None]
+        shared = [_printed(result.with_setup_time(setup)) if result is not None else None]
         if args.result_on_every_node:
             # Each node's launch script judges a preflight from its own output: no node may
             # go on to train alone because rank 0's verdict was printed elsewhere.
@@ -158,6 +160,13 @@ def _check(spec: CheckSpec, target: str | None, args: argparse.Namespace) -> dic
         mesh_models.forget_meshes()  # before the group: the meshes' modules live on its groups
         dist.destroy_process_group()
     return shared[0] if rank == 0 or local_rank == 0 else None
+
+
+def _printed(result: CheckResult) -> str:
+    """The result's JSON line: `passed` first, where the launch exports' preflight finds it (the
+    line that begins '{"passed"')."""
+    answer = encode(result)
+    return json.dumps({"passed": answer["passed"], **answer})
 
 
 def main(argv: Iterator[str] | None = None) -> int:
@@ -175,6 +184,5 @@ def main(argv: Iterator[str] | None = None) -> int:
         print(f"error: {_said(err)}", file=sys.stderr)
         return 2
     if result is not None:
-        # The launch exports' preflight finds the result as the line that begins '{"passed"'.
-        print(json.dumps({"passed": result["passed"], **result}), flush=True)
+        print(result, flush=True)
     return 0

@@ -2,7 +2,7 @@
 
 Each process has its own pipe to the pool (a shared queue could hand two ranks of one check
 to the same process, which would deadlock). The messages are those of
-`contract.protocol`, plain dicts on the pipe:
+`contract.protocol`, the codec's JSON bytes on the pipe:
 
 - `Join` to a node's leader: meet the other nodes, answer the assignment (`Joined`);
 - `Run`: form a process group (or reuse the one kept from the last check on the same ranks,
@@ -233,14 +233,14 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
         # threads per rank here, 0.02 ms with one).
         torch.set_num_threads(1)
     _warm_up()
-    conn.send(protocol.to_pipe(protocol.Ready(os.getpid(), _host_info())))
+    conn.send_bytes(protocol.to_pipe(protocol.Ready(os.getpid(), _host_info())))
     if describe:
         # After "ready": a slow factory must not count against the warm-up deadline.
-        conn.send(protocol.to_pipe(protocol.Models(describe_models(describe))))
+        conn.send_bytes(protocol.to_pipe(protocol.Models(describe_models(describe))))
     server = RankServer()
     while True:
         try:
-            raw = conn.recv()
+            raw = conn.recv_bytes()
         except (EOFError, OSError):
             return
         reply: protocol.FromRank
@@ -262,4 +262,4 @@ def serve(conn: Connection, describe: dict[str, str] | None = None) -> None:
                 model_raised=by_model,
                 group_lost=isinstance(err, GroupLost),
             )
-        conn.send(protocol.to_pipe(reply))
+        conn.send_bytes(protocol.to_pipe(reply))

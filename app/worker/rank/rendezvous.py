@@ -8,7 +8,6 @@ the same global ranks. A check on one host is the same with one node and a local
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from datetime import timedelta
 from torch._C._distributed_c10d import TCPStore
 
 from app.contract.check_result import CheckResult
-from app.contract.codec import decode, encode
+from app.contract.codec import from_json, to_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +95,13 @@ def join(store: TCPStore, run_id: str, nnodes: int, offered: int, replicas: int)
 def publish_result(store: TCPStore, run_id: str, result: CheckResult) -> None:
     """Rank 0's result for every node's leader (a check across hosts; on one host rank 0 is the
     leader and answers itself)."""
-    store.set(f"{run_id}/result", json.dumps(encode(result)))
+    store.set(f"{run_id}/result", to_json(result).decode())  # ASCII; the stub takes str only
 
 
 def collect_result(store: TCPStore, run_id: str, nnodes: int, serving: bool, timeout_s: float) -> CheckResult:
     """Every node reports rank 0's result; the node serving the store waits for the others
     to read it before the store goes away."""
-    result: CheckResult = decode(CheckResult, json.loads(store.get(f"{run_id}/result")))
+    result: CheckResult = from_json(CheckResult, store.get(f"{run_id}/result"))
     store.add(f"{run_id}/done", 1)
     deadline = time.monotonic() + timeout_s
     while serving and store.add(f"{run_id}/done", 0) < nnodes and time.monotonic() < deadline:

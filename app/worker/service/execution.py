@@ -16,7 +16,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
-from app.contract.codec import encode
+from app.contract.codec import encode, json_text
 from app.contract.jobs import JobStatus
 from app.contract.timings import with_service
 from app.core.errors.domain import NotFound
@@ -72,8 +72,10 @@ class Execution:
     def running(self) -> int:
         return sum(1 for j in self.jobs.values() if not j.queued)
 
-    def enqueue(self, job_id: str, submitted: float | None = None) -> None:
-        self.jobs[job_id] = JobState(job_id, submitted)
+    def enqueue(
+        self, job_id: str, submitted: float | None = None, submission: Submission | None = None
+    ) -> None:
+        self.jobs[job_id] = JobState(job_id, submitted, submission)
         self.queue.put_nowait(job_id)
 
     def start(self) -> None:
@@ -155,11 +157,11 @@ class Execution:
         started = time.monotonic()
         log.info("check %s started", job.id)
         try:
-            outcome = await self._outcome(job, started)
+            outcome, result = _as_stored(await self._outcome(job, started))
             seconds = time.monotonic() - started
             self._observe(job.id, outcome, seconds)
             job.recording = True
-            await self._record(job.id, outcome)
+            await self._record(job.id, outcome, result)
         finally:
             self.jobs.pop(job.id, None)
 
@@ -168,10 +170,7 @@ class Execution:
         order: CheckOrder | None = None
         timeout = self.limits.check_timeout_s
         try:
-            stored = await asyncio.to_thread(self.store.get, job.id)
-            if stored is None:
-                raise NotFound(f"no check with id {job.id!r}")
-            submission = stored_submission(stored.submission)
+            submission = job.submission or await self._stored(job.id)
             timeout = submission.timeout_s
             order = self._order(job.id, submission)
             ran = await asyncio.wait_for(self.runner.run_check(order), timeout)
@@ -198,6 +197,13 @@ class Execution:
         self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (now - started)
         timed = dataclasses.replace(ran, timings=with_service(ran.timings, now - started, *waited))
         return Outcome(JobStatus.SUCCEEDED, timed)
+
+    async def _stored(self, job_id: str) -> Submission:
+        """The submission of a job queued before a restart, from the job store."""
+        stored = await asyncio.to_thread(self.store.get, job_id)
+        if stored is None:
+            raise NotFound(f"no check with id {job_id!r}")
+        return stored_submission(stored.submission)
 
     def _failed(self, error: str) -> Outcome:
         if self.stopping and not error.startswith(SHUTTING_DOWN):
@@ -236,19 +242,18 @@ class Execution:
             model_target=model_target(spec, self.models),
         )
 
-    async def _record(self, job_id: str, outcome: Outcome) -> None:
+    async def _record(self, job_id: str, outcome: Outcome, result: str | None) -> None:
         """Write a finished job, retrying while the database is locked or failing (a full
         disk): a result is never dropped quietly, and the job's worker waits with it. A
         shutdown tries twice; then the job stays `running` on disk, and the next start
         reports it failed with that reason."""
-        status = outcome.status
-        result = encode(outcome.result) if outcome.result is not None else None
+        status, error = outcome.status, outcome.error
         delay = RETRY_FIRST_S
         attempt = 0
         while True:
             attempt += 1
             try:
-                await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=outcome.error)
+                await asyncio.to_thread(self.store.finish, job_id, status, result=result, error=error)
                 self.waiters.notify(job_id)
                 return
             except Exception as err:
@@ -274,3 +279,17 @@ class Execution:
         except asyncio.CancelledError:
             pass  # stop() cancels the running checks: that is the shutdown too
         return SHUTTING_DOWN if self.stopping else error
+
+
+def _as_stored(outcome: Outcome) -> tuple[Outcome, str | None]:
+    """`outcome`, and its result as the JSON text the job store keeps and GET serves (written
+    once, here). A result that JSON cannot carry (a NaN, a string no UTF-8 holds) fails the
+    job, saying so, rather than a write retried forever or a GET that fails every time."""
+    if outcome.result is None:
+        return outcome, None
+    try:
+        text = json_text(encode(outcome.result))
+        text.encode()  # as SQLite will store it
+    except ValueError as err:
+        return Outcome(JobStatus.FAILED, error=f"internal error: the check's result is not JSON: {err}"), None
+    return outcome, text

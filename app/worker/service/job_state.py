@@ -48,6 +48,9 @@ class JobState:
 
     id: str
     submitted: float | None  # time.monotonic() at the submission; None: queued before a restart
+    # What was submitted, as this server admitted it; None: queued before a restart (then read
+    # from the job store, where it outlived the server that admitted it).
+    submission: Submission | None = None
     task: asyncio.Task[None] | None = None  # set while it runs: queued until then
     recording: bool = False  # it ended and its record is being written
 

@@ -74,7 +74,7 @@ class RankProcess:
     def _read(self) -> None:
         while True:
             try:
-                raw = self.conn.recv()
+                raw = self.conn.recv_bytes()
             except (EOFError, OSError):
                 with contextlib.suppress(RuntimeError):  # the loop may already be closed
                     self.loop.call_soon_threadsafe(self._died)
@@ -113,7 +113,7 @@ class RankProcess:
         if self.dead:
             raise RankDied(self.describe_death(), self.killed_by_shutdown_signal())
         try:
-            await asyncio.to_thread(self.conn.send, protocol.to_pipe(msg))
+            await asyncio.to_thread(self._send, msg)
         except OSError:
             # It died before its reader saw the pipe close (a broken pipe, or a reset): the
             # same death, said the same way, not an internal error of the check.
@@ -128,9 +128,14 @@ class RankProcess:
             raise RankError(f"rank process {self.pid} answered {reply.op!r} to {msg.op!r}")
         return reply
 
+    def _send(self, msg: protocol.ToRank) -> None:
+        """The message as the codec's bytes on the pipe, written in a worker thread: off the event
+        loop, as the reader thread reads the replies."""
+        self.conn.send_bytes(protocol.to_pipe(msg))
+
     def send_exit(self) -> None:
         with contextlib.suppress(Exception):
-            self.conn.send(protocol.to_pipe(protocol.Exit()))
+            self._send(protocol.Exit())
 
     def describe_death(self) -> str:
         if not self._buried:

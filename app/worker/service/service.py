@@ -161,7 +161,7 @@ class CheckService:
         if self.shutting_down:  # the shutdown began while the job was written: it runs after a restart
             log.info("check %s queued during shutdown; it runs after a restart", job_id)
             return job
-        self._execution.enqueue(job_id, submitted=time.monotonic())
+        self._execution.enqueue(job_id, submitted=time.monotonic(), submission=submission)
         token = job_id_var.set(job_id)
         try:
             log.info("check %s queued", job_id)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.contract.codec import json_text
 from app.contract.jobs import Job, JobStatus
 from app.core.errors.domain import Unavailable
 from app.worker.service import store_file
@@ -26,6 +29,17 @@ def database_failed(path: Path, err: sqlite3.Error) -> Unavailable:
         "again; the planner still serves",
         retry_after=10,
     )
+
+
+def _as_served(text: str) -> str:
+    """A stored result as GET serves it. This server stores it so (`codec.json_text`); a row an
+    older server wrote holds json.dumps's default form (a space after each `:` and `,`,
+    non-ASCII escaped), written again here so that every job is answered in one form. The
+    first key's `:` tells them apart (a codec key holds no quote)."""
+    colon = text.find('":')
+    if colon < 0 or not text.startswith(" ", colon + 2):
+        return text
+    return json_text(json.loads(text))
 
 
 def now() -> str:
@@ -69,6 +83,8 @@ class JobStore:
 
     @staticmethod
     def _job(row: sqlite3.Row | None) -> Job | None:
+        """A job read from the file: its submission parsed (the job outlived what memory holds),
+        its result kept as the text it is served as."""
         if row is None:
             return None
         return Job(
@@ -78,18 +94,20 @@ class JobStore:
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             submission=json.loads(row["request"]),
-            result=json.loads(row["result"]) if row["result"] else None,
+            result_json=_as_served(row["result"]) if row["result"] else None,
             error=row["error"],
         )
 
-    def create(self, job_id: str, submission: dict[str, Any]) -> Job:
-        with self._lock:
+    def create(self, job_id: str, submission: Mapping[str, Any]) -> Job:
+        """Store a queued job: `submission` is the codec's JSON of the worker's Submission. The
+        job remembered is what was written, not read back."""
+        job = Job(id=job_id, status=JobStatus.QUEUED, created_at=now(), submission=submission)
+        with self._lock, self._forgotten_on_failure(job_id):
             self._db.execute(
                 "INSERT INTO jobs (id, status, created_at, request) VALUES (?, ?, ?, ?)",
-                (job_id, JobStatus.QUEUED.value, now(), json.dumps(submission)),
+                (job_id, job.status.value, job.created_at, json.dumps(submission)),
             )
-            job = self._read(job_id)
-        assert job is not None
+            self._remember(job)
         return job
 
     def get(self, job_id: str) -> Job | None:
@@ -104,19 +122,37 @@ class JobStore:
     def _read(self, job_id: str) -> Job | None:
         """The job from the database, remembered as the latest; call under `_lock`, so that
         no older read is remembered after a newer write."""
-        try:
+        with self._forgotten_on_failure(job_id):
             job = self._job(self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        if job is not None:
+            self._remember(job)
+        return job
+
+    def _remember(self, job: Job) -> None:
+        with self._recent_lock:
+            self._recent[job.id] = job
+            self._recent.move_to_end(job.id)
+            while len(self._recent) > RECENT_JOBS:
+                self._recent.popitem(last=False)
+
+    def _changed(self, job_id: str, **fields: Any) -> None:
+        """A write to the job's row that took effect, made to the job memory holds as well (if
+        it holds it: one it does not is read from the file when it is asked for)."""
+        with self._recent_lock:
+            job = self._recent.get(job_id)
+        if job is not None:
+            self._remember(dataclasses.replace(job, **fields))
+
+    @contextlib.contextmanager
+    def _forgotten_on_failure(self, job_id: str) -> Iterator[None]:
+        """Around a database call: should it fail, memory forgets the job (a write may or may
+        not have landed), and the next ask reads the file."""
+        try:
+            yield
         except BaseException:
-            with self._recent_lock:  # a write may have landed: what memory holds could be stale
+            with self._recent_lock:
                 self._recent.pop(job_id, None)
             raise
-        if job is not None:
-            with self._recent_lock:
-                self._recent[job_id] = job
-                self._recent.move_to_end(job_id)
-                while len(self._recent) > RECENT_JOBS:
-                    self._recent.popitem(last=False)
-        return job
 
     def recent(self, limit: int, status: JobStatus | None = None) -> list[Job]:
         query = (
@@ -131,12 +167,14 @@ class JobStore:
     def start(self, job_id: str) -> bool:
         """queued → running; False when it is no longer queued (cancelled meanwhile)."""
         (source,) = JobStatus.RUNNING.sources()
-        with self._lock:
+        started = now()
+        with self._lock, self._forgotten_on_failure(job_id):
             cursor = self._db.execute(
                 "UPDATE jobs SET status = ?, started_at = ? WHERE id = ? AND status = ?",
-                (JobStatus.RUNNING.value, now(), job_id, source.value),
+                (JobStatus.RUNNING.value, started, job_id, source.value),
             )
-            self._read(job_id)
+            if cursor.rowcount == 1:
+                self._changed(job_id, status=JobStatus.RUNNING, started_at=started)
         return cursor.rowcount == 1
 
     def finish(
@@ -144,28 +182,24 @@ class JobStore:
         job_id: str,
         status: JobStatus,
         *,
-        result: dict[str, Any] | None = None,
+        result: str | None = None,
         error: str | None = None,
     ) -> None:
         """Move the job to finished `status` if its status allows it; a job already finished
-        (cancelled while its result came in) keeps what it has."""
+        (cancelled while its result came in) keeps what it has. `result` is the CheckResult's
+        JSON text as GET serves it (`codec.json_text`): stored, and remembered, as it is."""
         if not status.finished:
             raise ValueError(f"{status} is not a finished status")
         sources = [s.value for s in status.sources()]
-        with self._lock:
-            self._db.execute(
+        finished = now()
+        with self._lock, self._forgotten_on_failure(job_id):
+            cursor = self._db.execute(
                 "UPDATE jobs SET status = ?, finished_at = ?, result = ?, error = ? "
                 f"WHERE id = ? AND status IN ({', '.join('?' * len(sources))})",
-                (
-                    status.value,
-                    now(),
-                    json.dumps(result) if result is not None else None,
-                    error,
-                    job_id,
-                    *sources,
-                ),
+                (status.value, finished, result, error, job_id, *sources),
             )
-            self._read(job_id)
+            if cursor.rowcount == 1:
+                self._changed(job_id, status=status, finished_at=finished, result_json=result, error=error)
 
     def recover(self) -> list[str]:
         """After a restart: running jobs failed (their ranks died with the server); the ids

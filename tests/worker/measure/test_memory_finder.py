@@ -18,6 +18,7 @@ from app.core.split.micro_batch_search import budget_bytes
 from app.worker.measure.memory import probe
 from app.worker.measure.memory_meter import LiveTensorTracker, PeakMemory
 from app.worker.measure.micro_batch_fit import find_max_micro_batch
+from tests.support.fit_report import found_report
 
 MIB = 1024 * 1024
 CPU = torch.device("cpu")
@@ -101,7 +102,7 @@ def test_bytes_per_sample_is_the_slope_where_activations_set_the_peak() -> None:
     data = Pairs()
     flat = [probe(model, data, mse, b, CPU)[0] for b in (8, 16)]
     assert flat[1] - flat[0] < 8 * 1024  # the optimizer step's peak: hardly grows
-    report = find_max_micro_batch(model, data, mse, CPU, capacity_bytes=30_000_000, limit=65536)
+    report = found_report(model, data, mse, CPU, capacity_bytes=30_000_000, limit=65536)
     found = report["max_micro_batch_size"]
     fits, _ = probe(model, data, mse, found, CPU)
     over, _ = probe(model, data, mse, found + 1, CPU)
@@ -160,9 +161,7 @@ def test_finder_finds_the_largest_micro_batch_within_the_budget() -> None:
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # a capacity whose budget lands between the peaks of two neighbouring sizes near 300
     peak_300, _ = probe(model, data, mse, 300, CPU)
-    report = find_max_micro_batch(
-        model, data, mse, CPU, capacity_bytes=int(peak_300 / 0.9) + 1000, limit=4096
-    )
+    report = found_report(model, data, mse, CPU, capacity_bytes=int(peak_300 / 0.9) + 1000, limit=4096)
     b = report["max_micro_batch_size"]
     assert 295 <= b <= 305 and not report["hit_limit"]
     budget = report["budget_bytes"]
@@ -188,14 +187,14 @@ def test_finder_finds_the_largest_micro_batch_within_the_budget() -> None:
 
 
 def test_finder_reports_hitting_the_limit() -> None:
-    report = find_max_micro_batch(mlp(), Pairs(), mse, "cpu", capacity_bytes=1 << 34, limit=48)
+    report = found_report(mlp(), Pairs(), mse, "cpu", capacity_bytes=1 << 34, limit=48)
     assert report["max_micro_batch_size"] == 48 and report["hit_limit"]
     assert [t["micro_batch_size"] for t in report["trials"]] == [1, 2, 4, 8, 16, 32, 48]
 
 
 def test_finder_reports_zero_when_the_weights_alone_exceed_the_budget() -> None:
     model = mlp()
-    report = find_max_micro_batch(model, Pairs(), mse, "cpu", capacity_bytes=parameter_bytes(model))
+    report = found_report(model, Pairs(), mse, "cpu", capacity_bytes=parameter_bytes(model))
     assert report["max_micro_batch_size"] == 0 and report["peak_bytes_at_max"] is None
     assert len(report["trials"]) == 1 and not report["trials"][0]["fits"]
 
@@ -231,13 +230,13 @@ def test_finder_on_cuda() -> None:
     model, data = mlp().to(device), Pairs()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     # the whole device: a small MLP reaches the limit
-    report = find_max_micro_batch(model, data, mse, device, limit=1024)
+    report = found_report(model, data, mse, device, limit=1024)
     assert report["capacity_bytes"] == torch.cuda.mem_get_info(device)[1]
     assert report["max_micro_batch_size"] == 1024 and report["hit_limit"]
     # a capacity that holds only a few hundred samples: the allocator's peak decides
     peak_300, error = probe(model, data, mse, 300, device)
     assert error is None and peak_300 > 4 * parameter_bytes(model)
-    report = find_max_micro_batch(model, data, mse, device, capacity_bytes=int(peak_300 / 0.9), limit=4096)
+    report = found_report(model, data, mse, device, capacity_bytes=int(peak_300 / 0.9), limit=4096)
     b, budget = report["max_micro_batch_size"], report["budget_bytes"]
     assert 0 < b < 4096
     assert probe(model, data, mse, b, device)[0] <= budget < probe(model, data, mse, b + 1, device)[0]

@@ -13,6 +13,7 @@ from torch import nn
 
 from app.worker.measure.memory import is_out_of_memory
 from app.worker.measure.micro_batch_fit import find_max_micro_batch
+from tests.support.fit_report import found_report
 
 
 class FailsAbove(nn.Module):
@@ -56,7 +57,7 @@ def test_out_of_memory_means_the_size_does_not_fit(
 ) -> None:
     model = FailsAbove(47, make_error)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    report = find_max_micro_batch(model, Pairs(), mse, "cpu", capacity_bytes=1 << 34, limit=64)
+    report = found_report(model, Pairs(), mse, "cpu", capacity_bytes=1 << 34, limit=64)
     assert report["max_micro_batch_size"] == 47
     failed = [t for t in report["trials"] if not t["fits"]]
     assert failed and all(text in t["error"] for t in failed)

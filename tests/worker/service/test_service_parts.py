@@ -197,3 +197,31 @@ def test_waiters_wake_on_their_jobs_finish_and_all_at_once_when_the_server_shuts
         assert late.is_set()
 
     asyncio.run(main())
+
+
+def test_a_job_submitted_here_runs_from_its_submission_without_reading_the_store_back(
+    tmp_path: Path,
+) -> None:
+    store, runner = JobStore(tmp_path / "jobs.sqlite3"), FakeRunner()
+    submission = admission(runner).prepare({"plan": FOUR, "model": "mlp"})
+    reads: list[str] = []
+    read = store.get
+    store.get = lambda job_id: reads.append(job_id) or read(job_id)  # type: ignore[method-assign]
+
+    async def scenario() -> Job | None:
+        runner.start()
+        execution = Execution(store, runner, LIMITS, MODELS)
+        store.create("a", encode(submission))
+        execution.enqueue("a", submitted=time.monotonic(), submission=submission)
+        execution.start()
+        async with asyncio.timeout(30):
+            while (job := store.cached("a")) is None or not job.status.finished:
+                await asyncio.sleep(0.01)
+        execution.begin_shutdown()
+        await execution.wait()
+        return store.cached("a")
+
+    job = asyncio.run(scenario())
+    assert job is not None and job.status is JobStatus.SUCCEEDED and job.result_json is not None
+    assert reads == [] and runner.orders[0].spec is submission.spec
+    assert job == store.get("a")  # what memory served is what the file holds

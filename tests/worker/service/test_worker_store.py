@@ -12,13 +12,15 @@ from app.contract.codec import decode, encode
 from app.contract.jobs import IllegalTransition, Job, JobStatus
 from app.worker.service.store import INTERRUPTED, RECENT_JOBS, JobStore
 
+PASSED = '{"passed":true}'  # a result as the service stores it: the codec's JSON text
+
 
 def test_jobs_survive_reopening_and_running_ones_fail_on_recovery(tmp_path: Path) -> None:
     path = tmp_path / "jobs.sqlite3"
     store = JobStore(path)
     store.create("done", {"body": {"x": 1}})
     assert store.start("done")
-    store.finish("done", JobStatus.SUCCEEDED, result={"passed": True})
+    store.finish("done", JobStatus.SUCCEEDED, result=PASSED)
     store.create("running", {"body": {}})
     store.start("running")
     store.create("queued", {"body": {}})
@@ -41,7 +43,7 @@ def test_a_cancelled_job_is_not_started_or_overwritten(tmp_path: Path) -> None:
     store.create("a", {"body": {}})
     store.finish("a", JobStatus.CANCELLED, error="cancelled before it started")
     assert not store.start("a")
-    store.finish("a", JobStatus.SUCCEEDED, result={"passed": True})
+    store.finish("a", JobStatus.SUCCEEDED, result=PASSED)
     job = store.get("a")
     assert job is not None and job.status == "cancelled" and job.result is None
     assert store.get("missing") is None
@@ -83,7 +85,7 @@ def test_the_jobs_kept_in_memory_are_what_the_file_holds_after_every_write(tmp_p
         lambda: store.create("a", {"body": {"x": 1}}),
         lambda: store.start("a"),
         lambda: store.start("a"),  # refused: no longer queued
-        lambda: store.finish("a", JobStatus.SUCCEEDED, result={"passed": True}),
+        lambda: store.finish("a", JobStatus.SUCCEEDED, result=PASSED),
         lambda: store.finish("a", JobStatus.CANCELLED, error="too late"),  # refused: finished
     ]
     for write in writes:
@@ -122,4 +124,39 @@ def test_a_restart_recovery_leaves_no_stale_job_in_memory(tmp_path: Path) -> Non
     assert store.cached("running") is None
     recovered = store.get("running")
     assert recovered is not None and recovered.status == "failed"
+    store.close()
+
+
+def test_a_write_reads_nothing_back_and_memory_holds_what_was_written(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    submission = {"body": {"x": 1}}
+    created = store.create("a", submission)
+    assert store.start("a")
+    result = json.dumps({"model": "mlp", "passed": True}, separators=(",", ":"))
+    store.finish("a", JobStatus.SUCCEEDED, result=result)
+    assert statements and not [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    cached = store.cached("a")
+    assert cached is not None and cached.submission is submission and created.submission is submission
+    assert cached.result_json is result  # the text written, kept as it is: served as it is
+    assert cached == _from_disk(tmp_path / "jobs.sqlite3", "a")
+    store.close()
+
+
+def test_a_result_an_older_server_stored_is_served_in_this_servers_form(tmp_path: Path) -> None:
+    """Older servers stored json.dumps's default form; the same bytes are served for every job."""
+    path = tmp_path / "jobs.sqlite3"
+    store = JobStore(path)
+    store.create("old", {"body": {}})
+    store.close()
+    old = {"model": "mlp", "passed": True, "warnings": ["sequences of 16 × 2 tokens"], "rel_l2": 1e-17}
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE jobs SET status = 'succeeded', result = ? WHERE id = 'old'", (json.dumps(old),))
+    db.close()
+    store = JobStore(path)
+    job = store.get("old")
+    assert job is not None and job.result == old
+    served = json.dumps(old, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    assert job.result_json == served and "×" in served
     store.close()
