@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Response
@@ -150,7 +149,9 @@ def _route(chart: Chart) -> Callable[..., Awaitable[Response]]:
         service: Service,
     ) -> Response:
         data = chart.drawn(await service.get(check_id))
-        draw = getattr(import_module("app.charts"), chart.draw)  # matplotlib loads only now
+        from app import charts  # matplotlib loads only when a chart is asked for
+
+        draw = getattr(charts, chart.draw)
         return await chart_response(draw, data, format, f"check {check_id}: {chart.title(data)}")
 
     return get_chart

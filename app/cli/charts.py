@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,7 +64,9 @@ def save_chart(name: str, done: Json, path: Path, url: str | None, api_key: str 
             image = client.check_chart(str(done["id"]), name, fmt)
     else:
         data: Any = result if chart.whole_result else result[name]
-        draw = getattr(import_module("app.charts"), chart.draw)  # matplotlib loads only now
+        from app import charts  # matplotlib loads only when a chart is asked for
+
+        draw = getattr(charts, chart.draw)
         image = draw(data, fmt, chart.title(data))
     try:
         path.write_bytes(image)

@@ -48,7 +48,7 @@ def test_without_torch_the_planner_serves_and_the_worker_says_why(tmp_path: Path
         sys.modules["torch"] = None  # `import torch` raises ImportError, as where it is not installed
         from fastapi.testclient import TestClient
         from app.main import create_app
-        from app.schemas.exports import ELASTIC_REQUEST_EXAMPLE
+        from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE
         from app.settings import Settings
 
         plan = {{"topology": {{"num_nodes": 2, "gpus_per_node": 4}}, "global_batch_size": 256}}
