@@ -55,7 +55,12 @@ class LearningRateIn(RequestModel):
         },
     )
 
-    base_lr: PositiveFloat
+    base_lr: PositiveFloat | None = Field(
+        None,
+        description="The peak lr tuned at base_batch_size (or base_batch_tokens). Required, except beside "
+        "recommend, whose law then gives it at the law's batch (rule auto then means none).",
+        examples=[0.1],
+    )
     base_batch_size: Count = 256
     rule: core.LRRule = Field(
         core.LRRule.AUTO,

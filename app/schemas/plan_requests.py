@@ -23,6 +23,7 @@ from app.core.request import parse as core_request
 from app.core.split.curve_checks import MIN_SAMPLES_PER_S
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
+from app.schemas.recommend import RecommendIn
 from app.schemas.resume import ResumeIn
 from app.schemas.types import (
     WHOLE,
@@ -279,6 +280,13 @@ class PlanRequestIn(RequestModel):
         description="Resume a checkpointed run of this plan, perhaps on another data-parallel size: the "
         "answer's `resume` says where in the data each rank goes on, the lr there, and whether every later "
         "step sees the uninterrupted run's global batch (docs/resume.md).",
+    )
+    recommend: RecommendIn | None = Field(
+        None,
+        description="Which global batch and peak lr to train with, by a published scaling law (Step "
+        "Law, DeepSeek LLM): global_batch_tokens and learning_rate.base_lr may then be left out, the batch "
+        "snapped to the nearest one this cluster splits exactly; given, they are kept and the law's shown "
+        "beside them (the answer's `recommendation`, docs/recommend.md). Needs sequence_length.",
     )
 
     @model_validator(mode="wrap")

@@ -41,7 +41,7 @@ def check_limits(request: PlanRequest) -> None:
             ("/learning_rate/train_samples", lr.train_samples, 1),
         ]
         for pointer, value in (("/learning_rate/base_lr", lr.base_lr), ("/learning_rate/eps", lr.eps)):
-            if not (math.isfinite(value) and value > 0):
+            if value is not None and not (math.isfinite(value) and value > 0):
                 raise InvalidValue(f"{pointer.rsplit('/', 1)[1]} must be finite and > 0", pointer=pointer)
         epochs = lr.warmup_epochs
         if epochs is not None and not (math.isfinite(epochs) and epochs >= 0):
