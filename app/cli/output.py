@@ -13,6 +13,7 @@ import typer
 from pydantic import ValidationError
 
 from app.cli.flag_names import in_flags
+from app.cli.law_table import law_lines
 from app.cli.lr_scaling_table import lr_scaling_lines
 from app.cli.mesh_table import check_mesh_lines, mesh_lines
 from app.cli.run_table import run_lines
@@ -118,6 +119,7 @@ def table(result: Json) -> str:
             f"{tokens['loss_normalization']}"
         )
     lines += measured_lines(result)
+    lines += law_lines(result)
     lines += mesh_lines(result)
     lines += resume_lines(result.get("resume"))
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]

@@ -72,6 +72,8 @@ def with_recommendation(plan: Plan, advice: Advice, request: PlanRequest) -> Pla
     warnings += _distance_warnings(recommendation, tokens_per_step, lr_plan) + _measured_warnings(measured)
     return dataclasses.replace(
         plan,
+        # The request asked for no batch where the law gave it (CONTRACT: this echoes the request).
+        requested_global_batch_size=None if advice.batch_from_law else plan.requested_global_batch_size,
         recommendation=recommendation,
         warnings=plan.warnings + tuple(warnings),
         explanation=(*plan.explanation, recommendation.explanation),
