@@ -23,7 +23,7 @@ from app.core.request import parse as core_request
 from app.core.split.curve_checks import MIN_SAMPLES_PER_S
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
-from app.schemas.recommend import RecommendIn
+from app.schemas.recommend import RECOMMEND_HELP, RecommendIn
 from app.schemas.resume import ResumeIn
 from app.schemas.types import (
     WHOLE,
@@ -56,7 +56,6 @@ SCREEN = {"screen": True}
 """Validation context for a caller that only asks whether a body is valid and leaves the
 answer to an invalid one to the route (app.api.plan_fast_path): a schema error is then raised
 without its checked suggestions, which cost up to a dozen plans."""
-
 
 MAX_CURVE_POINTS = 64
 CURVE_HELP = (
@@ -281,13 +280,7 @@ class PlanRequestIn(RequestModel):
         "answer's `resume` says where in the data each rank goes on, the lr there, and whether every later "
         "step sees the uninterrupted run's global batch (docs/resume.md).",
     )
-    recommend: RecommendIn | None = Field(
-        None,
-        description="Which global batch and peak lr to train with, by a published scaling law (Step "
-        "Law, DeepSeek LLM): global_batch_tokens and learning_rate.base_lr may then be left out, the batch "
-        "snapped to the nearest one this cluster splits exactly; given, they are kept and the law's shown "
-        "beside them (the answer's `recommendation`, docs/recommend.md). Needs sequence_length.",
-    )
+    recommend: RecommendIn | None = Field(None, description=RECOMMEND_HELP)
 
     @model_validator(mode="wrap")
     @classmethod

@@ -11,6 +11,12 @@ from pydantic import Field
 from app.core.records.recommendation import Law
 from app.schemas.types import Count, RequestModel, ResponseModel, StrictPositiveFloat, with_examples
 
+RECOMMEND_HELP = (
+    "Which global batch and peak lr to train with, by a published scaling law (Step Law, DeepSeek LLM): "
+    "global_batch_tokens and learning_rate.base_lr may then be left out, the batch snapped to the nearest "
+    "one this cluster splits exactly; given, they are kept and the law's shown beside them (the answer's "
+    "`recommendation`, docs/recommend.md). Needs sequence_length."
+)
 # FLOPs per token of a model with some 1e19 weights: far past any, short of overflowing C = M x D.
 MAX_FLOPS_PER_TOKEN = 1e20
 Flops = Annotated[float, Field(gt=0, le=MAX_FLOPS_PER_TOKEN, allow_inf_nan=False, strict=True)]

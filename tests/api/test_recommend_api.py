@@ -76,7 +76,13 @@ def test_the_requests_batch_and_lr_are_kept_with_the_laws_beside_them(planner: T
     body = {
         **LAW,
         "global_batch_tokens": 4096 * 2048,
-        "learning_rate": {"base_lr": 0.01, "rule": "none", "optimizer": "sgd", "decay": "linear", "train_steps": 1000},
+        "learning_rate": {
+            "base_lr": 0.01,
+            "rule": "none",
+            "optimizer": "sgd",
+            "decay": "linear",
+            "train_steps": 1000,
+        },
     }
     plan = _plan(planner, body)
     rec = plan["recommendation"]
@@ -92,12 +98,24 @@ def test_the_requests_batch_and_lr_are_kept_with_the_laws_beside_them(planner: T
 
 
 def test_learning_rate_without_base_lr_takes_the_laws_at_the_laws_batch(planner: TestClient) -> None:
-    recipe = {"optimizer": "adamw", "warmup_steps": 100, "warmup_start_lr": 0, "decay": "cosine", "min_lr": 1e-5}
-    plan = _plan(planner, {**LAW, "global_batch_tokens": 1024 * 2048, "learning_rate": {**recipe, "train_steps": 9000}})
+    recipe = {
+        "optimizer": "adamw",
+        "warmup_steps": 100,
+        "warmup_start_lr": 0,
+        "decay": "cosine",
+        "min_lr": 1e-5,
+    }
+    plan = _plan(
+        planner, {**LAW, "global_batch_tokens": 1024 * 2048, "learning_rate": {**recipe, "train_steps": 9000}}
+    )
     rec, lr = plan["recommendation"], plan["learning_rate"]
     assert rec["lr_from"] == "law" and rec["batch_from"] == "request"
     # Rule auto means none for the law's lr: the lr is the law's, not scaled to the larger batch.
-    assert lr["rule"] == "none" and lr["lr"] == rec["lr"] and lr["base_batch_tokens"] == round(rec["batch_tokens"])
+    assert (
+        lr["rule"] == "none"
+        and lr["lr"] == rec["lr"]
+        and lr["base_batch_tokens"] == round(rec["batch_tokens"])
+    )
     scaled = _plan(planner, {**LAW, "learning_rate": {**recipe, "rule": "sqrt", "train_steps": 9000}})
     factor = (544 * 2048 / scaled["recommendation"]["batch_tokens"]) ** 0.5
     assert scaled["learning_rate"]["lr"] == pytest.approx(scaled["recommendation"]["lr"] * factor, rel=1e-6)
@@ -108,15 +126,22 @@ def test_deepseeks_recipe_and_the_fitted_range(planner: TestClient) -> None:
     rec, lr = plan["recommendation"], plan["learning_rate"]
     steps = lr["train_steps"]
     assert lr["decay"] == "step" and lr["milestones"] == [-(-8 * steps // 10), -(-9 * steps // 10)]
-    assert lr["gamma"] == pytest.approx(0.1**0.5) and lr["warmup_steps"] == 2000 and lr["warmup_start_lr"] == 0
+    assert (
+        lr["gamma"] == pytest.approx(0.1**0.5) and lr["warmup_steps"] == 2000 and lr["warmup_start_lr"] == 0
+    )
     assert lr["betas"] == [0.9, 0.95] and lr["weight_decay"] == 0.1 and lr["max_grad_norm"] == 1.0
     assert rec["compute"] == pytest.approx(45097156608 * 10**11) and rec["within_fit"] is False
     [fit] = rec["fitted_ranges"]
     assert fit["quantity"] == "compute" and fit["factor_outside"] == pytest.approx(rec["compute"] / 2e19)
     assert any("225x above" in w and "extrapolation" in w for w in plan["warnings"])
     assert rec["alternatives"] == [
-        {"law": "step_law", "batch_tokens": None, "lr": None, "within_fit": None,
-         "unavailable": "it needs non_embedding_params"}
+        {
+            "law": "step_law",
+            "batch_tokens": None,
+            "lr": None,
+            "within_fit": None,
+            "unavailable": "it needs non_embedding_params",
+        }
     ]
 
 
@@ -178,7 +203,10 @@ def test_heads_that_do_not_divide_are_refused_with_the_heads_that_do(planner: Te
 
 
 def test_a_law_without_what_it_needs_is_refused_at_that_field(planner: TestClient) -> None:
-    deepseek = {**DEEPSEEK, "recommend": {"law": "deepseek", "train_tokens": 10**11, "non_embedding_params": 10**9}}
+    deepseek = {
+        **DEEPSEEK,
+        "recommend": {"law": "deepseek", "train_tokens": 10**11, "non_embedding_params": 10**9},
+    }
     problem = assert_field_error(planner.post("/v1/plans", json=deepseek), "/recommend/flops_per_token")
     assert "not 6N" in problem["detail"]
     step = {**DEEPSEEK, "recommend": {"law": "step_law", "train_tokens": 10**11, "flops_per_token": 1e10}}
@@ -235,7 +263,9 @@ def _check_id(
         runner.noise = runner.probe = None
 
 
-def test_a_finished_noise_scale_check_named_by_id_is_looked_up(checks: tuple[TestClient, NoiseRunner]) -> None:
+def test_a_finished_noise_scale_check_named_by_id_is_looked_up(
+    checks: tuple[TestClient, NoiseRunner],
+) -> None:
     client, runner = checks
     reliable = _check_id(client, runner, {"b_simple": 700.0, "critical_batch_size": 700.0, "reliable": True})
     plan = _plan(client, put(LAW, "recommend.noise_scale_check", reliable))
@@ -243,7 +273,9 @@ def test_a_finished_noise_scale_check_named_by_id_is_looked_up(checks: tuple[Tes
     assert measured["noise_scale"] == 700.0 and measured["critical_batch_tokens"] == 700 * 2048
     assert measured["source"] == f"check {reliable}" and measured["larger"] == "measured"
     unreliable = _check_id(
-        client, runner, {"b_simple": 5.0, "critical_batch_size": None, "unreliable_because": ["too few steps"]}
+        client,
+        runner,
+        {"b_simple": 5.0, "critical_batch_size": None, "unreliable_because": ["too few steps"]},
     )
     problem = assert_field_error(
         client.post("/v1/plans", json=put(LAW, "recommend.noise_scale_check", unreliable)),
@@ -252,7 +284,8 @@ def test_a_finished_noise_scale_check_named_by_id_is_looked_up(checks: tuple[Tes
     assert "too few steps" in problem["detail"]
     plain = _check_id(client, runner, None)
     assert_field_error(
-        client.post("/v1/plans", json=put(LAW, "recommend.noise_scale_check", plain)), "/recommend/noise_scale_check"
+        client.post("/v1/plans", json=put(LAW, "recommend.noise_scale_check", plain)),
+        "/recommend/noise_scale_check",
     )
     assert_field_error(
         client.post("/v1/plans", json=put(LAW, "recommend.noise_scale_check", "nosuchcheck")),
@@ -264,3 +297,21 @@ def test_a_finished_noise_scale_check_named_by_id_is_looked_up(checks: tuple[Tes
     assert measured["noise_scale"] == 90.0 and measured["larger"] == "law"
     both = put(put(LAW, "recommend.noise_scale_check", probe), "recommend.measured_noise_scale", 5)
     assert_field_error(client.post("/v1/plans", json=both), "/recommend/noise_scale_check")
+
+
+def test_a_check_of_a_recommended_plan_trains_the_laws_batch_and_recipe(
+    checks: tuple[TestClient, NoiseRunner],
+) -> None:
+    client, runner = checks
+    plan = {
+        "topology": {"num_nodes": 1, "gpus_per_node": 2},
+        "sequence_length": 64,
+        "recommend": {"law": "step_law", "non_embedding_params": 10**6, "train_tokens": 10**6},
+    }
+    expected = _plan(client, plan)
+    job = succeeded(client, {"plan": plan, "steps": 2})
+    spec = runner.orders[-1].spec
+    assert job["status"] == "succeeded" and spec.global_batch_size == expected["global_batch_size"]
+    assert spec.run_plan is not None and spec.run_plan.learning_rate is not None
+    assert spec.run_plan.learning_rate.lr == expected["recommendation"]["lr"]
+    assert spec.run_plan.global_batch_size == expected["global_batch_size"]

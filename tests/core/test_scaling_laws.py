@@ -126,7 +126,9 @@ DEEPSEEK_TABLE_3 = [
 @pytest.mark.parametrize(("layers", "d", "n1", "ratio"), DEEPSEEK_TABLE_3)
 def test_deepseeks_m_for_its_table_3(layers: int, d: int, n1: int, ratio: float) -> None:
     # Their blocks: multi-head attention and 8 d^2 FFN weights (a plain FFN of 4d here).
-    arch = Architecture(layers=layers, hidden_size=d, ffn_hidden_size=4 * d, num_heads=d // 64, gated_ffn=False)
+    arch = Architecture(
+        layers=layers, hidden_size=d, ffn_hidden_size=4 * d, num_heads=d // 64, gated_ffn=False
+    )
     m = model_counts.flops_per_token(arch, 4096)
     assert model_counts.non_embedding_params(arch) == n1
     assert m == eq2(layers, d, 4096) == model_counts.deepseek_eq2(layers, d, 4096)
@@ -208,7 +210,13 @@ def test_deepseeks_7b_and_67b_settings_sit_on_their_law(name: str) -> None:
     The architecture's own count (grouped-query attention, the real FFN) lands within the same."""
     layers, d, heads, kv, ffn, batch_seq, lr = DEEPSEEK_MODELS[name]
     d_tokens = 2 * 10**12
-    arch = {"layers": layers, "hidden_size": d, "ffn_hidden_size": ffn, "num_heads": heads, "num_kv_heads": kv}
+    arch = {
+        "layers": layers,
+        "hidden_size": d,
+        "ffn_hidden_size": ffn,
+        "num_heads": heads,
+        "num_kv_heads": kv,
+    }
     for recommend in (
         {"law": "deepseek", "train_tokens": d_tokens, "flops_per_token": eq2(layers, d, 4096)},
         {"law": "deepseek", "train_tokens": d_tokens, "architecture": arch},

@@ -3,29 +3,26 @@
 exactly, and the request the planner then plans, with the law's numbers written in where the
 request leaves them out.
 
-The snap needs the planner, which sits floors above: the planner hands in `plans` (a request to
-its plan, raising PlanError where it does not plan) and its data-parallel size, and every
-candidate batch is planned before it is chosen. The law's batch is in tokens; candidates are
-whole sequences, on both sides of it, stepping by what an even split can hold (data-parallel
-size x a fixed micro-batch x a fixed accumulation), or sequence by sequence where replicas take
-different shares. What the plan then says about the law is app.core.learning_rate.law_report's.
+The snap (app.core.learning_rate.batch_snap) needs the planner, which sits floors above: the
+planner hands in `plans` (a request to its plan, raising PlanError where it does not plan) and
+its data-parallel size. What the plan then says about the law is
+app.core.learning_rate.law_report's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
 
-from app.core.errors.domain import InfeasiblePlan, InvalidValue, PlanError
+from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.learning_rate import model_counts
 from app.core.learning_rate import scaling_laws as laws
-from app.core.records.integers import ceil_div
+from app.core.learning_rate.batch_snap import TRIES_PER_SIDE, Plans, Snap, batch_request, gives_batch
+from app.core.learning_rate.batch_snap import snap as snap_batch
 from app.core.records.plan import Plan
 from app.core.records.plan_request import (
     MAX_SAFE_INTEGER,
     Decay,
-    Divisibility,
     LearningRateSpec,
     LRRule,
     Optimizer,
@@ -34,17 +31,7 @@ from app.core.records.plan_request import (
 from app.core.records.recommendation import FitRange, Law, LawPoint, ModelCounts, RecommendSpec
 from app.core.records.record import record
 
-Plans = Callable[[PlanRequest], Plan]
 _REC = "/recommend/"
-TRIES_PER_SIDE = 32  # candidate batches planned on each side of the law's before giving up
-
-
-@record
-class Snap:
-    """The nearest whole-sequence global batch this cluster splits exactly, and its plan."""
-
-    global_batch_size: int
-    plan: Plan  # the batch alone planned (no learning rate, no resume)
 
 
 @record
@@ -76,7 +63,7 @@ def advise(request: PlanRequest, data_parallel_size: int, uneven: bool, plans: P
     found = law.evaluate(inputs)
     assert found is not None  # _checked refused a request without what the law needs
     batch_tokens, lr = found
-    snap = _snap(request, batch_tokens / seq, data_parallel_size, uneven, plans)
+    snap = snap_batch(request, batch_tokens / seq, data_parallel_size, uneven, plans)
     batch_from_law = not gives_batch(request)
     if batch_from_law and snap is None:
         raise InfeasiblePlan(
@@ -87,15 +74,15 @@ def advise(request: PlanRequest, data_parallel_size: int, uneven: bool, plans: P
         )
     lr_spec = request.learning_rate
     lr_from_law = lr_spec is None or lr_spec.base_lr is None
-    batch_request = _batch_request(request, keep_batch=not batch_from_law)
+    batch_only = batch_request(request, keep_batch=not batch_from_law)
     if batch_from_law:
         assert snap is not None
-        batch_request = dataclasses.replace(batch_request, global_batch_tokens=snap.global_batch_size * seq)
+        batch_only = dataclasses.replace(batch_only, global_batch_tokens=snap.global_batch_size * seq)
     filled = dataclasses.replace(
         request,
         recommend=None,
-        global_batch_size=batch_request.global_batch_size,
-        global_batch_tokens=batch_request.global_batch_tokens,
+        global_batch_size=batch_only.global_batch_size,
+        global_batch_tokens=batch_only.global_batch_tokens,
         learning_rate=_learning_rate(request, law, lr, batch_tokens, snap, batch_from_law, plans),
     )
     return Advice(
@@ -205,80 +192,6 @@ def alternatives(chosen: object, inputs: laws.Inputs) -> tuple[LawPoint, ...]:
     return tuple(out)
 
 
-def gives_batch(request: PlanRequest) -> bool:
-    """Whether the request fixes the global batch itself (global, or micro with accumulation)."""
-    if request.global_batch_size is not None or request.global_batch_tokens is not None:
-        return True
-    micro = request.micro_batch_size is not None or request.micro_batch_tokens is not None
-    return micro and request.gradient_accumulation_steps is not None
-
-
-def _batch_request(request: PlanRequest, *, keep_batch: bool) -> PlanRequest:
-    """The request's batch alone, as the snap plans it: no learning rate, resume or law. Without
-    `keep_batch` the global batch is left for a candidate to fill, and an accumulation the request
-    fixed together with its micro-batch is freed (they fixed the request's own batch)."""
-    fixed_by_micro = request.gradient_accumulation_steps is not None and (
-        request.micro_batch_size is not None or request.micro_batch_tokens is not None
-    )
-    changes: dict[str, object] = {"recommend": None, "learning_rate": None, "resume": None}
-    if not keep_batch:
-        changes |= {"global_batch_size": None, "global_batch_tokens": None}
-        if request.divisibility is not Divisibility.BALANCE:
-            changes["divisibility"] = Divisibility.EXACT  # a candidate splits as it is, or not at all
-        if fixed_by_micro:
-            changes["gradient_accumulation_steps"] = None
-    return dataclasses.replace(request, **changes)  # type: ignore[arg-type]
-
-
-def _quantum(request: PlanRequest, data_parallel_size: int, uneven: bool) -> int:
-    """The step between global batches an even split can hold: data-parallel size x the micro-batch
-    and accumulation the request fixes. 1 where replicas take different shares."""
-    if uneven or request.divisibility is Divisibility.BALANCE:
-        return 1
-    seq = request.sequence_length or 1
-    micro = request.micro_batch_size
-    if micro is None and request.micro_batch_tokens is not None and request.micro_batch_tokens % seq == 0:
-        micro = request.micro_batch_tokens // seq
-    fixed_by_micro = request.gradient_accumulation_steps is not None and micro is not None
-    accumulation = request.gradient_accumulation_steps if not fixed_by_micro else None
-    return data_parallel_size * (micro or 1) * (accumulation or 1)
-
-
-def _snap(
-    request: PlanRequest, target: float, data_parallel_size: int, uneven: bool, plans: Plans
-) -> Snap | None:
-    """The nearest global batch in whole sequences to `target` that plans exactly, of the first
-    that plans on each side (ties: the smaller)."""
-    seq = request.sequence_length
-    assert seq is not None
-    base = _batch_request(request, keep_batch=False)
-    q = _quantum(request, data_parallel_size, uneven)
-    lowest = max(data_parallel_size, 1)  # every replica takes a sample each micro-step
-
-    def planned(size: int) -> Snap | None:
-        try:
-            plan = plans(dataclasses.replace(base, global_batch_tokens=size * seq))
-        except PlanError:
-            return None
-        return Snap(size, plan) if plan.global_batch_size == size else None
-
-    k = math.floor(target / q)
-    below = _first((i * q for i in range(k, k - TRIES_PER_SIDE, -1) if i * q >= lowest), planned)
-    start = max(k + 1, ceil_div(lowest, q))
-    limit = MAX_SAFE_INTEGER // seq
-    above = _first((i * q for i in range(start, start + TRIES_PER_SIDE) if i * q <= limit), planned)
-    found = [s for s in (below, above) if s is not None]
-    return min(found, key=lambda s: (abs(s.global_batch_size - target), s.global_batch_size), default=None)
-
-
-def _first(sizes: Iterable[int], planned: Callable[[int], Snap | None]) -> Snap | None:
-    for size in sizes:
-        snap = planned(size)
-        if snap is not None:
-            return snap
-    return None
-
-
 def _learning_rate(
     request: PlanRequest,
     law: laws.ScalingLaw,
@@ -298,7 +211,7 @@ def _learning_rate(
         rule = LRRule.NONE if spec.rule is LRRule.AUTO else spec.rule
         return dataclasses.replace(spec, base_lr=lr, base_batch_tokens=base_batch, rule=rule)
     batch_plan = (
-        snap.plan if batch_from_law and snap is not None else plans(_batch_request(request, keep_batch=True))
+        snap.plan if batch_from_law and snap is not None else plans(batch_request(request, keep_batch=True))
     )
     return law_recipe(law, lr, base_batch, *_run_length(request, batch_plan))
 

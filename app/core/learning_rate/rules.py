@@ -84,6 +84,15 @@ def _running_betas(
     return spec.betas, spec.eps
 
 
+def _base_lr(spec: LearningRateSpec) -> float:
+    if spec.base_lr is None:  # the schema lets it out only beside recommend, which fills it in
+        raise InvalidValue(
+            "base_lr is required: the lr tuned at base_batch_size (or give recommend, whose law gives it)",
+            pointer="/learning_rate/base_lr",
+        )
+    return spec.base_lr
+
+
 def plan_learning_rate(
     spec: LearningRateSpec,
     global_batch_size: int,
@@ -94,12 +103,6 @@ def plan_learning_rate(
     """The scaled lr and the whole recipe (app.core.learning_rate.recipe). `global_batch_size` is what kappa
     is taken against (tokens under base_batch_tokens); `samples_per_step` the global batch in
     samples, which train_samples counts in (default: `global_batch_size`)."""
-    if spec.base_lr is None:  # the schema lets it out only beside recommend, which fills it in
-        raise InvalidValue(
-            "base_lr is required: the lr tuned at base_batch_size (or give recommend, whose law gives it)",
-            pointer="/learning_rate/base_lr",
-        )
-    base_lr = spec.base_lr
     found = measured_rule(
         spec
     )  # rule "measured": an lr-scaling probe's best (app.core.learning_rate.evidence)
@@ -117,7 +120,7 @@ def plan_learning_rate(
         )
     betas, eps = _running_betas(spec, adam)
     warmup = warmup_steps(spec, optimizer_steps_per_epoch)
-    lr = base_lr * factor
+    lr = _base_lr(spec) * factor
     if not math.isfinite(lr) or lr <= 0:
         raise InvalidValue(
             f"the scaled learning rate {lr!r} is not a finite positive number",
@@ -138,7 +141,7 @@ def plan_learning_rate(
         optimizer=str(spec.optimizer),
         rule=str(rule),
         requested_rule=str(spec.rule),
-        base_lr=base_lr,
+        base_lr=_base_lr(spec),
         base_batch_size=spec.base_batch_size,
         factor=factor,
         lr=lr,
