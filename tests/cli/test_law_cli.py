@@ -57,3 +57,5 @@ def test_refusals_name_the_flags(run: Invoke) -> None:
     assert out.exit_code == 2 and "needs M" in out.stderr
     out = run("plan", *LAW[:-2])
     assert out.exit_code == 2 and "recommend needs sequence_length" in out.stderr
+    out = run("plan", *LAW, "--noise-scale-check", "abc123")
+    assert out.exit_code == 2 and "plan on that server" in out.stderr

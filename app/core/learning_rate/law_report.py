@@ -151,13 +151,13 @@ def _recipe_warnings(advice: Advice, lr: LearningRatePlan | None) -> list[str]:
         floor_ok = abs(lr.min_lr - 1e-5) <= 1e-7 or (lr.min_lr == lr.lr < 1e-5)
         if lr.decay != "cosine" or not floor_ok:
             out.append(
-                f"the plan decays {lr.decay} to min lr {lr.min_lr:g}; {law.title} was fitted with cosine "
-                f"decay to a fixed min lr of 1e-5 (its optimum moves when min lr is max lr / 10): set "
-                f"learning_rate.decay cosine and min_lr 1e-5"
+                f"the plan's decay is {lr.decay} with min lr {lr.min_lr:g}; {law.title} was fitted with "
+                f"cosine decay to a fixed min lr of 1e-5 (its optimum moves when min lr is max lr / 10): "
+                f"set learning_rate.decay cosine and min_lr 1e-5"
             )
     elif lr.decay != "step":
         out.append(
-            f"the plan decays {lr.decay}; {law.title} was fitted with a multi-step schedule (the lr "
+            f"the plan's decay is {lr.decay}; {law.title} was fitted with a multi-step schedule (the lr "
             f"stepped down after 80% and 90% of the tokens): set learning_rate.decay step with those "
             f"milestones and gamma 0.316"
         )

@@ -129,6 +129,12 @@ def _checked(request: PlanRequest, spec: RecommendSpec) -> int:
             f"{laws.LAWS[spec.law].title} needs {what}: give {need}, or the architecture to count it from",
             pointer=_REC + need,
         )
+    if spec.noise_scale_check is not None and spec.measured_noise_scale is None:
+        raise InvalidValue(
+            f"noise_scale_check {spec.noise_scale_check!r} names a check a server holds: plan on that "
+            f"server (batchplan --url), or give its B_noise as recommend.measured_noise_scale",
+            pointer=_REC + "noise_scale_check",
+        )
     if request.sequence_length is None:
         raise InvalidValue(
             "recommend needs sequence_length: the laws' batches are in tokens, the plan's in sequences",
