@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from app.api.measured_noise import needs_noise_lookup, with_measured_noise
 from app.contract.jobs import JobStatus
 from app.core.errors.domain import Conflict, InvalidValue, NotFound
 from app.schemas.lr_scaling_in import LrScalingIn
@@ -24,13 +25,19 @@ FIELD = "/learning_rate/lr_scaling_check"
 
 
 def needs_lookup(model: Any) -> bool:
-    """Whether a plan request (or any body with a learning_rate) names a probe by its id."""
+    """Whether a plan request (or any body with a learning_rate) names a probe by its id, or a
+    noise-scale check for its recommend (app.api.measured_noise)."""
     lr = getattr(model, "learning_rate", None)
-    return lr is not None and lr.lr_scaling_check is not None
+    return (lr is not None and lr.lr_scaling_check is not None) or needs_noise_lookup(model)
 
 
 async def with_measured_lr(body: M, request: Request, prefix: str = "") -> M:
-    """`body` (a model with `learning_rate`) with the named probe's `lr_scaling` filled in."""
+    """`body` (a model with `learning_rate`) with the named probe's `lr_scaling` filled in, and a
+    recommend's named noise-scale check (app.api.measured_noise)."""
+    return await with_measured_noise(await _with_probe(body, request, prefix), request, prefix)
+
+
+async def _with_probe(body: M, request: Request, prefix: str) -> M:
     lr: LearningRateIn | None = getattr(body, "learning_rate", None)
     if lr is None or lr.lr_scaling_check is None:
         return body

@@ -8,6 +8,7 @@ import typer
 
 from app.cli.compute import export_text
 from app.cli.flag_groups import with_flag_groups
+from app.cli.law_flags import LawFlags, with_law
 from app.cli.options import ApiKey, ExportFlags, Output, PlanFlags, RequestFile, Url
 from app.cli.output import emit
 from app.cli.requests import plan_request
@@ -19,6 +20,7 @@ def export(
     fmt: Annotated[str, typer.Argument(metavar="FORMAT", help=", ".join(EXPORTERS))],
     *,
     flags: PlanFlags,
+    law: LawFlags,
     request: RequestFile = None,
     url: Url = None,
     api_key: ApiKey = None,
@@ -26,5 +28,9 @@ def export(
     output: Output = None,
 ) -> None:
     """Write the plan for a launcher or trainer (as `plan --format FORMAT`)."""
-    body = plan_request(request, flags)
+    body = (
+        plan_request(request, flags)
+        if request is not None
+        else with_law(plan_request(None, flags), law, flags)
+    )
     emit(export_text(fmt, body, exports.query(), url, api_key), output)

@@ -11,6 +11,7 @@ import typer
 
 from app.cli.check_lines import KIND_LINES
 from app.cli.errors import fail
+from app.cli.law_table import law_lines
 from app.cli.mesh_table import mesh_lines
 from app.cli.throughput_table import measured_lines
 from app.client import Json
@@ -62,6 +63,7 @@ def table(result: Json) -> str:
             f"{tokens['loss_normalization']}"
         )
     lines += measured_lines(result)
+    lines += law_lines(result)
     lines += mesh_lines(result)
     lines += resume_lines(result.get("resume"))
     lines += ["", *(f"warning: {w}" for w in result["warnings"])]

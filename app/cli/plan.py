@@ -8,6 +8,7 @@ import typer
 
 from app.cli.compute import render
 from app.cli.flag_groups import with_flag_groups
+from app.cli.law_flags import LawFlags, with_law
 from app.cli.options import ApiKey, Output, PlanExportFlags, PlanFlags, RequestFile, Url
 from app.cli.output import emit
 from app.cli.requests import plan_request
@@ -21,6 +22,7 @@ FORMAT_HELP = f"Output: {', '.join(VIEWS)}, or an export format: {', '.join(EXPO
 def plan(
     *,
     flags: PlanFlags,
+    law: LawFlags,
     request: RequestFile = None,
     url: Url = None,
     api_key: ApiKey = None,
@@ -30,5 +32,9 @@ def plan(
     output: Output = None,
 ) -> None:
     """Plan a batch split: here with the core, or on a server with --url."""
-    body = plan_request(request, flags)
+    body = (
+        plan_request(request, flags)
+        if request is not None
+        else with_law(plan_request(None, flags), law, flags)
+    )
     emit(render("json" if as_json else fmt, body, exports.query(), url, api_key), output)

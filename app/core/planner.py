@@ -11,7 +11,9 @@ from app.core.errors.suggestions import with_request_fields
 from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentences
 from app.core.explain.run_scale import scale_warnings
 from app.core.explain.throughput import throughput_sentences
+from app.core.learning_rate.law_report import with_recommendation
 from app.core.learning_rate.noise_scale import efficiency, readable
+from app.core.learning_rate.recommend import Advice, advise
 from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan, ThroughputPlan
 from app.core.records.plan_request import LossNormalization, LossReduction, PlanRequest
 from app.core.resume.plan_resume import resumed
@@ -111,10 +113,29 @@ def _planned(request: PlanRequest, *, suggest: bool) -> Plan:
     """The plan, and its resume when the request asks for one (app.core.resume.plan_resume): the resumed
     run's plan is planned here too, and with `suggest`, the nearest data-parallel sizes that
     resume exactly are tried."""
+    if request.recommend is not None:
+        advice = _advice(request)
+        return with_recommendation(_planned(advice.request, suggest=suggest), advice, request)
     planned = _plan_or_raise(request)
     if request.resume is None:
         return planned
     return resumed(request, planned, _plan_or_raise, _quietly if suggest else None)
+
+
+def _advice(request: PlanRequest) -> Advice:
+    """A recommend's law, its batch snapped to this cluster (each candidate planned here) and the
+    request with the law's numbers written in (app.core.learning_rate.recommend)."""
+    validate_topology(request.topology)
+    if request.topology.curves:
+        validate_curves(request.topology, request.max_micro_batch_size)
+    layout = resolve_layout(request.topology, request.parallelism, request.max_micro_batch_size)
+    return advise(request, layout.data_parallel_size, layout.heterogeneous, _quietly)
+
+
+def law_request(request: PlanRequest) -> PlanRequest:
+    """The request as its plan ran: with `recommend`, the law's batch and lr written in and the
+    law left out (what exports write, and re-plan on other cluster sizes); else the request."""
+    return request if request.recommend is None else _advice(request).request
 
 
 def _quietly(request: PlanRequest) -> Plan:

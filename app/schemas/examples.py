@@ -173,6 +173,19 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             },
         ),
     },
+    "scaling_law": {
+        "summary": "No batch, no lr: Step Law's for a 1B model on 100B tokens, snapped to this cluster",
+        "value": _eight_gpu_nodes(
+            4,
+            sequence_length=2048,
+            recommend={
+                "law": "step_law",
+                "train_tokens": 100000000000,
+                # Step Law's largest grid shape: N = 16 x (4 x 2048^2 + 3 x 2048 x 8192) = 1,073,741,824.
+                "architecture": {"layers": 16, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_heads": 16},
+            },
+        ),
+    },
 }
 
 

@@ -55,7 +55,12 @@ class LearningRateIn(RequestModel):
         },
     )
 
-    base_lr: Annotated[float, plan_limit("learning_rate.base_lr")]
+    base_lr: Annotated[float, plan_limit("learning_rate.base_lr")] | None = Field(
+        None,
+        description="The peak lr tuned at base_batch_size (or base_batch_tokens). Required, except beside "
+        "recommend, whose law then gives it at the law's batch (rule auto then means none).",
+        examples=[0.1],
+    )
     base_batch_size: Annotated[int, plan_limit("learning_rate.base_batch_size")] = 256
     rule: core.LRRule = Field(
         core.LRRule.AUTO,

@@ -21,6 +21,7 @@ from app.core.records import plan_request as core
 from app.core.request import parse as core_request
 from app.schemas.checked_suggestions import with_checked_suggestions
 from app.schemas.plan_recipe_in import LearningRateIn
+from app.schemas.recommend import RECOMMEND_HELP, RecommendIn
 from app.schemas.resume import ResumeIn
 from app.schemas.types import RequestModel, plan_limit, with_examples
 
@@ -260,6 +261,7 @@ class PlanRequestIn(RequestModel):
         "answer's `resume` says where in the data each rank goes on, the lr there, and whether every later "
         "step sees the uninterrupted run's global batch (docs/resume.md).",
     )
+    recommend: RecommendIn | None = Field(None, description=RECOMMEND_HELP)
 
     @model_validator(mode="wrap")
     @classmethod

@@ -9,6 +9,7 @@ from pydantic import Field, TypeAdapter
 
 from app.core.records.plan import Plan
 from app.schemas.plan_recipe_out import LearningRateOut
+from app.schemas.recommend import RecommendationOut
 from app.schemas.resume import ResumeOut
 from app.schemas.throughput_out import ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
@@ -258,6 +259,11 @@ class PlanOut(ResponseModel):
         "steps; null without curves.",
     )
     resume: ResumeOut | None = Field(None, description="With the request's resume: where the run goes on.")
+    recommendation: RecommendationOut | None = Field(
+        None,
+        description="With the request's recommend: the law's batch and lr beside the plan's "
+        "(docs/recommend.md).",
+    )
 
 
 # The adapter's serializer itself: dump_json's keyword handling is a twentieth of the answer.

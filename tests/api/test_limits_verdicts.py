@@ -61,6 +61,20 @@ PLAN_AROUND: dict[str, dict[str, Any]] = {
     },
     "gradient_noise_scale_stderr": {**PLAN, "gradient_noise_scale": 4096.0},
     "resume": {**PLAN, "resume": {"optimizer_step": 0}},
+    "recommend": {
+        **PLAN,
+        "sequence_length": 2048,
+        "recommend": {"law": "step_law", "train_tokens": 10**11, "non_embedding_params": 10**9},
+    },
+    "recommend.architecture": {
+        **PLAN,
+        "sequence_length": 2048,
+        "recommend": {
+            "law": "step_law",
+            "train_tokens": 10**11,
+            "architecture": {"layers": 16, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_heads": 16},
+        },
+    },
 }
 CHECK_AROUND: dict[str, dict[str, Any]] = {
     "": {},

@@ -9,14 +9,16 @@ from typing import Any
 from support.bodies import node_groups
 
 from app.core.exports.parts.export_types import ExportInput
-from app.core.planner import plan
+from app.core.planner import law_request, plan
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 
 
 def export_input(body: dict[str, Any]) -> ExportInput:
+    """The request and its plan as the registry hands them to a format: a scaling law's batch and
+    lr written into the request (app.core.planner.law_request)."""
     request = PlanRequestIn.model_validate(body).to_core()
-    return ExportInput(request, plan(request))
+    return ExportInput(law_request(request), plan(request))
 
 
 def call_kwargs(text: str, name: str) -> dict[str, Any]:

@@ -90,6 +90,20 @@ BODIES: dict[str, dict[str, Any]] = {
         "learning_rate": {"base_lr": 0.1, "base_batch_tokens": 1024},
         "dataset": {"num_samples": 320, "epochs": 2},
         "resume": {"optimizer_step": 13, "data_parallel_size": 2},
+        "recommend": {
+            "law": "deepseek",
+            "train_tokens": 1000000,
+            "architecture": {
+                "layers": 2,
+                "hidden_size": 64,
+                "ffn_hidden_size": 172,
+                "num_heads": 4,
+                "num_kv_heads": 2,
+                "vocab_size": 1000,
+                "gated_ffn": False,
+            },
+            "measured_noise_scale": 8,
+        },
     },
 }
 

@@ -21,7 +21,7 @@ from app.contract.codec import named
 from app.contract.kinds.part import RequestPart, Trained
 from app.contract.mesh_spec import mesh_sizes
 from app.core.errors.domain import InvalidValue, PlanError
-from app.core.planner import plan
+from app.core.planner import law_request, plan
 from app.core.records.plan import Plan
 from app.core.records.plan_request import DatasetSpec, LearningRateSpec, LRRule, Optimizer, PlanRequest
 
@@ -39,7 +39,9 @@ def default_epoch_steps(steps: int) -> int:
 
 def run_request(request: PlanRequest, planned: Plan, steps: int, seed: int) -> PlanRequest:
     """The plan request a run of `steps` trains: `request` with a dataset and a recipe where it
-    has none (`planned` is its plan, for the global batch)."""
+    has none (`planned` is its plan, for the global batch). A scaling law's batch and recipe
+    are written in first: the run trains what the plan runs."""
+    request = law_request(request)
     dataset = request.dataset or DatasetSpec(
         num_samples=planned.global_batch_size * default_epoch_steps(steps), shuffle=True, seed=seed
     )

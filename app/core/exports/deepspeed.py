@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.core.exports.parts.common import require_even
+from app.core.exports.parts.common import law_lines, require_even
 from app.core.exports.parts.deepspeed_schedule import deepspeed_scheduler
 from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.training import optimizer_settings, warmup_field
@@ -59,6 +59,8 @@ def deepspeed_config(x: ExportInput) -> dict[str, Any]:
             f"{p.data_parallel_size}; without it DeepSpeed divides the batch over all "
             f"{p.world_size} GPUs and refuses these numbers"
         )
+    if law_lines(x):
+        config[NOTE_KEY] = "; ".join(filter(None, (config.get(NOTE_KEY), *law_lines(x))))
     # DeepSpeed's rule: train_batch_size == micro x accumulation x data-parallel world size.
     config |= {
         "train_batch_size": p.global_batch_size,

@@ -3,6 +3,7 @@ formats up here; a new format is one module and one line below."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from app.core.errors.domain import DomainError, NotFound
@@ -18,13 +19,13 @@ from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
 from app.core.exports.torchtitan import export_torchtitan
-from app.core.planner import plan
+from app.core.planner import law_request, plan
 from app.core.records.plan_request import PlanRequest
 
 
 def _exports(exporter: Exporter, request: PlanRequest, options: ExportOptions) -> bool:
     try:
-        exporter(ExportInput(request, plan(request), options))
+        exporter(ExportInput(law_request(request), plan(request), options))
     except DomainError:
         return False
     return True
@@ -37,7 +38,8 @@ def _suggesting_what_exports(exporter: Exporter) -> Exporter:
 
     def run(x: ExportInput) -> Export:
         try:
-            return exporter(x)
+            # A law's batch and lr are written into the request the format reads and re-plans.
+            return exporter(dataclasses.replace(x, request=law_request(x.request)))
         except DomainError as err:
             works = lambda request: _exports(exporter, request, x.options)  # noqa: E731
             raise with_request_fields(x.request, err, works, trusted=frozenset()) from None

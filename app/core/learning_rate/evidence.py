@@ -101,7 +101,7 @@ def _same_base(spec: LearningRateSpec) -> None:
             pointer=_LR + "base_batch_size",
             suggestions={"learning_rate.base_batch_size": [probe.base_batch_size]},
         )
-    if probe.base_lr is not None and not math.isclose(probe.base_lr, spec.base_lr, rel_tol=1e-12):
+    if probe.base_lr is not None and not math.isclose(probe.base_lr, spec.base_lr or 0.0, rel_tol=1e-12):
         raise InvalidValue(
             f"the probe's base run had lr {probe.base_lr!r}, this plan's base_lr is {spec.base_lr!r}: "
             f"its rule scales from its own base; use base_lr {probe.base_lr!r}, or probe this base",

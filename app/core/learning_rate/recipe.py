@@ -184,6 +184,7 @@ def complete(
     steps, warnings = run_length(spec, global_batch, steps_per_epoch, epochs, warmup_steps)
     momentum = _optimizer_settings(spec)
     decay = spec.decay or Decay.CONSTANT
+    assert spec.base_lr is not None  # plan_learning_rate refused it missing
     start = spec.base_lr if spec.warmup_start_lr is None else spec.warmup_start_lr
     if spec.warmup_start_lr is not None and not (math.isfinite(start) and 0 <= start <= lr):
         raise InvalidValue(

@@ -84,6 +84,15 @@ def _running_betas(
     return spec.betas, spec.eps
 
 
+def _base_lr(spec: LearningRateSpec) -> float:
+    if spec.base_lr is None:  # the schema lets it out only beside recommend, which fills it in
+        raise InvalidValue(
+            "base_lr is required: the lr tuned at base_batch_size (or give recommend, whose law gives it)",
+            pointer="/learning_rate/base_lr",
+        )
+    return spec.base_lr
+
+
 def plan_learning_rate(
     spec: LearningRateSpec,
     global_batch_size: int,
@@ -111,7 +120,7 @@ def plan_learning_rate(
         )
     betas, eps = _running_betas(spec, adam)
     warmup = warmup_steps(spec, optimizer_steps_per_epoch)
-    lr = spec.base_lr * factor
+    lr = _base_lr(spec) * factor
     if not math.isfinite(lr) or lr <= 0:
         raise InvalidValue(
             f"the scaled learning rate {lr!r} is not a finite positive number",
@@ -132,7 +141,7 @@ def plan_learning_rate(
         optimizer=str(spec.optimizer),
         rule=str(rule),
         requested_rule=str(spec.rule),
-        base_lr=spec.base_lr,
+        base_lr=_base_lr(spec),
         base_batch_size=spec.base_batch_size,
         factor=factor,
         lr=lr,

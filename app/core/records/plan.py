@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from app.core.records.recommendation import Recommendation
 from app.core.records.record import record
 from app.core.records.resume import ResumePlan
 
@@ -201,6 +202,7 @@ class Plan:
     device_mesh: DeviceMeshPlan | None = None  # always set by the planner
     throughput: ThroughputPlan | None = None  # with throughput curves
     resume: ResumePlan | None = None  # with the request's resume (app.core.resume.plan_resume)
+    recommendation: Recommendation | None = None  # with the request's recommend
 
 
 @record

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from app.core.records.recommendation import RecommendSpec
 from app.core.records.record import record
 from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import ThroughputCurve
@@ -149,7 +150,7 @@ class LrScaling:
 
 @record
 class LearningRateSpec:
-    base_lr: float
+    base_lr: float | None  # None only with the request's recommend: the law gives it
     base_batch_size: int = 256
     rule: LRRule = LRRule.AUTO
     optimizer: Optimizer = Optimizer.SGD
@@ -199,3 +200,5 @@ class PlanRequest:
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
     # Where a checkpointed run goes on, and on how many replicas (app.core.resume.plan_resume).
     resume: ResumeSpec | None = None
+    # A published scaling law's batch and lr for the model (app.core.learning_rate.recommend).
+    recommend: RecommendSpec | None = None

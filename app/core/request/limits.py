@@ -21,6 +21,7 @@ MAX_MILESTONES = 100
 # A rate below this is no measurement (a sample every 11 days), and it would round a split's
 # integer weights to zero.
 MIN_SAMPLES_PER_S = 1e-6
+MAX_FLOPS_PER_TOKEN = 1e20
 MAX_PROBE_RULES = 16  # an lr-scaling probe's answer, as a plan takes it back
 MAX_PROBE_POINTS = 1000
 
@@ -64,7 +65,7 @@ _PLAN = {
     "dataset.num_samples": COUNT,
     "dataset.seed": FROM_ZERO,
     "dataset.epochs": EPOCHS.nullable,
-    "learning_rate.base_lr": POSITIVE,
+    "learning_rate.base_lr": POSITIVE.nullable,  # beside recommend, the law gives it
     "learning_rate.base_batch_size": COUNT,
     "learning_rate.warmup_epochs": Bounds("float", ge=0, le=MAX_EPOCHS, allow_null=True),
     "learning_rate.warmup_steps": FROM_ZERO.nullable,
@@ -99,6 +100,17 @@ _PLAN = {
     "resume.optimizer_step": FROM_ZERO.nullable,
     "resume.consumed_samples": FROM_ZERO.nullable,
     "resume.data_parallel_size": GPUS.nullable,
+    "recommend.train_tokens": COUNT,
+    "recommend.non_embedding_params": COUNT.nullable,
+    # FLOPs per token of a model with some 1e19 weights: far past any, short of overflowing C = M x D.
+    "recommend.flops_per_token": Bounds("float", gt=0, le=MAX_FLOPS_PER_TOKEN, allow_null=True),
+    "recommend.measured_noise_scale": POSITIVE.nullable,
+    "recommend.architecture.layers": COUNT,
+    "recommend.architecture.hidden_size": COUNT,
+    "recommend.architecture.ffn_hidden_size": COUNT,
+    "recommend.architecture.num_heads": COUNT,
+    "recommend.architecture.num_kv_heads": COUNT.nullable,
+    "recommend.architecture.vocab_size": COUNT.nullable,
 }
 
 

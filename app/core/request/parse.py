@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 
 from app.core.errors.domain import InvalidValue
 from app.core.records import plan_request as core
+from app.core.records.recommendation import Architecture, Law, RecommendSpec
 from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import ThroughputCurve
 
@@ -48,6 +49,35 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
             core.LossNormalization, data.get("loss_normalization", core.LossNormalization.SAMPLE)
         ),
         resume=resume(data.get("resume")),
+        recommend=recommend(data.get("recommend")),
+    )
+
+
+def recommend(body: Mapping[str, Any] | object | None) -> RecommendSpec | None:
+    """The request's `recommend` (app.core.learning_rate.recommend checks its numbers)."""
+    if body is None:
+        return None
+    data = _fields(body)
+    architecture = data.get("architecture")
+    arch = _fields(architecture) if architecture is not None else None
+    return RecommendSpec(
+        law=_member(Law, data["law"]),
+        train_tokens=data["train_tokens"],
+        non_embedding_params=data.get("non_embedding_params"),
+        flops_per_token=_float_or_none(data.get("flops_per_token")),
+        architecture=None
+        if arch is None
+        else Architecture(
+            layers=arch["layers"],
+            hidden_size=arch["hidden_size"],
+            ffn_hidden_size=arch["ffn_hidden_size"],
+            num_heads=arch["num_heads"],
+            num_kv_heads=arch.get("num_kv_heads"),
+            vocab_size=arch.get("vocab_size"),
+            gated_ffn=bool(arch.get("gated_ffn", True)),
+        ),
+        measured_noise_scale=_float_or_none(data.get("measured_noise_scale")),
+        noise_scale_check=data.get("noise_scale_check"),
     )
 
 
@@ -130,7 +160,7 @@ def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateS
     data = _fields(body)
     beta1, beta2 = data.get("betas", _LR_DEFAULTS.betas)  # a JSON list, or pydantic's tuple
     return core.LearningRateSpec(
-        base_lr=float(data["base_lr"]),
+        base_lr=_float_or_none(data.get("base_lr")),
         base_batch_size=data.get("base_batch_size", _LR_DEFAULTS.base_batch_size),
         rule=_member(core.LRRule, data.get("rule", _LR_DEFAULTS.rule)),
         optimizer=_member(core.Optimizer, data.get("optimizer", _LR_DEFAULTS.optimizer)),

@@ -71,7 +71,25 @@ def summary(x: ExportInput) -> list[str]:
         )
         lines.append(schedule_sentence(x))
         lines.append(optimizer_sentence(x))
+    lines += law_lines(x)
     lines += [f"warning: {w}" for w in p.warnings]
+    return lines
+
+
+def law_lines(x: ExportInput) -> list[str]:
+    """Where the batch and the peak lr written here came from, when a scaling law gave them."""
+    r = x.plan.recommendation
+    if r is None:
+        return []
+    lines = []
+    if r.batch_from == "law" and r.planned_batch_tokens is not None:
+        lines.append(
+            f"global batch {r.planned_batch_tokens} tokens ({r.planned_batch_size} sequences of "
+            f"{r.sequence_length}) from the {r.law} scaling law: its {r.batch_tokens:.0f} tokens, "
+            f"snapped to the nearest batch this cluster splits exactly ({r.planned_vs_law_percent:+.2f}%)"
+        )
+    if r.lr_from == "law":
+        lines.append(f"peak learning rate {r.lr!r} from the {r.law} scaling law (batchplan's recommendation)")
     return lines
 
 
