@@ -121,7 +121,8 @@ def control_positions(control: SampleControl, spec: CheckSpec, micro_batch_size:
     raise ValueError(f"{control.name} reads through the sampler")
 
 
-WeightedBatch = tuple[Sequence[int], Fraction, str, int]  # indices, loss scale, reduction, how many replicas
+# Indices (a pooled replica group's as one tensor), loss scale, reduction, how many replicas.
+WeightedBatch = tuple[Sequence[int] | torch.Tensor, Fraction, str, int]
 
 
 def _weights(batches: Iterable[WeightedBatch], dp: int) -> tuple[dict[int, int], int]:
@@ -130,7 +131,7 @@ def _weights(batches: Iterable[WeightedBatch], dp: int) -> tuple[dict[int, int],
     by_weight: dict[Fraction, Counter[int]] = defaultdict(Counter)
     for indices, scale, reduction, replicas in batches:
         weight = scale * replicas / (dp * (len(indices) if reduction == "mean" else 1))
-        by_weight[weight].update(indices)
+        by_weight[weight].update(indices.tolist() if isinstance(indices, torch.Tensor) else indices)
     common = lcm(*(w.denominator for w in by_weight)) if by_weight else 1
     weights: dict[int, int] = defaultdict(int)
     for weight, counts in by_weight.items():
@@ -208,7 +209,9 @@ class Tensors:
     def __init__(self) -> None:
         self._made: dict[int, tuple[Sequence[int], torch.Tensor]] = {}
 
-    def __call__(self, indices: Sequence[int]) -> torch.Tensor:
+    def __call__(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        if isinstance(indices, torch.Tensor):
+            return indices
         made = self._made.get(id(indices))
         if made is None:
             made = self._made[id(indices)] = (indices, index_tensor(indices))
@@ -231,7 +234,7 @@ def weight_ratio(
     torch (int64, where no product can overflow it; else in Python's integers).
     """
     batches = list(control_batches)
-    by_weight: dict[Fraction, list[Sequence[int]]] = defaultdict(list)
+    by_weight: dict[Fraction, list[Sequence[int] | torch.Tensor]] = defaultdict(list)
     for indices, scale, reduction, replicas in batches:
         by_weight[scale * replicas / (dp * (len(indices) if reduction == "mean" else 1))].append(indices)
     if not by_weight or not reference_batch:
