@@ -76,6 +76,13 @@ def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measur
     return body
 
 
+COLD_RANKS = (
+    "measured on ranks this command started (cold: fresh processes, caches and allocator): expect "
+    "slower steps and a wider spread than a server's warm ranks; measure on a server (--url), or "
+    "with more --measure-warmup-steps"
+)
+
+
 # A typer command: each parameter is one of its options.
 @with_flag_groups
 def measure(
@@ -103,6 +110,9 @@ def measure(
     result = done.get("result") if done.get("status") == "succeeded" else None
     if not isinstance(result, dict) or not result.get("throughput"):
         raise typer.Exit(show_check(done, job.as_json))
+    if not job.url:
+        # Measured here, on ranks this command just started: the server's are warm.
+        result["throughput"].setdefault("warnings", []).append(COLD_RANKS)
     if job.as_json:
         status = show_check(done, True)
     else:
