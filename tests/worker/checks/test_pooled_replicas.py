@@ -13,7 +13,6 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.gloo_ranks import on_ranks
 from support.polling import check_result
 
 from app.contract.codec import encode
@@ -22,6 +21,7 @@ from app.worker.checks import ddp_check
 from app.worker.checks.driver import run_spec
 from app.worker.checks.result_parts import CheckGroup
 from app.worker.training.workload import load
+from tests.support.gloo_ranks import on_ranks
 
 THREE_GROUPS = {
     "node_groups": [
