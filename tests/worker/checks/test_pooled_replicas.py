@@ -117,8 +117,7 @@ def test_pooled_groups_answer_as_one_backward_per_replica_and_catch_one_wrong_gr
 def test_a_100000_replica_mixed_cluster_passes_over_http_on_warm_ranks(default_worker: TestClient) -> None:
     result = check_result(default_worker, {"plan": MIXED_100K}, timeout=240)
     assert result["passed"], result
-    layout = result["layout"]
-    assert layout["data_parallel_size"] == 100_000
-    assert len(layout["micro_batch_sizes"]) >= 3
+    assert result["data_parallel_size"] == 100_000 and result["split"] == "proportional"
+    assert len(result["micro_batch_sizes"]) >= 3
     detected = {c["name"]: c["detected"] for c in result["controls"]}
     assert detected["unweighted_mean"] and detected["no_distributed_sampler"], detected
