@@ -270,11 +270,14 @@ def weight_ratio(
 _INT64_SAFE = 1 << 62
 
 
+_DENSE_FROM = 1 << 12  # fewer reads sort as fast as they index a table
+
+
 def per_sample(every: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct samples of `every`, sorted, and the sum of their `weights`: by index
     into a dense table where the indices are few beside the reads (a pass, not a sort:
     100,000 replicas read 300,000 samples), else through torch.unique."""
-    if len(every) and int(every.min()) >= 0 and int(every.max()) < 4 * len(every) + 4096:
+    if len(every) >= _DENSE_FROM and int(every.min()) >= 0 and int(every.max()) < 4 * len(every):
         size = int(every.max()) + 1
         totals = torch.zeros(size, dtype=torch.int64).index_add_(0, every, weights)
         samples = torch.bincount(every, minlength=size).nonzero().squeeze(1)

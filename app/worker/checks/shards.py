@@ -188,6 +188,11 @@ class Shards:
         """What all replicas would read under the control, replicas reading alike counted once."""
         spec = self.spec
         out: list[WeightedBatch] = []
+        if control.data == SAMPLER and spec.data_parallel_size <= REAL_SAMPLER_MAX_LOCAL_REPLICAS:
+            for r in range(spec.data_parallel_size):
+                scale = control.loss_scale(spec, self.sizes[r])
+                out += [(b, scale, control.loss_reduction(spec), 1) for b in self.derived(r)]
+            return out
         if control.data == SAMPLER:
             # One entry per replica group: each sample weighs as its replica's loss weighs it.
             reduction = control.loss_reduction(spec)
