@@ -206,9 +206,15 @@ def token_plan(request: PlanRequest, plan: Plan) -> tuple[TokenPlan | None, list
                     f"the last micro-batch of each epoch holds {last * seq} of {micro * seq} tokens "
                     f"per replica ({last} of {micro} sequences of {seq})"
                 )
+        # Under a token budget a micro-batch holds whatever fits the budget, not micro x seq.
+        budgeted = request.packing is not None and request.packing.max_tokens_per_micro_batch is not None
         lines.append(
             f"In tokens: {G} sequences of {seq} = {G * seq} tokens per optimizer step"
-            + (f", {micro * seq} per micro-batch per replica ({micro} x {seq})." if micro else ".")
+            + (
+                f", {micro * seq} per micro-batch per replica ({micro} x {seq})."
+                if micro and not budgeted
+                else "."
+            )
         )
     token = TokenPlan(
         unit=unit,
