@@ -64,9 +64,12 @@ def sentence(packing: PackingSpec, seq: int, G: int, most_targets: int, most_mic
     lengths = packing.document_length
     mean = lengths.mean if lengths is not None else None
     if packing.mode is PackingMode.ROWS:
-        # Full rows of documents of mean length m: about seq / m documents a row, one position each lost.
+        # Full rows of documents of mean length m cut at row ends: about seq / m documents start
+        # in a row, plus the piece carried over from the row before; one target lost to each.
+        # Never above the bound, which a row of the longest documents reaches.
         about = (
-            f" (about {round(G * seq * (1 - 1 / mean))} with documents of {mean:g} tokens on average)"
+            f" (about {min(most_targets, round(G * (seq - seq / mean - 1)))} with documents of "
+            f"{mean:g} tokens on average)"
             if mean is not None
             else ""
         )
