@@ -182,7 +182,21 @@ def test_an_export_of_a_packed_plan_is_refused_at_packing(client: TestClient, fm
     assert_field_error(client.post(f"/v1/plans/export/{fmt}", json=PACKED), "/packing")
 
 
-def test_a_check_of_a_packed_plan_is_refused_at_packing(tmp_path: Path) -> None:
-    # Refused before any rank runs: the tokens workload would prove padded rows instead.
+def test_packed_rows_without_transformers_are_a_problem_at_the_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused before any rank runs, naming the extra and the mode that needs none.
+    monkeypatch.setattr("app.contract.packed.find_spec", lambda name: None)
     for checks in runner_client(tmp_path, FakeRunner()):
-        assert_field_error(checks.post("/v1/checks", json={"plan": PACKED}), "/plan/packing")
+        problem = assert_field_error(checks.post("/v1/checks", json={"plan": PACKED}), "/plan/packing/mode")
+        assert "batchplan[consumers]" in str(problem) and "token_budget" in str(problem)
+
+
+@pytest.mark.parametrize(
+    ("extra", "pointer"), [({"steps": 2}, "/steps"), ({"model": "tiny_lm"}, "/model")]
+)
+def test_a_packed_check_refuses_what_it_does_not_run(
+    tmp_path: Path, extra: dict[str, Any], pointer: str
+) -> None:
+    for checks in runner_client(tmp_path, FakeRunner()):
+        assert_field_error(checks.post("/v1/checks", json={"plan": PACKED, **extra}), pointer)
