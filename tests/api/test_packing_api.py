@@ -192,9 +192,7 @@ def test_packed_rows_without_transformers_are_a_problem_at_the_mode(
         assert "batchplan[consumers]" in str(problem) and "token_budget" in str(problem)
 
 
-@pytest.mark.parametrize(
-    ("extra", "pointer"), [({"steps": 2}, "/steps"), ({"model": "tiny_lm"}, "/model")]
-)
+@pytest.mark.parametrize(("extra", "pointer"), [({"steps": 2}, "/steps"), ({"model": "tiny_lm"}, "/model")])
 def test_a_packed_check_refuses_what_it_does_not_run(
     tmp_path: Path, extra: dict[str, Any], pointer: str
 ) -> None:
