@@ -69,3 +69,20 @@ def _has_transformers() -> bool:
 def test_the_spec_carries_the_plans_packing() -> None:
     spec = build_spec(check_request({"plan": BUDGET}))
     assert dataclasses.asdict(spec)["packing"]["max_tokens_per_micro_batch"] == 16
+
+
+def test_no_document_sees_another_in_its_row() -> None:
+    import torch
+
+    from app.worker.training.packed_model import PackedLanguageModel, flatten
+    from app.worker.training.token_model import TinyLanguageModel
+
+    torch.manual_seed(0)
+    model = PackedLanguageModel().double()
+    docs = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    row = flatten(docs)
+    packed = model(row["input_ids"], row["position_ids"])
+    alone = torch.cat([model(torch.tensor([d])) for d in docs], dim=1)
+    assert torch.allclose(packed, alone, rtol=0, atol=1e-12)  # up to the running sum's rounding
+    # The running mean over the whole row (the tokens check's model) lets documents leak.
+    assert not torch.allclose(TinyLanguageModel.forward(model, row["input_ids"]), alone)
