@@ -86,3 +86,18 @@ def test_no_document_sees_another_in_its_row() -> None:
     assert torch.allclose(packed, alone, rtol=0, atol=1e-12)  # up to the running sum's rounding
     # The running mean over the whole row (the tokens check's model) lets documents leak.
     assert not torch.allclose(TinyLanguageModel.forward(model, row["input_ids"]), alone)
+
+
+def test_a_control_that_changes_no_gradient_is_skipped_with_its_reason() -> None:
+    from app.worker.checks.packed_check import PACKED_CONTROLS
+    from app.worker.checks.token_check import changes_gradient
+
+    by_name = {c.name: c for c in PACKED_CONTROLS}
+    one_replica = {0: [(5, 7), (9, 11)]}  # (targets, targets + documents) per micro-batch
+    assert not changes_gradient(by_name["world_size_not_undone"].scale, one_replica)
+    assert "data_parallel_size is 1" in by_name["world_size_not_undone"].harmless_when
+    equal = {0: [(6, 8)], 1: [(6, 9)]}
+    assert not changes_gradient(by_name["per_rank_mean"].scale, equal)
+    assert not changes_gradient(by_name["per_micro_batch_mean"].scale, equal)
+    assert changes_gradient(by_name["boundary_target_counted"].scale, equal)
+    assert changes_gradient(by_name["world_size_not_undone"].scale, equal)
