@@ -148,7 +148,8 @@ def plan_body(flags: BatchFlags) -> Json:
             "rule": flags.rule.value,
             "optimizer": flags.optimizer.value,
             **_given(flags, "warmup_epochs", "warmup_steps", "base_batch_tokens", "warmup_start_lr"),
-            **_given(flags, "min_lr", "train_steps", "momentum", "weight_decay", "max_grad_norm"),
+            **_given(flags, "min_lr", "train_steps", "train_samples", "momentum", "weight_decay"),
+            **_given(flags, "max_grad_norm"),
             **({"decay": flags.decay.value} if flags.decay is not None else {}),
         }
         _measured_lr(flags, body["learning_rate"])

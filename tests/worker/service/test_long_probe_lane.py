@@ -1,7 +1,8 @@
 """A long lr-scaling probe holds no one up (the shared default worker, real gloo ranks): it runs
 in its own lane on all but one rank, so a one-step check sent while it trains answers within a
 second; a probe that cannot finish within its timeout is refused at admission with the
-estimate; a probe's timeout names the fields to change. The cost model without ranks."""
+estimate; a probe's timeout names the fields to change; `batchplan check` exits 1 when the
+probe refutes the plan's own rule. The cost model without ranks."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import time
 from typing import Any
 
 from fastapi.testclient import TestClient
-from support.polling import wait_check, wait_for
+from support.polling import run_check, wait_check, wait_for
 from support.problems import assert_field_error
 
+from app.cli.output import show_check
 from app.contract.check_options import MAX_LR_PROBE_SAMPLES
 from app.contract.kinds.lr_scaling import LrScalingSpec
 from app.worker.service.probe_cost import DEFAULT_S_PER_SAMPLE, MEASURABLE_LAP_S, ProbeCost, work
@@ -67,6 +69,18 @@ def test_a_probe_that_times_out_names_the_fields_to_change(default_worker: TestC
     job = wait_check(default_worker, _posted(default_worker, probe(16384, timeout_s=0.5)), timeout=30)
     assert job["status"] == "failed", job
     assert "lower lr_scaling.samples (it was 16,384) or raise timeout_s" in job["error"], job["error"]
+
+
+def test_check_exits_1_when_the_probe_refutes_the_plans_rule(default_worker: TestClient, capsys: Any) -> None:
+    """`batchplan check --lr-scaling`'s status, for CI to gate on: the check passed, but the plan's
+    linear rule (4x a base_lr already near its edge) fails the probe, so the command fails."""
+    lr = {"base_lr": 0.5, "base_batch_size": 16, "rule": "linear", "warmup_steps": 0}
+    plan = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 64, "learning_rate": lr}
+    job = run_check(default_worker, {"plan": plan, "lr_scaling": {"samples": 2048, "points": 2}}, timeout=120)
+    assert job["status"] == "succeeded" and job["result"]["passed"], job
+    assert job["result"]["lr_scaling"]["plan_rule_holds"] is False, job["result"]["lr_scaling"]
+    assert show_check(job, as_json=False) == 1
+    assert "the plan's lr rule (linear) does not hold in the probe" in capsys.readouterr().err
 
 
 def _posted(client: TestClient, body: dict[str, Any]) -> str:
