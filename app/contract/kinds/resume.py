@@ -127,7 +127,7 @@ def resume_run(
             pointer=DP,
             suggestions={
                 **({"resume.data_parallel_size": sizes} if sizes else {}),
-                **_dataset_fixes(trained, resume.at_step, after, steps),
+                **_dataset_fixes(trained, resume.at_step, after, steps, planned.global_batch_size),
             },
         )
     return asked, resumed_plan(trained, planned, after, plan)
@@ -166,7 +166,9 @@ def _resumed(request: PlanRequest, trained: PlanRequest, most: int) -> Plan:
         ) from None
 
 
-def _dataset_fixes(trained: PlanRequest, at_step: int, after: int, steps: int) -> dict[str, list[int]]:
+def _dataset_fixes(
+    trained: PlanRequest, at_step: int, after: int, steps: int, batch: int
+) -> dict[str, list[int]]:
     """The plan's own fixes of an epoch whose end depends on the replicas, each planned with the
     resume on `after` replicas and kept only where it is then exact: the nearest dataset sizes
     either side whose epoch ends alike on both (a dataset that fills the epoch's last step)."""
@@ -191,7 +193,7 @@ def _dataset_fixes(trained: PlanRequest, at_step: int, after: int, steps: int) -
 
     # A bounded search (admission plans each): the sizes next to it, and the whole global
     # batches either side (an epoch that fills its last step ends alike on any replicas).
-    n, batch = dataset.num_samples, trained.global_batch_size
+    n = dataset.num_samples
     near = {*range(n - 8, n + 9), *(batch * (n // batch + j) for j in range(-8, 9))} - {n}
     below = next((m for m in sorted(near, reverse=True) if 0 < m < n and exact(sized(m))), None)
     above = next((m for m in sorted(near) if m > n and exact(sized(m))), None)
