@@ -10,7 +10,10 @@ time-sliced queue, because a rank in a check cannot be paused, only killed.
 Each job this server holds, from its submission until it is recorded finished, has one
 `JobState`, kept by `Execution` under its id: whether it is queued or running (its task),
 whether its record is being written, when it was submitted. Nothing else holds a job's
-state."""
+state.
+
+Over 300 lines: one concept, a job's way from its lane's queue to its record, every ending
+(result, timeout, cancel, dead rank, shutdown, a failing database) handled here."""
 
 from __future__ import annotations
 

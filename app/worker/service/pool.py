@@ -5,6 +5,9 @@ Importing torch and building the first DDP module cost seconds per process; the 
 server pays the import once and each fork then warms up in tens of milliseconds, so a dead
 or stuck rank is replaced almost at once. Each process has its own pipe (rank_process).
 All pool state is touched only from the event loop.
+
+Over 300 lines: one concept, the pool's processes from their start to their end, and the
+lanes' share of them (a long check leaves a rank to the short ones).
 """
 
 from __future__ import annotations
