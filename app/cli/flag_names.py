@@ -45,6 +45,9 @@ _PARAM_OF = {
     "lr_scaling.samples": "lr_scaling",
     "lr_scaling.rules": "lr_rules",
     "throughput.warmup_steps": "measure_warmup_steps",
+    "packing.mode": "packing",
+    "packing.document_length.mean": "document_length_mean",
+    "packing.document_length.max": "document_length_max",
 }
 _NODE_GROUP_PARTS = {
     "num_nodes": "NODES",
@@ -156,7 +159,7 @@ def suggestion_lines(suggestions: Mapping[str, Any]) -> list[str]:
 # The request's objects: a dotted word under one of them names a request field.
 _REQUEST_OBJECTS = frozenset(
     {"plan", "topology", "parallelism", "dataset", "learning_rate", "resume", "lr_scaling", "throughput"}
-    | {"noise_scale", "fit_micro_batch", "recommend", "rendezvous", "architecture"}
+    | {"noise_scale", "fit_micro_batch", "recommend", "rendezvous", "architecture", "packing"}
 )
 # A request field in a problem's words: dotted or with an underscore, not inside a JSON key.
 _FIELD_WORD = re.compile(r'(?<![\w"/.$-])([a-z][a-z0-9]*(?:[._][a-z0-9]+)+)(?![\w"(-])')
