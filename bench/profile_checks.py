@@ -67,9 +67,27 @@ def _tokens(replicas: int, global_sequences: int) -> dict[str, Any]:
 MIXED_100K: dict[str, Any] = {
     "topology": {
         "node_groups": [
-            {"name": "h100", "num_nodes": 5000, "gpus_per_node": 8, "relative_throughput": 2.0, "max_micro_batch_size": 4},
-            {"name": "a100", "num_nodes": 5000, "gpus_per_node": 8, "relative_throughput": 1.5, "max_micro_batch_size": 4},
-            {"name": "v100", "num_nodes": 2500, "gpus_per_node": 8, "relative_throughput": 1.0, "max_micro_batch_size": 4},
+            {
+                "name": "h100",
+                "num_nodes": 5000,
+                "gpus_per_node": 8,
+                "relative_throughput": 2.0,
+                "max_micro_batch_size": 4,
+            },
+            {
+                "name": "a100",
+                "num_nodes": 5000,
+                "gpus_per_node": 8,
+                "relative_throughput": 1.5,
+                "max_micro_batch_size": 4,
+            },
+            {
+                "name": "v100",
+                "num_nodes": 2500,
+                "gpus_per_node": 8,
+                "relative_throughput": 1.0,
+                "max_micro_batch_size": 4,
+            },
         ]
     },
     "global_batch_size": 300_000,
