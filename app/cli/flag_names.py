@@ -17,8 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from typer.core import TyperCommand
-
+from app.cli.help_panels import PanelCommand
 from app.cli.options import PlanFlags
 from app.client import Json
 
@@ -74,7 +73,7 @@ SYNONYMS = {
 }
 
 
-class FlagCommand(TyperCommand):
+class FlagCommand(PanelCommand):
     """A command that keeps its arguments as typed, and suggests the flag an unknown one meant."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
