@@ -173,6 +173,24 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             },
         ),
     },
+    "resume": {
+        "summary": "Resumed from step 5,300 on 8 of the 16 GPUs: the same global batches, each rank's skip",
+        "value": _eight_gpu_nodes(
+            2,
+            global_batch_size=512,
+            max_micro_batch_size=64,
+            dataset={"num_samples": 1280000, "shuffle": True, "seed": 0, "epochs": 90},
+            learning_rate={
+                "base_lr": 0.1,
+                "base_batch_size": 256,
+                "rule": "linear",
+                "optimizer": "sgd",
+                "warmup_epochs": 5,
+                "decay": "cosine",
+            },
+            resume={"optimizer_step": 5300, "data_parallel_size": 8},
+        ),
+    },
     "packed_rows": {
         "summary": "Documents packed into rows: valid targets vary by rank, bounded and normalised",
         "value": _eight_gpu_nodes(
