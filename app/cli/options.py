@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.stream_flags import EndOfEpoch, NumShards, NumWorkers, ShardSamples, Splitter, StreamFlag
 from app.client import Json
 from app.core.records.plan_request import (
     Decay,
@@ -97,7 +98,12 @@ DropLast = Annotated[
     ),
 ]
 Shuffle = Annotated[
-    bool, typer.Option(help="Sampler: shuffle the dataset every epoch (default: yes).", show_default=False)
+    bool | None,
+    typer.Option(
+        "--shuffle/--no-shuffle",
+        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
+        show_default=False,
+    ),
 ]
 DataSeed = Annotated[int, typer.Option("--data-seed", help="Sampler shuffle seed (dataset.seed).")]
 Epochs = Annotated[int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).")]
@@ -182,9 +188,15 @@ class BatchFlags:
     loss_normalization: Normalization = LossNormalization.SAMPLE
     num_samples: NumSamples = None
     drop_last: DropLast = False
-    shuffle: Shuffle = True
+    shuffle: Shuffle = None
     data_seed: DataSeed = 0
     epochs: Epochs = None
+    stream: StreamFlag = False
+    num_shards: NumShards = None
+    shard_samples: ShardSamples = None
+    splitter: Splitter = None
+    num_workers: NumWorkers = None
+    end_of_epoch: EndOfEpoch = None
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,12 @@ def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | No
     exactly; None leaves them out."""
     spec = request.resume
     assert spec is not None
+    if plan.stream is not None:  # its readers' positions are not the sampler's blocks of an epoch
+        raise InvalidValue(
+            "a stream plan's resume is not planned: resume a map-style dataset, or restart the "
+            "stream's readers from their own state",
+            pointer="/resume",
+        )
     step = _step(spec, plan)
     tail = _check_position(plan, step, spec)
     replicas = spec.data_parallel_size or plan.data_parallel_size

@@ -7,12 +7,12 @@ from __future__ import annotations
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.records.stream import END_OF_EPOCH, SPLITTERS, StreamSpec
+from app.core.request.limits import MAX_STREAM_SHARDS
 from app.core.split.stream.advice import least_num_shards
 from app.core.split.stream.counts import Run
 from app.core.split.stream.layout import (
     MAX_COUNTED_SHARDS,
     MAX_STREAM_READERS,
-    MAX_STREAM_SHARDS,
     needs_order,
     total_samples,
 )
