@@ -197,9 +197,28 @@ def test_a_mesh_reads_by_its_data_parallel_ranks(client: TestClient) -> None:
 
 def test_what_does_not_take_a_stream_yet_refuses_it_at_the_dataset(client: TestClient) -> None:
     body = _with()
-    _refused(client, {**body, "resume": {"consumed_samples": 64, "data_parallel_size": 2}}, "/resume")
     response = client.post("/v1/plans/export/torchrun", json=body)
     assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/dataset/kind"
+
+
+@pytest.mark.parametrize(
+    ("splitter", "says"),
+    [
+        ("hf_datasets", "but not across ranks"),
+        ("webdataset", "same num_workers"),
+        ("rank_worker", "restart the epoch"),
+    ],
+)
+def test_a_stream_plans_resume_is_refused_with_the_tools_words(
+    client: TestClient, splitter: str, says: str
+) -> None:
+    body = {
+        **_with(splitter=splitter, num_shards=64),
+        "resume": {"consumed_samples": 64, "data_parallel_size": 2},
+    }
+    problem = _refused(client, body, "/resume")
+    assert says in problem["detail"]
+    assert splitter != "hf_datasets" or "huggingface/datasets#7447" in problem["detail"]
 
 
 def test_a_check_of_a_stream_plan_is_refused_at_the_dataset(tmp_path: Path) -> None:
