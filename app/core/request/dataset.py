@@ -25,7 +25,7 @@ def dataset_form(given: Mapping[str, Any]) -> str | None:
     """What is wrong with the form of a `dataset` (its non-null fields), or None: a map with a
     stream's field or without num_samples, a stream with drop_last or not sized by exactly one of
     num_samples and shard_samples, or with neither num_shards nor shard_samples. The HTTP schema
-    refuses the same at /dataset (app.schemas.plan_requests.DatasetIn); the stream's planner
+    refuses the same at /dataset (app.schemas.dataset_in.DatasetIn); the stream's planner
     checks the rest (app.core.split.stream.checks)."""
     if given.get("kind", "map") == "map":
         stray = next((name for name in STREAM_FIELDS if name in given), None)
@@ -46,14 +46,13 @@ def dataset_form(given: Mapping[str, Any]) -> str | None:
 def dataset_spec(body: Mapping[str, Any] | object) -> core.DatasetSpec:
     """The request's `dataset`: a map-style dataset (the default) or a stream."""
     given = {name: value for name, value in as_mapping(body).items() if value is not None}
+    if given.get("kind", "map") not in ("map", "stream"):  # JSON the HTTP schema did not read
+        raise InvalidValue('kind is "map" or "stream"', pointer="/dataset/kind")
     wrong = dataset_form(given)
     if wrong is not None:
         raise InvalidValue(wrong, pointer="/dataset")
-    kind = given.pop("kind", "map")
-    if kind == "map":
+    if given.pop("kind", "map") == "map":
         return core.DatasetSpec(**given)
-    if kind != "stream":
-        raise InvalidValue('kind is "map" or "stream"', pointer="/dataset/kind")
     listed = given.get("shard_samples")
     if listed is not None:
         given["shard_samples"] = listed = tuple(int(n) for n in listed)
