@@ -14,6 +14,9 @@ problems.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
 from app.cli import check, export, measure, plan, serve
@@ -28,6 +31,27 @@ cli = typer.Typer(
     rich_markup_mode=None,
     context_settings={"max_content_width": 100},
 )
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        try:
+            typer.echo(f"batchplan {version('batchplan')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            typer.echo("batchplan (not installed: no version)")
+        raise typer.Exit(0)
+
+
+@cli.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Split a distributed PyTorch batch exactly."""
+
+
 for command in (plan.plan, export.export, check.check, measure.measure, serve.host, serve.serve):
     cli.command(cls=FlagCommand)(command)
 

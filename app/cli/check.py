@@ -45,7 +45,8 @@ def check(
     """Prove a plan with one real DDP step against a single-process gradient; with --steps N,
     a run of N optimizer steps of its recipe against a single-process run (--chart draws it).
 
-    Exit status: 0 passed, 1 failed, 2 did not run (an error)."""
+    Exit status: 0 passed, 1 failed (or --lr-scaling found that the plan's own lr rule does not
+    hold), 2 did not run (an error)."""
     body = check_body(request, flags, run)
     if run.model_factory and job.url:
         fail({"detail": "--model-factory runs your code here; a server runs only registered names (--model)"})

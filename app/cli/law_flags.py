@@ -57,6 +57,7 @@ RECIPE = (
     "warmup_start_lr",
     "min_lr",
     "train_steps",
+    "train_samples",
     "weight_decay",
     "max_grad_norm",
 )

@@ -121,6 +121,10 @@ DecayFlag = Annotated[
 ]
 MinLr = Annotated[float | None, typer.Option(help="Where cosine and linear decay end (default 0).")]
 TrainSteps = Annotated[int | None, typer.Option(help="The run's optimizer steps (default: --epochs').")]
+TrainSamples = Annotated[
+    int | None,
+    typer.Option(help="The run's length in samples, as Megatron's --train-samples (or --train-steps)."),
+]
 Momentum = Annotated[float | None, typer.Option(help="SGD's momentum (default 0.9).")]
 WeightDecay = Annotated[float | None, typer.Option(help="Weight decay, on every parameter (default 0).")]
 MaxGradNorm = Annotated[float | None, typer.Option(help="Clip the gradient's norm (default: no clipping).")]
@@ -214,6 +218,7 @@ class PlanFlags(BatchFlags):
     decay: DecayFlag = None
     min_lr: MinLr = None
     train_steps: TrainSteps = None
+    train_samples: TrainSamples = None
     momentum: Momentum = None
     weight_decay: WeightDecay = None
     max_grad_norm: MaxGradNorm = None

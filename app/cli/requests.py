@@ -101,6 +101,10 @@ def _measured_lr(flags: PlanFlags, lr: Json) -> None:
         lr["lr_scaling"] = data
 
 
+# The recipe's flags sent as they are, when given.
+_RECIPE_FLAGS = ("min_lr", "train_steps", "train_samples", "momentum", "weight_decay", "max_grad_norm")
+
+
 def plan_body(flags: BatchFlags) -> Json:
     """The plan request the flags describe (the topology defaults to one node of 8 GPUs)."""
     topology: Json = {}
@@ -142,7 +146,7 @@ def plan_body(flags: BatchFlags) -> Json:
             "rule": flags.rule.value,
             "optimizer": flags.optimizer.value,
             **_given(flags, "warmup_epochs", "warmup_steps", "base_batch_tokens", "warmup_start_lr"),
-            **_given(flags, "min_lr", "train_steps", "momentum", "weight_decay", "max_grad_norm"),
+            **_given(flags, *_RECIPE_FLAGS),
             **({"decay": flags.decay.value} if flags.decay is not None else {}),
         }
         _measured_lr(flags, body["learning_rate"])

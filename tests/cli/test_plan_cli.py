@@ -201,7 +201,7 @@ def test_the_installed_entry_point(server: Server, mixed_file: Path) -> None:
         check=False,
     )
     assert failing.returncode == 2
-    assert "try -b: 1024, 512, 1536" in failing.stderr
+    assert "try -b 1024 (or 512, 1536)" in failing.stderr
 
 
 def test_the_recipe_flags_are_the_learning_rate_fields(run: Invoke) -> None:

@@ -245,6 +245,8 @@ def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | No
         lr=lr_of(plan.learning_rate, step) if plan.learning_rate is not None else None,
         remaining_steps=total - step if total is not None else None,
         optimizer_steps_per_epoch=new_tail.optimizer_steps,
+        optimizer_steps_per_epoch_before=tail.optimizer_steps,
+        optimizer_steps_per_epoch_after=new_tail.optimizer_steps,
         same_global_batches=differs is None,
         why=why,
         suggestions=suggestions,
