@@ -151,6 +151,13 @@ def test_a_dataset_of_the_wrong_form_is_refused_at_the_dataset(
     assert says in problem["detail"]
 
 
+def test_a_stream_under_a_token_budget_is_refused_at_the_packing(client: TestClient) -> None:
+    body = {**_with(), "sequence_length": 128, "loss_normalization": "token"}
+    body["packing"] = {"mode": "token_budget", "max_tokens_per_micro_batch": 512}
+    problem = _refused(client, body, "/packing/mode")
+    assert "token budget" in problem["detail"]
+
+
 def test_a_stream_request_reads_back_as_itself() -> None:
     for dataset in ({"shard_samples": [3, 5, 2], "num_samples": None, "num_shards": None}, {"shuffle": True}):
         request = plan_request(_with(**dataset))
