@@ -25,6 +25,7 @@ run bench/bench_scaling.py --quick
 run bench/bench_refusals.py --repeats 9
 run bench/bench_checks.py
 run bench/bench_resume_check.py
+run bench/bench_packed_check.py
 run bench/bench_load.py
 run bench/bench_models.py
 run bench/bench_throughput.py

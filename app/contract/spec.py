@@ -20,7 +20,7 @@ from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions
 from app.contract.spec_error import SpecError
 from app.core.records.plan import BatchUnit, LossNormalizationName, LossReductionName, Plan, Split
-from app.core.records.plan_request import DatasetSpec, PlanRequest
+from app.core.records.plan_request import DatasetSpec, PackingSpec, PlanRequest
 from app.core.split.sampler import even_sampler, proportional_sampler
 
 
@@ -70,6 +70,7 @@ class CheckSpec:
     resume_plan: Plan | None = None
     throughput: ThroughputOptions | None = None  # one replica's micro-step timed at each size, after
     lr_scaling: LrScalingSpec | None = None  # an lr-scaling probe after the first step
+    packing: PackingSpec | None = None  # the plan's packed rows or token budget (tokens workload)
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []

@@ -88,8 +88,8 @@ def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> E
     planner refuses is suggested only changes with which it then exports in `fmt` too: the
     batch that plans is no use if the format then refuses the cluster."""
     exporter = EXPORTERS[fmt]
-    if request.packing is not None:
-        # Every format writes padded rows with equal micro-batches a rank; written for a packed
+    if request.packing is not None and fmt != "python":
+        # Every format but python writes padded rows with equal micro-batches a rank; written for a packed
         # plan, it would train another loop than the one planned.
         raise InvalidValue(
             f"the {fmt} export does not yet write packed rows or token budgets; plan with packing "
