@@ -230,6 +230,30 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
 }
 
 
+# A stream's plan, shown beside PLAN_EXAMPLES in Swagger (and replayed in the golden plans); apart
+# from them because the exports that iterate PLAN_EXAMPLES do not write a stream.
+STREAM_PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "stream": {
+        "summary": "A streaming dataset (Hugging Face datasets) over 16 GPUs with 4 DataLoader workers each",
+        "value": _eight_gpu_nodes(
+            2,
+            global_batch_size=512,
+            micro_batch_size=8,
+            dataset={
+                "kind": "stream",
+                "num_samples": 1000000,
+                "num_shards": 1000,
+                "splitter": "hf_datasets",
+                "num_workers": 4,
+                "end_of_epoch": "drop",
+                "epochs": 3,
+            },
+            learning_rate={"base_lr": 0.0003, "base_batch_size": 256, "rule": "sqrt", "optimizer": "adamw"},
+        ),
+    },
+}
+
+
 def plan_example(name: str) -> dict[str, Any]:
     """The request body of `PLAN_EXAMPLES[name]`, a copy the caller may change."""
     return copy.deepcopy(PLAN_EXAMPLES[name]["value"])
