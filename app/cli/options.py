@@ -15,11 +15,8 @@ from typing import Annotated
 
 import typer
 
-<<<<<<< HEAD
 from app.cli.help_panels import BATCH, CLUSTER, DATA, LEARNING_RATE, OUTPUT
-=======
 from app.cli.stream_flags import EndOfEpoch, NumShards, NumWorkers, ShardSamples, Splitter, StreamFlag
->>>>>>> streams
 from app.client import Json
 from app.core.records.plan_request import (
     Decay,
@@ -146,10 +143,10 @@ DropLast = Annotated[
     ),
 ]
 Shuffle = Annotated[
-<<<<<<< HEAD
-    bool,
+    bool | None,
     typer.Option(
-        help="Sampler: shuffle the dataset every epoch (default: yes).",
+        "--shuffle/--no-shuffle",
+        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
         show_default=False,
         rich_help_panel=DATA,
     ),
@@ -159,14 +156,6 @@ DataSeed = Annotated[
 ]
 Epochs = Annotated[
     int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).", rich_help_panel=DATA)
-=======
-    bool | None,
-    typer.Option(
-        "--shuffle/--no-shuffle",
-        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
-        show_default=False,
-    ),
->>>>>>> streams
 ]
 BaseLr = Annotated[
     float | None,
