@@ -29,6 +29,7 @@ _RUNNING: contextvars.ContextVar[Any] = contextvars.ContextVar("batchplan_comman
 # A field whose flag is not named after it (the rest are: `parallelism.tensor` is `--tensor`).
 _PARAM_OF = {
     "dataset.seed": "data_seed",
+    "dataset.kind": "stream",
     "port": "master_port",
     "timeout_s": "timeout",
     "noise_scale.steps": "noise_steps",

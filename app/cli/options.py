@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from app.cli.help_panels import BATCH, CLUSTER, DATA, LEARNING_RATE, OUTPUT
+from app.cli.stream_flags import EndOfEpoch, NumShards, NumWorkers, ShardSamples, Splitter, StreamFlag
 from app.client import Json
 from app.core.records.plan_request import (
     Decay,
@@ -142,9 +143,10 @@ DropLast = Annotated[
     ),
 ]
 Shuffle = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        help="Sampler: shuffle the dataset every epoch (default: yes).",
+        "--shuffle/--no-shuffle",
+        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
         show_default=False,
         rich_help_panel=DATA,
     ),
@@ -295,9 +297,15 @@ class BatchFlags:
     loss_normalization: Normalization = LossNormalization.SAMPLE
     num_samples: NumSamples = None
     drop_last: DropLast = False
-    shuffle: Shuffle = True
+    shuffle: Shuffle = None
     data_seed: DataSeed = 0
     epochs: Epochs = None
+    stream: StreamFlag = False
+    num_shards: NumShards = None
+    shard_samples: ShardSamples = None
+    splitter: Splitter = None
+    num_workers: NumWorkers = None
+    end_of_epoch: EndOfEpoch = None
 
 
 @dataclass(frozen=True)
