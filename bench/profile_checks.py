@@ -80,6 +80,18 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
     # Runs of several steps, after the first step's check (the run kinds).
     "ddp4_run8": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4), "steps": 8}),
     "tokens4_run6": (4, {"plan": _tokens(4, 32), "steps": 6}),
+    # The lr-scaling probe at small batches: 8,192 base steps and 4,096 a rule.
+    "lr_probe16": (
+        2,
+        {
+            "plan": _plan(
+                2,
+                global_batch_size=16,
+                learning_rate={"base_lr": 0.01, "base_batch_size": 8, "rule": "linear"},
+            ),
+            "lr_scaling": {"samples": 65536},
+        },
+    ),
     "dp2_x_tp2_run6": (4, {"plan": _mesh({"tensor": 2}), "steps": 6}),
 }
 

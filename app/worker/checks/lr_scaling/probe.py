@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -35,9 +36,10 @@ from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.lr_scaling.gradients import gradient_of
+from app.worker.checks.lr_scaling.updates import Update
 from app.worker.checks.lr_scaling.verdict import LossCurve, judge
 from app.worker.checks.run.check import run_workload
-from app.worker.training.reference_run import build_optimizer
 from app.worker.training.synthetic_model import OUTPUTS, build_model
 from app.worker.training.workload import SyntheticWorkload, Workload
 
@@ -46,6 +48,7 @@ _HELD_OUT_AT = 1 << 29  # the built-in model's held-out indices start here
 _NOISE_AT = 1 << 28  # and those its noise scale is measured on
 _NOISE_GROUPS, _NOISE_REPEATS = 8, 16  # small batches per big one, big batches per estimate
 _NOISE_BLOCK = 4096
+_CHUNK_SAMPLES = 4096  # samples made at once for a run of the built-in model
 
 
 @functools.lru_cache(maxsize=256)
@@ -56,7 +59,20 @@ def _label_noise_block(seed: int, block: int) -> torch.Tensor:
 
 def label_noise(indices: list[int], seed: int) -> torch.Tensor:
     """A fixed standard Gaussian draw per sample index (the same on every rank)."""
-    return torch.stack([_label_noise_block(seed, i // _NOISE_BLOCK)[i % _NOISE_BLOCK] for i in indices])
+    at = torch.tensor(indices, dtype=torch.int64)
+    blocks = at // _NOISE_BLOCK
+    out = torch.empty(len(indices), OUTPUTS, dtype=torch.float64)
+    for block in sorted({i // _NOISE_BLOCK for i in indices}):
+        mine = blocks == block
+        out[mine] = _label_noise_block(seed, block)[at[mine] % _NOISE_BLOCK]
+    return out
+
+
+def _clipped(grads: Sequence[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """torch.nn.utils.clip_grad_norm_'s arithmetic on gradients that are no parameter's .grad."""
+    total = torch.nn.utils.get_total_norm(list(grads), 2.0)
+    factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return [g.mul(factor) for g in grads]
 
 
 @functools.lru_cache(maxsize=8)
@@ -185,8 +201,10 @@ class LrScalingProbe(AfterKind[_Probe]):
     def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> LossCurve:
         probe, work, stream = state.probe, state.work, state.stream
         module = work.module(ctx.dtype, ctx.device)
-        params = [p for p in module.parameters() if p.requires_grad]
-        optimizer = build_optimizer(run.recipe, params)
+        # Aliases of the module's weights: the update writes them, the evaluation reads the module.
+        params = [p.detach() for p in module.parameters() if p.requires_grad]
+        gradient = gradient_of(work, module, params)
+        update = Update(run.recipe, params)
         held_x, held_y = self._batch(state, stream.held_out, ctx, noisy=False)
 
         def held_out_loss() -> float | None:
@@ -200,30 +218,46 @@ class LrScalingProbe(AfterKind[_Probe]):
         curve: LossCurve = [(0, held_out_loss())]
         points = list(probe.points[1:])
         diverged = False
-        for j in range(probe.samples // b):
-            if diverged:
-                break
-            rate = lr_of(run.recipe, (j * b) // G)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            optimizer.zero_grad(set_to_none=True)
-            x, y = self._batch(state, stream.indices(j * b, b), ctx, noisy=True)
-            loss = work.loss(module, x, y, "mean")
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-            if run.recipe.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, run.recipe.max_grad_norm)
-            optimizer.step()
-            consumed = (j + 1) * b
-            while points and points[0] <= consumed:
-                points.pop(0)
-                value = held_out_loss()
-                curve.append((consumed, value))
-                diverged = value is None
+        batches = self._batches(ctx, state, b)
+        rate, rate_step = 0.0, -1
+        with torch.no_grad():
+            for j in range(probe.samples // b):
+                if diverged:
+                    break
+                if (j * b) // G != rate_step:  # the lr moves once per optimizer step of the plan
+                    rate_step = (j * b) // G
+                    rate = lr_of(run.recipe, rate_step)
+                x, y = next(batches)
+                grads = gradient(x, y)
+                if run.recipe.max_grad_norm is not None:
+                    grads = _clipped(grads, run.recipe.max_grad_norm)
+                update.step(grads, rate)
+                consumed = (j + 1) * b
+                while points and points[0] <= consumed:
+                    points.pop(0)
+                    value = held_out_loss()
+                    curve.append((consumed, value))
+                    diverged = value is None
         curve += [(p, None) for p in points]  # after a divergence: no loss to show
         if noise:
             end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
             state.noise = (start, end)
         return curve
+
+    def _batches(self, ctx: Context, state: _Probe, b: int) -> Iterator[tuple[Any, Any]]:
+        """Step j's batch, in order. Where a sample's inputs and targets are its own (the
+        built-in model), many steps' samples are made at once and sliced: the per-call cost of
+        making a batch of 8 was a quarter of a probe step."""
+        steps = state.probe.samples // b
+        chunk = max(1, _CHUNK_SAMPLES // b) if state.work.independent_samples else 1
+        for first in range(0, steps, chunk):
+            count = min(chunk, steps - first)
+            x, y = self._batch(state, state.stream.indices(first * b, count * b), ctx, noisy=True)
+            if count == 1:
+                yield x, y
+                continue
+            for k in range(count):
+                yield x[k * b : (k + 1) * b], y[k * b : (k + 1) * b]
 
     def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
