@@ -30,8 +30,9 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
+from app.contract.check_options import MAX_LR_PROBE_SAMPLES
 from app.contract.check_result import CheckResult
-from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec
+from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec, run_cost
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
@@ -82,6 +83,27 @@ def teacher(seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Mod
     return build_model(seed + 1, dtype, device)
 
 
+def seeded_module(work: Workload, ctx: Context, draw: int) -> torch.nn.Module:
+    """Seed `draw`'s initialisation: the workload's own for the first seed; the built-in model's
+    weights from another seed (never the teacher's); a factory's every layer's
+    reset_parameters under a seeded generator (a model without them keeps its one
+    initialisation, and its seeds differ by their samples only)."""
+    module = work.module(ctx.dtype, ctx.device)
+    if draw == 0:
+        return module
+    mixed = ctx.spec.seed * 1_000_003 + 7919 * draw
+    if isinstance(work, SyntheticWorkload):
+        module.load_state_dict(build_model(mixed + 2, torch.float64, ctx.device).state_dict())
+        return module
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(mixed)
+        for layer in module.modules():
+            reset = getattr(layer, "reset_parameters", None)
+            if callable(reset):
+                reset()
+    return module
+
+
 class Stream:
     """The probe's samples: training position p's index, and the held-out batch."""
 
@@ -95,21 +117,24 @@ class Stream:
             order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 104_729)).tolist()
             kept = min(HELD_OUT, max(1, size // 5))
             self.held_out, self.train = order[:kept], order[kept:]
-        self._epochs: dict[int, list[int]] = {}
+        self._epochs: dict[tuple[int, int], list[int]] = {}
 
-    def indices(self, start: int, count: int) -> list[int]:
+    def indices(self, start: int, count: int, draw: int = 0) -> list[int]:
+        """Training positions start.. of seed `draw`'s stream (the held-out batch is every
+        seed's): the built-in model's seeds take disjoint index ranges, a dataset's its own
+        order every pass."""
         if self.train is None:
+            start += draw * MAX_LR_PROBE_SAMPLES
             return list(range(start, start + count))
         out: list[int] = []
         n = len(self.train)
         while len(out) < count:
             epoch, at = divmod(start + len(out), n)
-            order = self._epochs.get(epoch)
+            order = self._epochs.get((draw, epoch))
             if order is None:
-                perm = torch.randperm(
-                    n, generator=torch.Generator().manual_seed(self.seed + 7919 * (epoch + 1))
-                )
-                order = self._epochs[epoch] = [self.train[i] for i in perm.tolist()]
+                mixed = self.seed + 7919 * (epoch + 1) + 1_000_003 * draw
+                perm = torch.randperm(n, generator=torch.Generator().manual_seed(mixed))
+                order = self._epochs[(draw, epoch)] = [self.train[i] for i in perm.tolist()]
             out += order[at : at + count - len(out)]
         return out
 
@@ -122,8 +147,8 @@ class _Probe:
     probe: LrScalingSpec
     work: Workload
     stream: Stream
-    mine: list[int]  # indices into runs() this rank trains
-    curves: dict[int, LossCurve] = field(default_factory=dict)
+    mine: list[tuple[int, int]]  # (seed, index into runs()) of the runs this rank trains
+    curves: dict[tuple[int, int], LossCurve] = field(default_factory=dict)
     noise: tuple[float | None, float | None] = (None, None)
     gathered: list[Any] | None = None
 
@@ -132,20 +157,21 @@ def runs(probe: LrScalingSpec) -> list[ProbeRunSpec]:
     return [probe.base, *probe.runs]
 
 
-def share(probe: LrScalingSpec, ranks: int) -> list[list[int]]:
-    """Each rank's runs: the costliest first onto the least loaded rank (the base run counts
-    its noise measurement), so that ranks finish together."""
+def share(probe: LrScalingSpec, ranks: int) -> list[list[tuple[int, int]]]:
+    """Each rank's (seed, run) pairs: the costliest first onto the least loaded rank (the first
+    seed's base run counts its noise measurement), so that ranks finish together."""
+    everything = runs(probe)
+    jobs = [(k, i) for k in range(probe.seeds) for i in range(len(everything))]
 
-    def cost(run: ProbeRunSpec) -> float:
-        return probe.samples / run.batch_size * (1 + run.batch_size / 64)
+    def cost(job: tuple[int, int]) -> float:
+        return run_cost(probe, everything[job[1]]) * (1.0 if job[0] == 0 or job[1] else 2 / 3)
 
     load = [0.0] * ranks
-    out: list[list[int]] = [[] for _ in range(ranks)]
-    everything = runs(probe)
-    for i in sorted(range(len(everything)), key=lambda i: -cost(everything[i])):
+    out: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]
+    for job in sorted(jobs, key=lambda job: (-cost(job), job)):
         r = min(range(ranks), key=lambda r: (load[r], r))
-        out[r].append(i)
-        load[r] += cost(everything[i]) * (1.5 if i == 0 else 1.0)
+        out[r].append(job)
+        load[r] += cost(job)
     return out
 
 
@@ -167,8 +193,8 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def plan(self, ctx: Context, state: _Probe) -> None:
         everything = runs(state.probe)
-        for i in state.mine:
-            state.curves[i] = self._train(ctx, state, everything[i], noise=i == 0)
+        for k, i in state.mine:
+            state.curves[(k, i)] = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
         payload = (state.curves, state.noise)
         gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
         dist.gather_object(payload, gathered, dst=0)
@@ -176,14 +202,18 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
-        curves: dict[int, LossCurve] = {}
+        curves: dict[tuple[int, int], LossCurve] = {}
         noise: tuple[float | None, float | None] = (None, None)
         for rank_curves, rank_noise in state.gathered:
             curves.update(rank_curves)
             if rank_noise != (None, None):
                 noise = rank_noise
         everything = runs(state.probe)
-        found = judge(state.probe, [(everything[i], curves[i]) for i in range(len(everything))], noise)
+        trained = [
+            [(everything[i], curves[(k, i)]) for i in range(len(everything))]
+            for k in range(state.probe.seeds)
+        ]
+        found = judge(state.probe, trained, noise)
         return replace(prior, lr_scaling=found)
 
     # ------------------------------------------------------------------------------ a run
@@ -198,9 +228,9 @@ class LrScalingProbe(AfterKind[_Probe]):
             y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
         return x, y
 
-    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> LossCurve:
+    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, draw: int, *, noise: bool) -> LossCurve:
         probe, work, stream = state.probe, state.work, state.stream
-        module = work.module(ctx.dtype, ctx.device)
+        module = seeded_module(work, ctx, draw)
         # Aliases of the module's weights: the update writes them, the evaluation reads the module.
         params = [p.detach() for p in module.parameters() if p.requires_grad]
         gradient = gradient_of(work, module, params)
@@ -218,7 +248,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         curve: LossCurve = [(0, held_out_loss())]
         points = list(probe.points[1:])
         diverged = False
-        batches = self._batches(ctx, state, b)
+        batches = self._batches(ctx, state, b, draw)
         rate, rate_step = 0.0, -1
         with torch.no_grad():
             for j in range(probe.samples // b):
@@ -244,7 +274,7 @@ class LrScalingProbe(AfterKind[_Probe]):
             state.noise = (start, end)
         return curve
 
-    def _batches(self, ctx: Context, state: _Probe, b: int) -> Iterator[tuple[Any, Any]]:
+    def _batches(self, ctx: Context, state: _Probe, b: int, draw: int) -> Iterator[tuple[Any, Any]]:
         """Step j's batch, in order. Where a sample's inputs and targets are its own (the
         built-in model), many steps' samples are made at once and sliced: the per-call cost of
         making a batch of 8 was a quarter of a probe step."""
@@ -252,7 +282,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         chunk = max(1, _CHUNK_SAMPLES // b) if state.work.independent_samples else 1
         for first in range(0, steps, chunk):
             count = min(chunk, steps - first)
-            x, y = self._batch(state, state.stream.indices(first * b, count * b), ctx, noisy=True)
+            x, y = self._batch(state, state.stream.indices(first * b, count * b, draw), ctx, noisy=True)
             if count == 1:
                 yield x, y
                 continue
