@@ -311,11 +311,15 @@ class ProbeRule:
 
 @dataclass(frozen=True, slots=True)
 class ProbeNoise:
-    """The gradient noise scale B_simple at the start and at the end of the base run, and the
-    global batch against the one the regime is read from (`start`, else `end`)."""
+    """The gradient noise scale B_simple along the first seed's base run: at its start, halfway
+    and at its end; `used`, the one the regime and McCandlish et al.'s prediction are read from
+    (halfway: where the run spends its steps, and the noise scale grows as the loss falls; else
+    the end, else the start), and the global batch against it."""
 
     start: float | None
+    middle: float | None
     end: float | None
+    used: str | None  # "middle", "end" or "start"; None: none was measurable
     batch_to_noise: float | None  # global batch / B_noise
     linear_overshoot: float | None  # McCandlish et al.: (B + B_noise) / (b + B_noise)
 
@@ -339,6 +343,7 @@ class LrScalingResult:
     plan_rule_holds: bool
     noise_scale: ProbeNoise
     regime: str  # below_noise_scale, around_noise_scale, above_noise_scale or unknown
+    prediction_agrees: bool | None  # McCandlish et al.'s prediction against linear's measured outcome
     could_change: tuple[str, ...]  # rules still falling whose outcome a longer probe could change
     settling_samples: int | None  # the length that would settle them (None: nothing to settle)
     verdict: str

@@ -129,8 +129,13 @@ class ProbeRuleOut(BaseModel):
 
 class ProbeNoiseOut(BaseModel):
     start: float | None = Field(description="B_simple at the initial weights; null: not measurable.")
+    middle: float | None = Field(description="B_simple halfway through the base run; null: not measurable.")
     end: float | None = Field(description="B_simple after the base run; null: not measurable.")
-    batch_to_noise: float | None = Field(description="The global batch over B_noise (start, else end).")
+    used: Literal["start", "middle", "end"] | None = Field(
+        description="The one the regime and the prediction are read from: middle (where the run spends "
+        "its steps; the noise scale grows as the loss falls), else end, else start."
+    )
+    batch_to_noise: float | None = Field(description="The global batch over the B_noise used.")
     linear_overshoot: float | None = Field(
         description="McCandlish et al. 2018: how far linear scaling from the base batch overshoots the "
         "best lr, (B + B_noise) / (b + B_noise)."
@@ -171,6 +176,11 @@ class LrScalingOut(BaseModel):
     settling_samples: int | None = Field(
         description="The length that would settle them: as many steps at the global batch as the base "
         "run took here, at most the plan's whole run; null when nothing is unsettled."
+    )
+    prediction_agrees: bool | None = Field(
+        description="Whether McCandlish et al.'s prediction for linear (holds under an overshoot of 1.5, "
+        "overshoots from 2) matches linear's measured outcome; null where either says nothing clear. "
+        "The verdict names the likely cause when they disagree."
     )
     verdict: str
 

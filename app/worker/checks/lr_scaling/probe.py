@@ -6,8 +6,10 @@ global batch at that rule's lr, with the plan's warmup and decay counted in samp
 contract/kinds/lr_scaling.py), each over the same samples, and evaluate every run on the same
 held-out batch at the same sample counts. The runs are independent: each rank trains its share
 in its own process (no DDP inside a run), the longest runs first on the least loaded rank, and
-rank 0 gathers the curves. The rank that trains the base run also measures the gradient noise
-scale (McCandlish et al. 2018's two-batch estimate) at its start and at its end. Rank 0 judges
+rank 0 gathers the curves. The rank that trains the first seed's base run also measures the
+gradient noise scale (McCandlish et al. 2018's two-batch estimate) at its start, halfway and at
+its end. Every run is trained from `seeds` initialisations and sample streams (the first the
+workload's own), each rule paired with its seed's base run. Rank 0 judges
 them (verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
@@ -149,7 +151,7 @@ class _Probe:
     stream: Stream
     mine: list[tuple[int, int]]  # (seed, index into runs()) of the runs this rank trains
     curves: dict[tuple[int, int], LossCurve] = field(default_factory=dict)
-    noise: tuple[float | None, float | None] = (None, None)
+    noise: tuple[float | None, float | None, float | None] = (None, None, None)
     gathered: list[Any] | None = None
 
 
@@ -203,10 +205,10 @@ class LrScalingProbe(AfterKind[_Probe]):
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
         curves: dict[tuple[int, int], LossCurve] = {}
-        noise: tuple[float | None, float | None] = (None, None)
+        noise: tuple[float | None, float | None, float | None] = (None, None, None)
         for rank_curves, rank_noise in state.gathered:
             curves.update(rank_curves)
-            if rank_noise != (None, None):
+            if rank_noise != (None, None, None):
                 noise = rank_noise
         everything = runs(state.probe)
         trained = [
@@ -242,8 +244,9 @@ class LrScalingProbe(AfterKind[_Probe]):
                 value = float(work.loss(module, held_x, held_y, "mean"))
             return value if math.isfinite(value) else None
 
-        if noise:
-            start = self._noise_scale(ctx, state, module, run.batch_size)
+        # The noise scale at the start, halfway (where the run spends its steps) and at the end.
+        along: list[float | None] = [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
+        halfway = probe.samples // 2
         b, G = run.batch_size, probe.global_batch_size
         curve: LossCurve = [(0, held_out_loss())]
         points = list(probe.points[1:])
@@ -263,6 +266,8 @@ class LrScalingProbe(AfterKind[_Probe]):
                     grads = _clipped(grads, run.recipe.max_grad_norm)
                 update.step(grads, rate)
                 consumed = (j + 1) * b
+                if len(along) == 1 and consumed >= halfway:
+                    along.append(self._noise_scale(ctx, state, module, run.batch_size))
                 while points and points[0] <= consumed:
                     points.pop(0)
                     value = held_out_loss()
@@ -270,8 +275,9 @@ class LrScalingProbe(AfterKind[_Probe]):
                     diverged = value is None
         curve += [(p, None) for p in points]  # after a divergence: no loss to show
         if noise:
+            along += [None] * (2 - len(along))  # a run that diverged before halfway
             end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
-            state.noise = (start, end)
+            state.noise = (along[0], along[1], end)
         return curve
 
     def _batches(self, ctx: Context, state: _Probe, b: int, draw: int) -> Iterator[tuple[Any, Any]]:
@@ -292,10 +298,17 @@ class LrScalingProbe(AfterKind[_Probe]):
     def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
         batch (8 to 256) and the big batch they make, averaged over repeats, then divided."""
-        params = [p for p in module.parameters() if p.requires_grad]
         small = max(8, min(small, 256))
         big = small * _NOISE_GROUPS
         indices = state.stream.noise_indices(big * _NOISE_REPEATS)
+        with torch.enable_grad():  # halfway, the run's loop holds no_grad
+            return self._noise_of(ctx, state, module, small, indices)
+
+    def _noise_of(
+        self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int, indices: list[int]
+    ) -> float | None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        big = small * _NOISE_GROUPS
 
         def squared_norm(chunk: list[int]) -> float:
             module.zero_grad(set_to_none=True)

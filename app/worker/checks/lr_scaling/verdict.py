@@ -1,13 +1,8 @@
-"""The lr-scaling probe's judgement (probe.py trains the runs): each rule's
-final held-out loss over the base run's, whether it holds within the tolerance, the best rule,
-the regime McCandlish et al. 2018 predict from the measured noise scale, and one sentence.
-
-McCandlish et al.: the best SGD lr at batch B is eps_max / (1 + B_noise / B), so the linear rule
-from a base batch b overshoots it by (B + B_noise) / (b + B_noise): about 1 (linear holds) while
-B is well below B_noise, about B / B_noise (flat: a larger lr does not help) well above it. The
-regime reads B against B_noise at the start (the initial weights: where a scaled lr first bites,
-and what Goyal et al.'s warmup guards; the noise scale grows as the loss falls, so `end` is
-larger), at the end where the start could not be measured: below B_noise / 4, within a factor
+"""The lr-scaling probe's judgement (probe.py trains the runs): each rule's final held-out
+loss over its seed's base run's and its outcome over the seeds (seeds.py), the best rule, the
+runs still falling when the probe stopped, the regime McCandlish et al. 2018 predict from the
+noise scale along the base run and whether it agrees (noise_reading.py), and one sentence.
+The regime reads the global batch against the B_noise used: below B_noise / 4, within a factor
 4 of it, or above 4 x B_noise.
 """
 
@@ -18,9 +13,15 @@ from app.contract.kinds.lr_scaling import (
     LrScalingResult,
     LrScalingSpec,
     ProbeBase,
-    ProbeNoise,
     ProbeRule,
     ProbeRunSpec,
+)
+from app.worker.checks.lr_scaling.noise_reading import (
+    agrees,
+    disagreement,
+    noise_words,
+    read_noise,
+    used_value,
 )
 from app.worker.checks.lr_scaling.seeds import best_of, over_seeds, relative_threshold
 
@@ -107,7 +108,7 @@ def _rule(probe: LrScalingSpec, i: int, trained: Trained, bases: list[LossCurve]
 
 
 def judge(
-    probe: LrScalingSpec, trained: Trained, noise: tuple[float | None, float | None]
+    probe: LrScalingSpec, trained: Trained, noise: tuple[float | None, float | None, float | None]
 ) -> LrScalingResult:
     """The result from every seed's runs (each seed's base run first)."""
     base_run, base_curve = trained[0][0]
@@ -118,18 +119,13 @@ def judge(
     changing, longer = settling(probe, base_run.batch_size, rules, best)
     plan_holds = next(r.holds for r in rules if r.rule == probe.plan_rule)
     G, b = probe.global_batch_size, base_run.batch_size
-    start, end = noise
-    b_noise = start if start is not None else end
-    noise_scale = ProbeNoise(
-        start=start,
-        end=end,
-        batch_to_noise=None if b_noise is None else G / b_noise,
-        linear_overshoot=None if b_noise is None else (G + b_noise) / (b + b_noise),
-    )
-    found = regime(G, b_noise)
+    noise_scale = read_noise(noise, G, b)
+    found = regime(G, used_value(noise_scale))
+    agree = agrees(noise_scale, rules)
     base_fall = last_interval_fall(base_curve)
     sentence = (
-        verdict(probe, b, rules, best, b_noise, found)
+        verdict(probe, b, rules, best, noise_words(noise_scale, G, found))
+        + disagreement(noise_scale, rules, agree)
         + _seeds(probe, rules, tied)
         + _unsettled(rules, changing, longer, base_fall)
         if all(base_finals)
@@ -153,6 +149,7 @@ def judge(
         plan_rule_holds=plan_holds,
         noise_scale=noise_scale,
         regime=found,
+        prediction_agrees=agree,
         could_change=changing,
         settling_samples=longer,
         verdict=sentence,
@@ -212,9 +209,7 @@ def _standing(rule: ProbeRule) -> str:
     return f"{rule.rule} (lr {rule.lr:.4g}) ends {_percent(ratio)} below it"
 
 
-def verdict(
-    probe: LrScalingSpec, b: int, rules: list[ProbeRule], best: str, b_noise: float | None, found: str
-) -> str:
+def verdict(probe: LrScalingSpec, b: int, rules: list[ProbeRule], best: str, noise: str) -> str:
     """One sentence in the user's numbers: the best rule against the base run, then the others."""
     G, samples = probe.global_batch_size, probe.samples
     top = next(r for r in rules if r.rule == best)
@@ -233,10 +228,4 @@ def verdict(
             f"{_percent(ratio)} (tolerance {tolerance_words(probe)})"
         )
     others = [_standing(r) for r in rules if r.rule != best]
-    noise = (
-        "the noise scale could not be measured"
-        if b_noise is None
-        else f"B_noise ~ {b_noise:,.0f} puts {G:,} {found.replace('_', ' ')} "
-        f"(McCandlish et al. predict linear overshoots by x{(G + b_noise) / (b + b_noise):.2f})"
-    )
     return "; ".join([head, *others, noise])

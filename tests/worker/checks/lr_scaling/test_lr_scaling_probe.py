@@ -62,8 +62,8 @@ def test_the_probe_answers_with_the_shape_a_plan_reads(probed: dict[str, Any]) -
     assert probe["tied_for_best"][0] == best["rule"]
     assert probe["plan_rule_holds"] == probe["rules"][2]["holds"]
     noise = probe["noise_scale"]
-    assert noise["start"] > 0 and noise["end"] > 0
-    assert probe["regime"] == regime(64, noise["start"])
+    assert noise["start"] > 0 and noise["middle"] > 0 and noise["end"] > 0 and noise["used"] == "middle"
+    assert probe["regime"] == regime(64, noise["middle"])
     assert probe["verdict"].startswith("at 64, ") and "16-sample run over 4,096 samples" in probe["verdict"]
     LrScalingIn.model_validate(probe)  # what a plan takes back
 
@@ -196,7 +196,7 @@ def test_the_verdict_names_the_best_rule_and_the_laggards() -> None:
         (probe.runs[1], curve(None)),
         (probe.runs[2], curve(1.012)),
     ]
-    found = judge(probe, [runs], (1000.0, 3000.0))
+    found = judge(probe, [runs], (100.0, 1000.0, 3000.0))
     assert found.best_rule == "linear" and found.plan_rule_holds and found.tied_for_best == ("linear",)
     assert [r.holds for r in found.rules] == [False, False, True]
     assert found.rules[1].final_loss_ratio is None
@@ -205,7 +205,7 @@ def test_the_verdict_names_the_best_rule_and_the_laggards() -> None:
         "at 64, linear scaling to 0.04 keeps the loss within 1.2 % of the 16-sample run over 4,096 samples"
     )
     assert "none (lr 0.01) lags by 9.0 %" in found.verdict and "sqrt (lr 0.02) diverges" in found.verdict
-    diverged = judge(probe, [[(probe.base, curve(None)), *runs[1:]]], (None, None))
+    diverged = judge(probe, [[(probe.base, curve(None)), *runs[1:]]], (None, None, None))
     assert (
         diverged.verdict.startswith("the base run (16 at lr 0.01) diverges") and not diverged.plan_rule_holds
     )
@@ -250,7 +250,7 @@ def _falling(probe: LrScalingSpec, rule_end: float) -> Any:
     sqrt = [(0, 2.0), (2048, 1.5), (4096, rule_end)]
     flat = [(0, 2.0), (2048, 1.03), (4096, 1.02)]
     runs = [(probe.base, base), (probe.runs[0], flat), (probe.runs[1], sqrt), (probe.runs[2], flat)]
-    return judge(probe, [runs], (1000.0, 3000.0))
+    return judge(probe, [runs], (100.0, 1000.0, 3000.0))
 
 
 def test_a_short_probe_says_which_rules_were_still_falling_and_the_length_that_settles_them() -> None:
@@ -285,7 +285,7 @@ def test_seeds_give_each_rule_a_mean_a_spread_an_outcome_and_the_best_only_beyon
         ]
         for k in range(3)
     ]
-    found = judge(probe, seeds, (1000.0, None))
+    found = judge(probe, seeds, (1000.0, None, None))
     none, sqrt, linear = found.rules
     assert none.seed_ratios == pytest.approx((1.2, 1.2, 1.2)) and none.outcome == "fails" and not none.holds
     assert none.ratio_spread == pytest.approx(0.0)
@@ -316,6 +316,28 @@ def test_the_tolerance_has_a_unit_nats_for_a_cross_entropy() -> None:
         (probe.base, base),
         *((run, [(0, 3.0), (4096, 2.0 + 0.09 * j)]) for j, run in enumerate(probe.runs)),
     ]
-    found = judge(probe, [runs], (None, None))
+    found = judge(probe, [runs], (None, None, None))
     assert [r.holds for r in found.rules] == [True, True, False]  # 0, 0.09 and 0.18 nats above
     assert found.rules[1].final_loss_ratio == pytest.approx(1.045)
+
+
+def test_the_noise_scale_is_read_halfway_and_a_prediction_the_measurement_refutes_is_named() -> None:
+    """Issue 52's case: linear ends 14 % below the base run where McCandlish et al. predict it
+    overshoots x5.68; the verdict says they disagree and names the likely cause."""
+    probe = _spec(samples=4096, seeds=1)
+    ends = {"base": 1.0, "none": 1.6, "sqrt": 1.3, "linear": 0.86}
+    runs = [(run, [(0, 2.0), (4096, ends[run.rule])]) for run in (probe.base, *probe.runs)]
+    found = judge(probe, [runs], (1.5, 4.0, 120.0))  # it grows along the run
+    noise = found.noise_scale
+    assert (noise.start, noise.middle, noise.end, noise.used) == (1.5, 4.0, 120.0, "middle")
+    assert noise.linear_overshoot == pytest.approx((64 + 4) / (16 + 4))
+    assert found.regime == "above_noise_scale" and found.prediction_agrees is False
+    assert "B_noise ~ 4 (halfway through the base run; 1.5 at the start, 120 at the end)" in found.verdict
+    assert (
+        "measurement and prediction disagree: linear holds although McCandlish et al. predict"
+        in found.verdict
+    )
+    assert "base_lr is below its best at the base batch" in found.verdict
+    agreeing = judge(probe, [runs], (None, None, 1000.0))  # the end's, where nothing else was measured
+    assert agreeing.noise_scale.used == "end" and agreeing.prediction_agrees is True
+    assert "disagree" not in agreeing.verdict
