@@ -13,12 +13,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from app.api.finished_check import finished_result
 from app.api.measured_noise import needs_noise_lookup, with_measured_noise
-from app.contract.jobs import JobStatus
-from app.core.errors.domain import Conflict, InvalidValue, NotFound
+from app.core.errors.domain import InvalidValue
 from app.schemas.lr_scaling_in import LrScalingIn
 from app.schemas.plan_recipe_in import LearningRateIn
-from app.worker.service.service import CheckService
 
 M = TypeVar("M", bound=BaseModel)
 FIELD = "/learning_rate/lr_scaling_check"
@@ -48,36 +47,15 @@ async def _with_probe(body: M, request: Request, prefix: str) -> M:
             "give the probe's check id (lr_scaling_check) or its result (lr_scaling), not both",
             pointer=pointer,
         )
-    service: CheckService | None = request.app.state.checks
-    if service is None:
-        raise InvalidValue(
-            f"this server runs no checks ({request.app.state.worker_error or 'its worker is disabled'}), "
-            f"so it holds no check {check_id!r}: give the probe's result as learning_rate.lr_scaling",
-            pointer=pointer,
-        )
-    try:
-        job = await service.get(check_id)
-    except NotFound:
-        raise InvalidValue(
-            f"no check {check_id!r} on this server (GET /v1/checks lists them): give the id of a "
-            f"finished lr-scaling probe (POST /v1/checks with lr_scaling), or its result as "
-            f"learning_rate.lr_scaling",
-            pointer=pointer,
-        ) from None
-    if not job.status.finished:
-        raise Conflict(
-            f"check {check_id!r} is {job.status.value}: the plan reads its lr_scaling once it has "
-            f"finished; wait for it (GET /v1/checks/{check_id}?wait=30) and plan again",
-            pointer=pointer,
-        )
-    result = job.result if job.status is JobStatus.SUCCEEDED else None
-    if result is None:
-        raise InvalidValue(
-            f"check {check_id!r} {job.status.value} without a result"
-            + (f" ({job.error})" if job.error else "")
-            + ": run the lr-scaling probe again",
-            pointer=pointer,
-        )
+    result = await finished_result(
+        request,
+        check_id,
+        pointer,
+        reads="lr_scaling",
+        instead="the probe's result as learning_rate.lr_scaling",
+        wanted="lr-scaling probe (POST /v1/checks with lr_scaling)",
+        again="run the lr-scaling probe again",
+    )
     found = result.get("lr_scaling")
     if found is None:
         raise InvalidValue(

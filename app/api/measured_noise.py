@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from starlette.requests import Request
 
-from app.contract.jobs import JobStatus
-from app.core.errors.domain import Conflict, InvalidValue, NotFound
-from app.worker.service.service import CheckService
+from app.api.finished_check import finished_result
+from app.core.errors.domain import InvalidValue
 
 M = TypeVar("M", bound=BaseModel)
 FIELD = "/recommend/noise_scale_check"
@@ -67,35 +66,15 @@ async def with_measured_noise(body: M, request: Request, prefix: str = "") -> M:
             "give the check's id (noise_scale_check) or its noise scale (measured_noise_scale), not both",
             pointer=pointer,
         )
-    service: CheckService | None = request.app.state.checks
-    if service is None:
-        raise InvalidValue(
-            f"this server runs no checks ({request.app.state.worker_error or 'its worker is disabled'}), "
-            f"so it holds no check {check_id!r}: give recommend.measured_noise_scale",
-            pointer=pointer,
-        )
-    try:
-        job = await service.get(check_id)
-    except NotFound:
-        raise InvalidValue(
-            f"no check {check_id!r} on this server (GET /v1/checks lists them): give the id of a finished "
-            f"check that measured the noise scale, or recommend.measured_noise_scale",
-            pointer=pointer,
-        ) from None
-    if not job.status.finished:
-        raise Conflict(
-            f"check {check_id!r} is {job.status.value}: the plan reads its noise scale once it has "
-            f"finished; wait for it (GET /v1/checks/{check_id}?wait=30) and plan again",
-            pointer=pointer,
-        )
-    result = job.result if job.status is JobStatus.SUCCEEDED else None
-    if result is None:
-        raise InvalidValue(
-            f"check {check_id!r} {job.status.value} without a result"
-            + (f" ({job.error})" if job.error else "")
-            + ": run it again",
-            pointer=pointer,
-        )
+    result = await finished_result(
+        request,
+        check_id,
+        pointer,
+        reads="noise scale",
+        instead="recommend.measured_noise_scale",
+        wanted="check that measured the noise scale",
+        again="run it again",
+    )
     noise = _noise_of(dict(result), check_id, pointer)
     changed = recommend.model_copy(update={"measured_noise_scale": noise})
     return body.model_copy(update={"recommend": changed})

@@ -11,6 +11,7 @@ from app.cli.flag_groups import with_flag_groups
 from app.cli.law_flags import LawFlags, with_law
 from app.cli.options import ApiKey, ExportFlags, Output, PlanFlags, RequestFile, Url
 from app.cli.output import emit
+from app.cli.packing_flags import PackingFlags, with_packing
 from app.cli.requests import plan_request
 from app.core.exports.registry import EXPORTERS
 
@@ -21,6 +22,7 @@ def export(
     *,
     flags: PlanFlags,
     law: LawFlags,
+    packed: PackingFlags,
     request: RequestFile = None,
     url: Url = None,
     api_key: ApiKey = None,
@@ -31,6 +33,6 @@ def export(
     body = (
         plan_request(request, flags)
         if request is not None
-        else with_law(plan_request(None, flags), law, flags)
+        else with_packing(with_law(plan_request(None, flags), law, flags), packed)
     )
     emit(export_text(fmt, body, exports.query(), url, api_key), output)

@@ -36,6 +36,9 @@ _PARAM_OF = {
     "noise_scale.learning_rate": "noise_lr",
     "fit_micro_batch.memory_bytes": "fit_memory_bytes",
     "fit_micro_batch.safety_margin": "safety_margin",
+    "packing.mode": "packing",
+    "packing.document_length.mean": "document_length_mean",
+    "packing.document_length.max": "document_length_max",
 }
 _NODE_GROUP_PARTS = {
     "num_nodes": "NODES",

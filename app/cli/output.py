@@ -62,6 +62,12 @@ def table(result: Json) -> str:
             f"micro-batch per replica, {tokens['tokens_per_step']} per step; loss normalised per "
             f"{tokens['loss_normalization']}"
         )
+    if tokens and tokens.get("packing"):
+        lines.append(
+            f"packing: {tokens['packing']}, at most {tokens['max_valid_targets_per_step']} valid targets "
+            f"and {tokens['max_micro_batches_per_step']} micro-batches per rank a step; loss: "
+            f"{tokens['loss_scale_formula']}"
+        )
     lines += measured_lines(result)
     lines += law_lines(result)
     lines += mesh_lines(result)

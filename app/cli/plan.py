@@ -11,6 +11,7 @@ from app.cli.flag_groups import with_flag_groups
 from app.cli.law_flags import LawFlags, with_law
 from app.cli.options import ApiKey, Output, PlanExportFlags, PlanFlags, RequestFile, Url
 from app.cli.output import emit
+from app.cli.packing_flags import PackingFlags, with_packing
 from app.cli.requests import plan_request
 from app.core.exports.registry import EXPORTERS
 
@@ -23,6 +24,7 @@ def plan(
     *,
     flags: PlanFlags,
     law: LawFlags,
+    packed: PackingFlags,
     request: RequestFile = None,
     url: Url = None,
     api_key: ApiKey = None,
@@ -35,6 +37,6 @@ def plan(
     body = (
         plan_request(request, flags)
         if request is not None
-        else with_law(plan_request(None, flags), law, flags)
+        else with_packing(with_law(plan_request(None, flags), law, flags), packed)
     )
     emit(render("json" if as_json else fmt, body, exports.query(), url, api_key), output)

@@ -101,6 +101,15 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     Each kind has its say through its part (kinds/registry.py), in order: what the check
     trains, before the first step's spec is built from it; then its fields of the spec."""
     options = request.options
+    if request.plan.packing is not None:
+        # The tokens workload pads every sequence to one length and runs equal micro-batch counts:
+        # running it on a packed plan would prove another plan than the one asked.
+        raise SpecError(
+            "a check does not yet run packed rows or token budgets (its tokens workload pads "
+            "sequences to one length, every rank the same micro-batches); check the plan without "
+            "packing, which proves the same loss scale on padded rows",
+            "/plan/packing",
+        )
     if factory is not None:
         _refuse_a_missing_factory(options.model, factory, factory_flag)
     try:

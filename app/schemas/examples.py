@@ -173,6 +173,29 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             },
         ),
     },
+    "packed_rows": {
+        "summary": "Documents packed into rows: valid targets vary by rank, bounded and normalised",
+        "value": _eight_gpu_nodes(
+            4,
+            parallelism={"tensor": 2, "pipeline": 1, "context": 1},
+            sequence_length=4096,
+            global_batch_tokens=4194304,
+            micro_batch_tokens=8192,
+            loss_normalization="token",
+            packing={"mode": "rows", "document_length": {"mean": 900, "max": 2048}},
+        ),
+    },
+    "token_budget": {
+        "summary": "Micro-batches filled up to a token budget: unequal micro-batch counts per rank",
+        "value": _eight_gpu_nodes(
+            4,
+            parallelism={"tensor": 2, "pipeline": 1, "context": 1},
+            sequence_length=4096,
+            global_batch_tokens=4194304,
+            loss_normalization="token",
+            packing={"mode": "token_budget", "max_tokens_per_micro_batch": 16384},
+        ),
+    },
     "scaling_law": {
         "summary": "No batch, no lr: Step Law's for a 1B model on 100B tokens, snapped to this cluster",
         "value": _eight_gpu_nodes(

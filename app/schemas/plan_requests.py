@@ -20,6 +20,7 @@ from pydantic import (
 from app.core.records import plan_request as core
 from app.core.request import parse as core_request
 from app.schemas.checked_suggestions import with_checked_suggestions
+from app.schemas.packing_in import PackingIn
 from app.schemas.plan_recipe_in import LearningRateIn
 from app.schemas.recommend import RECOMMEND_HELP, RecommendIn
 from app.schemas.resume import ResumeIn
@@ -254,6 +255,12 @@ class PlanRequestIn(RequestModel):
         "token of the step weighs the same; each rank sums its per-token losses, divides by the "
         "step's global valid-token count and multiplies by data_parallel_size (tokens."
         "loss_scale_formula), and replica_groups' loss_scale is null.",
+    )
+    packing: PackingIn | None = Field(
+        None,
+        description="Packed rows or a token budget (needs sequence_length and loss_normalization token): "
+        "the answer's `tokens` then says what varies per rank and per step, max_valid_targets_per_step, "
+        "max_micro_batches_per_step and the exact loss scale with the plan's numbers.",
     )
     resume: ResumeIn | None = Field(
         None,

@@ -140,6 +140,23 @@ class TokensOut(ResponseModel):
     loss_scale_formula: str | None = Field(
         description="Under loss_normalization token: what each rank multiplies its summed loss by."
     )
+    packing: Literal["rows", "token_budget"] | None = Field(
+        None, description="The request's packing.mode; null without packing."
+    )
+    varies: list[str] = Field(
+        default_factory=list, description="Under packing: what differs between ranks and between steps."
+    )
+    max_valid_targets_per_step: int | None = Field(
+        None,
+        description="Under packing: the most valid targets a step holds, counted as "
+        "DataCollatorWithFlattening counts them (a row of sequence_length positions holding d documents "
+        "has sequence_length - d; a sample of l tokens has l - 1).",
+    )
+    max_micro_batches_per_step: int | None = Field(
+        None,
+        description="Under packing: the most micro-batches one rank runs in a step (under a token "
+        "budget, what its memory must hold; with rows, gradient_accumulation_steps).",
+    )
 
 
 class EfficiencyOut(ResponseModel):

@@ -87,6 +87,11 @@ BODIES: dict[str, dict[str, Any]] = {
         "global_batch_tokens": 4096,
         "micro_batch_tokens": 512,
         "loss_normalization": "token",
+        "packing": {
+            "mode": "token_budget",
+            "max_tokens_per_micro_batch": 256,
+            "document_length": {"mean": 60, "max": 128},
+        },
         "learning_rate": {"base_lr": 0.1, "base_batch_tokens": 1024},
         "dataset": {"num_samples": 320, "epochs": 2},
         "resume": {"optimizer_step": 13, "data_parallel_size": 2},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from app.core.errors.domain import DomainError, NotFound
+from app.core.errors.domain import DomainError, InvalidValue, NotFound
 from app.core.errors.suggestions import keep_working, with_request_fields
 from app.core.exports.accelerate import export_accelerate
 from app.core.exports.deepspeed import export_deepspeed
@@ -68,6 +68,14 @@ def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> E
     planner refuses is suggested only changes with which it then exports in `fmt` too: the
     batch that plans is no use if the format then refuses the cluster."""
     exporter = EXPORTERS[fmt]
+    if request.packing is not None:
+        # Every format writes padded rows with equal micro-batches a rank; written for a packed
+        # plan, it would train another loop than the one planned.
+        raise InvalidValue(
+            f"the {fmt} export does not yet write packed rows or token budgets; plan with packing "
+            "for the numbers and warnings, export without it",
+            pointer="/packing",
+        )
     try:
         planned = plan(request)
     except DomainError as err:

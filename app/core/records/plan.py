@@ -16,6 +16,7 @@ LossReductionName = Literal["mean", "sum"]
 Wrapper = Literal["ddp", "fsdp", "hsdp"]
 LossNormalizationName = Literal["sample", "token"]
 BatchUnit = Literal["samples", "tokens"]  # what a request counted its batch in
+PackingModeName = Literal["rows", "token_budget"]
 
 
 @record
@@ -217,3 +218,8 @@ class TokenPlan:
     tokens_per_step: int | None  # per optimizer step, all replicas
     tokens_per_epoch: int | None  # what the sampler's epoch feeds, padding included
     loss_scale_formula: str | None  # under token: what each rank multiplies its summed loss by
+    # Under `packing` (app.core.tokens.packing); None / empty without it.
+    packing: PackingModeName | None = None
+    varies: tuple[str, ...] = ()  # what differs between ranks and between steps
+    max_valid_targets_per_step: int | None = None  # counted as DataCollatorWithFlattening counts
+    max_micro_batches_per_step: int | None = None  # per rank: what its memory must hold in a step

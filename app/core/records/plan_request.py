@@ -34,6 +34,11 @@ class LossNormalization(StrEnum):
     TOKEN = "token"  # each valid token weighs the same: sum over tokens / the step's global count
 
 
+class PackingMode(StrEnum):
+    ROWS = "rows"  # documents packed into rows of sequence_length (DataCollatorWithFlattening)
+    TOKEN_BUDGET = "token_budget"  # variable-length samples, a micro-batch filled up to a token budget
+
+
 class Optimizer(StrEnum):
     SGD = "sgd"
     LARS = "lars"
@@ -179,6 +184,23 @@ class LearningRateSpec:
 
 
 @record
+class DocumentLength:
+    """What is known of the documents' lengths, in tokens (app.core.tokens.packing)."""
+
+    mean: float | None = None
+    max: int | None = None
+
+
+@record
+class PackingSpec:
+    """How a language-model batch is laid out when tokens per rank vary (app.core.tokens.packing)."""
+
+    mode: PackingMode
+    max_tokens_per_micro_batch: int | None = None  # token_budget only: the budget T
+    document_length: DocumentLength | None = None
+
+
+@record
 class PlanRequest:
     topology: Topology
     global_batch_size: int | None = None
@@ -198,6 +220,7 @@ class PlanRequest:
     global_batch_tokens: int | None = None
     micro_batch_tokens: int | None = None
     loss_normalization: LossNormalization = LossNormalization.SAMPLE
+    packing: PackingSpec | None = None  # packed rows or token budgets: unequal tokens per rank
     # Where a checkpointed run goes on, and on how many replicas (app.core.resume.plan_resume).
     resume: ResumeSpec | None = None
     # A published scaling law's batch and lr for the model (app.core.learning_rate.recommend).

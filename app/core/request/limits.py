@@ -97,6 +97,10 @@ _PLAN = {
     "sequence_length": COUNT.nullable,
     "global_batch_tokens": COUNT.nullable,
     "micro_batch_tokens": COUNT.nullable,
+    "packing.max_tokens_per_micro_batch": COUNT.nullable,
+    # A document holds at least one token; its mean is a float (a corpus's average).
+    "packing.document_length.mean": Bounds("float", ge=1.0, allow_null=True),
+    "packing.document_length.max": COUNT.nullable,
     "resume.optimizer_step": FROM_ZERO.nullable,
     "resume.consumed_samples": FROM_ZERO.nullable,
     "resume.data_parallel_size": GPUS.nullable,

@@ -48,8 +48,25 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
         loss_normalization=_member(
             core.LossNormalization, data.get("loss_normalization", core.LossNormalization.SAMPLE)
         ),
+        packing=packing(data.get("packing")),
         resume=resume(data.get("resume")),
         recommend=recommend(data.get("recommend")),
+    )
+
+
+def packing(body: Mapping[str, Any] | object | None) -> core.PackingSpec | None:
+    """The request's `packing` (app.core.tokens.packing checks it against the rest)."""
+    if body is None:
+        return None
+    data = _fields(body)
+    lengths = data.get("document_length")
+    known = _fields(lengths) if lengths is not None else None
+    return core.PackingSpec(
+        mode=_member(core.PackingMode, data["mode"]),
+        max_tokens_per_micro_batch=data.get("max_tokens_per_micro_batch"),
+        document_length=None
+        if known is None
+        else core.DocumentLength(mean=_float_or_none(known.get("mean")), max=known.get("max")),
     )
 
 

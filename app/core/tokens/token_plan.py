@@ -25,6 +25,8 @@ from app.core.learning_rate.rules import plan_learning_rate
 from app.core.records.integers import nearest
 from app.core.records.plan import BatchUnit, LearningRatePlan, Plan, SamplerPlan, TokenPlan
 from app.core.records.plan_request import MAX_SAFE_INTEGER, LossNormalization, PlanRequest
+from app.core.tokens import packing_text
+from app.core.tokens.packing import bounds, check_packing, loss_scale_formula, varies
 
 # Token field -> the sample field it stands for.
 TOKEN_FIELDS = {"global_batch_tokens": "global_batch_size", "micro_batch_tokens": "micro_batch_size"}
@@ -73,6 +75,7 @@ def in_samples(request: PlanRequest, plans: Callable[[PlanRequest], object]) -> 
     `plans`: the planner, to suggest token counts that plan."""
     seq = request.sequence_length
     _check_range("sequence_length", "/sequence_length", seq)
+    check_packing(request)
     lr = request.learning_rate
     _check_range(
         "base_batch_tokens", "/learning_rate/base_batch_tokens", lr.base_batch_tokens if lr else None
@@ -203,23 +206,51 @@ def token_plan(request: PlanRequest, plan: Plan) -> tuple[TokenPlan | None, list
                     f"the last micro-batch of each epoch holds {last * seq} of {micro * seq} tokens "
                     f"per replica ({last} of {micro} sequences of {seq})"
                 )
+        # Under a token budget a micro-batch holds whatever fits the budget, not micro x seq.
+        budgeted = request.packing is not None and request.packing.max_tokens_per_micro_batch is not None
         lines.append(
             f"In tokens: {G} sequences of {seq} = {G * seq} tokens per optimizer step"
-            + (f", {micro * seq} per micro-batch per replica ({micro} x {seq})." if micro else ".")
+            + (
+                f", {micro * seq} per micro-batch per replica ({micro} x {seq})."
+                if micro and not budgeted
+                else "."
+            )
         )
-    return (
-        TokenPlan(
-            unit=unit,
-            sequence_length=seq,
-            loss_normalization=norm.value,
-            tokens_per_micro_batch=micro * seq if micro is not None and seq is not None else None,
-            tokens_per_step=G * seq if seq is not None else None,
-            tokens_per_epoch=_epoch_tokens(plan.sampler, seq) if seq is not None else None,
-            loss_scale_formula=formula,
-        ),
-        warnings,
-        lines,
+    token = TokenPlan(
+        unit=unit,
+        sequence_length=seq,
+        loss_normalization=norm.value,
+        tokens_per_micro_batch=micro * seq if micro is not None and seq is not None else None,
+        tokens_per_step=G * seq if seq is not None else None,
+        tokens_per_epoch=_epoch_tokens(plan.sampler, seq) if seq is not None else None,
+        loss_scale_formula=formula,
     )
+    if request.packing is None or seq is None:
+        return token, warnings, lines
+    return _packed(request, plan, token, seq, warnings, lines)
+
+
+def _packed(
+    request: PlanRequest, plan: Plan, token: TokenPlan, seq: int, warnings: list[str], lines: list[str]
+) -> tuple[TokenPlan, list[str], list[str]]:
+    """`tokens` under packing (app.core.tokens.packing): what varies, its bounds, the exact scale
+    with them, and the tools' defaults that are not exact."""
+    packing = request.packing
+    assert packing is not None
+    most_targets, most_micro = bounds(packing, seq, plan)
+    budget = packing.max_tokens_per_micro_batch
+    packed = dataclasses.replace(
+        token,
+        # Under a budget a micro-batch holds up to the budget, however many samples that is.
+        tokens_per_micro_batch=budget if budget is not None else token.tokens_per_micro_batch,
+        packing=packing.mode.value,
+        varies=varies(packing),
+        max_valid_targets_per_step=most_targets,
+        max_micro_batches_per_step=most_micro,
+        loss_scale_formula=loss_scale_formula(packing, plan.data_parallel_size, most_targets, most_micro),
+    )
+    lines = [*lines, packing_text.sentence(packing, seq, plan.global_batch_size, most_targets, most_micro)]
+    return packed, warnings + packing_text.warnings(request, plan), lines
 
 
 def _token_sentence(dp: int, G: int, g: int, seq: int | None) -> str:
