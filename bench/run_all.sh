@@ -25,10 +25,12 @@ run bench/bench_scaling.py --quick
 run bench/bench_refusals.py --repeats 9
 run bench/bench_checks.py
 run bench/bench_resume_check.py
+run bench/bench_packed_check.py
 run bench/bench_load.py
 run bench/bench_models.py
 run bench/bench_throughput.py
 run bench/bench_mixed_curves.py
 run bench/bench_lr_scaling.py
+run bench/bench_probe_lane.py
 run bench/bench_soak.py --faults "${SOAK_FAULTS:-12}"
 echo "# done $(date -u +%Y-%m-%dT%H:%MZ)" | tee -a "$log"

@@ -39,7 +39,8 @@ from app.schemas.examples import PLAN_EXAMPLES, plan_example
 from app.schemas.exports import SCHEDULE_REQUEST_EXAMPLE, ExportOptionsIn, ScheduleOut, ScheduleRequestIn
 from app.schemas.plan_requests import PlanRequestIn
 
-# No format writes a packed loop yet (refused at /packing): Swagger shows what exports.
+# Only python writes a packed loop yet (the others refuse at /packing): Swagger shows what
+# every format exports.
 EXAMPLES = {name: example for name, example in PLAN_EXAMPLES.items() if "packing" not in example["value"]}
 
 router = APIRouter(prefix="/v1/plans", tags=["exports"], route_class=JsonBodyRoute)

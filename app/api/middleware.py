@@ -21,6 +21,11 @@ from app.logging_setup import request_id_var
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# A body over the limit is read (and dropped) up to this much before the 413: a client that
+# sends its whole body before it reads the answer (Python's urllib) would otherwise see the
+# connection reset, not the 413. Past it the server answers and closes: reading more would let
+# any client make it read without end.
+DRAIN_BYTES = 64 * 1024 * 1024
 
 
 def _not_json(headers: dict[bytes, bytes], length: int) -> str | None:
@@ -37,6 +42,18 @@ def _not_json(headers: dict[bytes, bytes], length: int) -> str | None:
     if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
         return None
     return f"send the body as application/json, not {media or 'nothing'}"
+
+
+async def _drain(receive: Receive, length: int) -> None:
+    """Read the request's body, `length` bytes at most, and drop it."""
+    read = 0
+    while read < length:
+        message = await receive()
+        if message["type"] != "http.request":
+            return  # the client went away
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 class ServiceMiddleware:
@@ -68,6 +85,8 @@ class ServiceMiddleware:
         except ValueError:
             length = 0
         if length > self.max_body:
+            if length <= DRAIN_BYTES:
+                await _drain(receive, length)
             await self._reject(send_with_id, too_large(self.max_body))
             self._observe(scope, 413, started)
             return

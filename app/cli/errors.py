@@ -12,22 +12,22 @@ from typing import Any, NoReturn
 import typer
 from pydantic import ValidationError
 
-from app.cli.flag_names import in_flags
+from app.cli.flag_names import in_flags, suggestion_lines
 from app.client import BatchplanError, Json, ProblemError
 from app.core.errors.problems import validation_problem
 from app.schemas.field_hints import with_field_hints
 
 
 def fail(problem: Json, code: int = 2) -> NoReturn:
+    suggestions = problem.get("suggestions") or {}
     problem = in_flags(problem)  # `-b`, not `global_batch_size`, where flags made the request
     typer.echo(f"error: {problem.get('detail') or problem.get('title') or 'request failed'}", err=True)
     errors = problem.get("errors") or []
     for item in errors[1:] if isinstance(errors, list) else []:
         if isinstance(item, dict):
             typer.echo(f"  {item.get('pointer') or '/'}: {item.get('detail')}", err=True)
-    suggestions = problem.get("suggestions") or {}
-    for field, values in suggestions.items() if isinstance(suggestions, dict) else []:
-        typer.echo(f"  try {field}: {', '.join(map(str, values))}", err=True)
+    for line in suggestion_lines(suggestions) if isinstance(suggestions, dict) else []:
+        typer.echo(f"  try {line}", err=True)
     raise typer.Exit(code)
 
 

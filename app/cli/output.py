@@ -11,8 +11,10 @@ import typer
 
 from app.cli.check_lines import KIND_LINES
 from app.cli.errors import fail
+from app.cli.flag_names import suggestion_lines
 from app.cli.law_table import law_lines
 from app.cli.mesh_table import mesh_lines
+from app.cli.stream_table import stream_lines
 from app.cli.throughput_table import measured_lines
 from app.client import Json
 
@@ -45,6 +47,7 @@ def table(result: Json) -> str:
             f"{s['optimizer_steps_per_epoch']} optimizer steps per epoch, "
             f"{s['padded_samples']} padded, {s['dropped_samples']} dropped",
         ]
+    lines += stream_lines(result.get("stream"))
     if result.get("learning_rate"):
         lr = result["learning_rate"]
         lines.append(
@@ -100,8 +103,7 @@ def resume_lines(resume: Json | None) -> list[str]:
     lr = f"lr there {resume['lr']:.6g}; " if resume["lr"] is not None else ""
     same = "yes" if resume["same_global_batches"] else f"no: {resume['why']}"
     lines.append(f"{lr}the uninterrupted run's global batches: {same}")
-    for field, values in (resume.get("suggestions") or {}).items():
-        lines.append(f"  exact with {field}: {', '.join(map(str, values))}")
+    lines += [f"  exact with {line}" for line in suggestion_lines(resume.get("suggestions") or {})]
     return lines
 
 
@@ -117,7 +119,8 @@ def emit(text: str, output: Path | None) -> None:
 
 
 def show_check(job: Json, as_json: bool) -> int:
-    """Print a finished check; the exit status: 0 passed, 1 ran and failed, 2 did not run."""
+    """Print a finished check; the exit status: 0 passed, 1 ran and failed (or its lr-scaling
+    probe found that the plan's own lr rule does not hold), 2 did not run."""
     result = job.get("result") if job.get("status") == "succeeded" else None
     if as_json:
         typer.echo(json.dumps(job, indent=2))
@@ -144,6 +147,15 @@ def show_check(job: Json, as_json: bool) -> int:
             *(f"warning: {w}" for w in result.get("warnings") or []),
         ]
         typer.echo("\n".join(line.rstrip() for line in lines))
+    probe = result.get("lr_scaling")
+    if isinstance(probe, dict) and probe.get("plan_rule_holds") is False:
+        # CI gates on the exit status: a plan whose lr rule the probe refutes is not one to train.
+        typer.echo(
+            f"error: the plan's lr rule ({probe.get('plan_rule')}) does not hold in the probe "
+            f"(best: {probe.get('best_rule')}): exit status 1",
+            err=True,
+        )
+        return 1
     return 0 if passed else 1
 
 

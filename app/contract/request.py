@@ -33,12 +33,13 @@ from app.contract.kinds.throughput import ThroughputOptions
 from app.contract.limits import CHECK_LIMITS
 from app.contract.model_registry import SYNTHETIC
 from app.contract.options import FitOptions, NoiseOptions, Rendezvous
+from app.contract.packed import PACKED_STEPS, collator_refusal
 from app.contract.spec import CheckSpec, spec_from_plan
 from app.contract.spec_error import SpecError
 from app.contract.targets import missing_module
 from app.core.errors.domain import InvalidValue, PlanError, field_key
 from app.core.planner import plan
-from app.core.records.plan_request import NodeGroup, PlanRequest
+from app.core.records.plan_request import NodeGroup, PackingMode, PackingSpec, PlanRequest
 from app.core.request.parse import plan_request
 
 
@@ -101,15 +102,6 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     Each kind has its say through its part (kinds/registry.py), in order: what the check
     trains, before the first step's spec is built from it; then its fields of the spec."""
     options = request.options
-    if request.plan.packing is not None:
-        # The tokens workload pads every sequence to one length and runs equal micro-batch counts:
-        # running it on a packed plan would prove another plan than the one asked.
-        raise SpecError(
-            "a check does not yet run packed rows or token budgets (its tokens workload pads "
-            "sequences to one length, every rank the same micro-batches); check the plan without "
-            "packing, which proves the same loss scale on padded rows",
-            "/plan/packing",
-        )
     if factory is not None:
         _refuse_a_missing_factory(options.model, factory, factory_flag)
     try:
@@ -136,6 +128,8 @@ def build_spec(request: CheckRequest, *, factory: str | None = None, factory_fla
     )
     for part in REQUEST_PARTS:
         spec = part.apply(request, trained, spec)
+    if request.plan.packing is not None:
+        spec = _packed(spec, request.plan.packing)
     if spec.workload == "tokens":
         _refuse_for_tokens(spec, options.noise_scale)
     if spec.mesh is not None:
@@ -175,6 +169,29 @@ def _with_noise(spec: CheckSpec, asked: NoiseOptions | None) -> CheckSpec:
     measurable = spec.data_parallel_size > 1 or spec.gradient_accumulation_steps > 1
     measured = spec.model != SYNTHETIC and measurable and spec.workload != "tokens" and spec.mesh is None
     return dataclasses.replace(spec, noise_steps=DEFAULT_NOISE_STEPS if measured else 0)
+
+
+def _packed(spec: CheckSpec, packing: PackingSpec) -> CheckSpec:
+    """The packed check (app/worker/checks/packed_check.py) trains the built-in tokens model on
+    its own seeded documents, several steps held in one check."""
+    if spec.workload != "tokens":
+        raise SpecError("a packed plan is checked on the tokens workload: give workload tokens", "/workload")
+    if spec.model != SYNTHETIC:
+        raise SpecError(
+            "a packed check trains the built-in tokens model on seeded documents of random lengths; "
+            "a registered model's dataset is not packed by it: leave model out",
+            "/model",
+        )
+    if spec.steps != 1:
+        raise SpecError(
+            f"a packed check holds {PACKED_STEPS} seeded steps' gradients, each from the initial "
+            "weights; it trains no run: give steps 1",
+            "/steps",
+        )
+    why = collator_refusal() if packing.mode is PackingMode.ROWS else None
+    if why is not None:
+        raise SpecError(why, "/plan/packing/mode")
+    return dataclasses.replace(spec, packing=packing)
 
 
 def _refuse_for_tokens(spec: CheckSpec, noise: NoiseOptions | None) -> None:

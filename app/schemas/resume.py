@@ -58,6 +58,8 @@ class ResumeOut(ResponseModel):
             "lr": 0.1,
             "remaining_steps": 11,
             "optimizer_steps_per_epoch": 8,
+            "optimizer_steps_per_epoch_before": 8,
+            "optimizer_steps_per_epoch_after": 8,
             "same_global_batches": True,
             "why": None,
             "suggestions": {},
@@ -90,7 +92,17 @@ class ResumeOut(ResponseModel):
     remaining_steps: int | None = Field(
         description="Optimizer steps left; null when the run's length is unknown."
     )
-    optimizer_steps_per_epoch: int = Field(description="On the resumed run's replicas.")
+    optimizer_steps_per_epoch: int = Field(
+        description="On the resumed run's replicas: optimizer_steps_per_epoch_after, kept for the clients "
+        "that read it."
+    )
+    optimizer_steps_per_epoch_before: int = Field(
+        description="The uninterrupted run's epoch in optimizer steps, on the plan's own replicas."
+    )
+    optimizer_steps_per_epoch_after: int = Field(
+        description="The resumed run's epoch in optimizer steps, on data_parallel_size replicas: it differs "
+        "from _before where the epoch's tail (padding, drop_last, a last short step) depends on the replicas."
+    )
     same_global_batches: bool = Field(
         description="Every later optimizer step sees, as a set, the global batch the uninterrupted run would "
         "have seen (the epoch's tail, padding and drop_last depend on the replicas: see why)."

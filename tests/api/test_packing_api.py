@@ -176,13 +176,31 @@ def test_bad_packing_is_a_problem_naming_the_field(
 PACKED = {**BASE, "packing": {"mode": "rows"}}
 
 
-@pytest.mark.parametrize("fmt", ["python", "hf-trainer", "megatron", "torchtitan"])
+@pytest.mark.parametrize("fmt", ["hf-trainer", "megatron", "torchtitan"])
 def test_an_export_of_a_packed_plan_is_refused_at_packing(client: TestClient, fmt: str) -> None:
-    # No format writes the packed loop yet: a padded loop would train another plan.
+    # Only python writes the packed loop yet: a padded loop would train another plan.
     assert_field_error(client.post(f"/v1/plans/export/{fmt}", json=PACKED), "/packing")
 
 
-def test_a_check_of_a_packed_plan_is_refused_at_packing(tmp_path: Path) -> None:
-    # Refused before any rank runs: the tokens workload would prove padded rows instead.
+def test_the_python_export_of_a_packed_plan_writes_the_packed_loop(client: TestClient) -> None:
+    response = client.post("/v1/plans/export/python", json=PACKED)
+    assert response.status_code == 200, response.text
+    assert 'PACKING = "rows"' in response.text and "model.no_sync()" in response.text
+
+
+def test_packed_rows_without_transformers_are_a_problem_at_the_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Refused before any rank runs, naming the extra and the mode that needs none.
+    monkeypatch.setattr("app.contract.packed.find_spec", lambda name: None)
     for checks in runner_client(tmp_path, FakeRunner()):
-        assert_field_error(checks.post("/v1/checks", json={"plan": PACKED}), "/plan/packing")
+        problem = assert_field_error(checks.post("/v1/checks", json={"plan": PACKED}), "/plan/packing/mode")
+        assert "batchplan[consumers]" in str(problem) and "token_budget" in str(problem)
+
+
+@pytest.mark.parametrize(("extra", "pointer"), [({"steps": 2}, "/steps"), ({"model": "tiny_lm"}, "/model")])
+def test_a_packed_check_refuses_what_it_does_not_run(
+    tmp_path: Path, extra: dict[str, Any], pointer: str
+) -> None:
+    for checks in runner_client(tmp_path, FakeRunner()):
+        assert_field_error(checks.post("/v1/checks", json={"plan": PACKED, **extra}), pointer)

@@ -134,3 +134,16 @@ def test_the_layout_reads_each_step_as_one_block_of_the_epoch() -> None:
     planned = plan(PlanRequestIn.model_validate(BODY).to_core())
     tail = epoch_tail(planned)
     assert [step_block(tail, 12, k) for k in (0, 7, 8, 9)] == [(0, 12), (84, 96), (96, 100), None]
+
+
+def test_the_epochs_steps_are_given_before_and_after_the_resume(client: TestClient) -> None:
+    """docs/resume.md's tail example: 9 steps an epoch on 4 replicas, 8 on 2."""
+    body = {**BODY, "dataset": {"num_samples": 100, "epochs": 2}}
+    del body["learning_rate"]
+    moved = _with(body, optimizer_step=11, data_parallel_size=2)
+    resume = client.post("/v1/plans", json=moved).json()["resume"]
+    assert resume["same_global_batches"] is False
+    assert (resume["optimizer_steps_per_epoch_before"], resume["optimizer_steps_per_epoch_after"]) == (9, 8)
+    assert resume["optimizer_steps_per_epoch"] == resume["optimizer_steps_per_epoch_after"]
+    exact = client.post("/v1/plans", json=_with(body, optimizer_step=11)).json()["resume"]
+    assert exact["optimizer_steps_per_epoch_before"] == exact["optimizer_steps_per_epoch_after"] == 9

@@ -46,6 +46,9 @@ def refused(client: TestClient, sent: dict[str, Any], pointer: str) -> dict[str,
             fixed = dict(sent)
             if key.startswith("resume."):
                 fixed["resume"] = {**sent["resume"], key.split(".", 1)[1]: value}
+            elif key.startswith("dataset."):
+                dataset = {**sent["plan"]["dataset"], key.split(".", 1)[1]: value}
+                fixed["plan"] = {**sent["plan"], "dataset": dataset}
             else:
                 fixed[key] = value
             answer = client.post("/v1/checks", json=fixed)
@@ -92,6 +95,8 @@ def test_a_sampler_that_cannot_resume_exactly_is_refused(client: TestClient) -> 
     problem = refused(client, body(TAIL, 16, at_step=11, data_parallel_size=2), "/resume/data_parallel_size")
     assert "does not see the uninterrupted run's global batches" in problem["detail"]
     assert 2 not in problem["suggestions"]["resume.data_parallel_size"]
+    # The plan's own fixes, as its warnings name them, each sent back above and accepted.
+    assert problem["suggestions"]["dataset.num_samples"] == [96, 103], problem
 
 
 def test_a_result_stored_before_the_resume_check_still_reads(client: TestClient) -> None:

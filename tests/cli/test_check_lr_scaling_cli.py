@@ -53,4 +53,4 @@ def test_the_probe_here(run: Invoke) -> None:
 
 def test_a_probe_without_a_learning_rate_is_refused_at_its_field(run: Invoke) -> None:
     out = run("check", "--gpus-per-node", "2", "-b", "64", "--lr-scaling", "4096")
-    assert out.exit_code == 2 and "learning_rate" in out.stderr, out.stderr
+    assert out.exit_code == 2 and "give --base-lr" in out.stderr, out.stderr

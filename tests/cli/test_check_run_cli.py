@@ -107,5 +107,5 @@ def test_a_resume_check_needs_both_flags(run: Invoke) -> None:
 
 def test_a_refused_resume_names_its_field(run: Invoke) -> None:
     out = run("check", *RUN, "--steps", "6", "--resume-at", "6", "--resume-replicas", "1")
-    assert out.exit_code == 2 and "resume.at_step 6 is not inside the run of 6" in out.stderr
-    assert "try resume.at_step: 5" in out.stderr
+    assert out.exit_code == 2 and "--resume-at 6 is not inside the run of 6" in out.stderr
+    assert "try --resume-at 5" in out.stderr

@@ -102,3 +102,20 @@ def test_on_check_seed_and_data_seed_land_in_their_own_fields(run: Invoke) -> No
     assert seed.exit_code == 2 and seed.stderr.startswith("error: --seed: "), seed.stderr
     data_seed = run("check", *plan, "--data-seed", "-1")
     assert data_seed.exit_code == 2 and data_seed.stderr.startswith("error: --data-seed: "), data_seed.stderr
+
+
+def test_the_version_is_the_installed_packages(run: Invoke) -> None:
+    from importlib.metadata import version
+
+    out = run("--version")
+    assert (out.exit_code, out.stdout) == (0, f"batchplan {version('batchplan')}\n")
+
+
+def test_the_readme_asks_for_the_python_pyproject_takes() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    wanted = tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"]
+    least = re.fullmatch(r">=(\d+\.\d+)", wanted)
+    assert least is not None, wanted
+    assert f"You need Python {least[1]} or newer" in (root / "README.md").read_text()

@@ -48,14 +48,14 @@ def test_refusals_name_the_flags(run: Invoke) -> None:
     out = run("plan", *LAW[:2], *SHAPE[:-1], "12", "--train-tokens", "1e11", "--sequence-length", "2048")
     assert out.exit_code == 2
     assert (
-        "num_heads 12 does not divide hidden_size 2048" in out.stderr
-        and "try --num-heads: 8, 16" in out.stderr
+        "--num-heads 12 does not divide --hidden-size 2048" in out.stderr
+        and "try --num-heads 8 (or 16, 4, 32)" in out.stderr
     )
     out = run(
         "plan", "--law", "deepseek", "--params", "1e9", "--train-tokens", "1e11", "--sequence-length", "2048"
     )
     assert out.exit_code == 2 and "needs M" in out.stderr
     out = run("plan", *LAW[:-2])
-    assert out.exit_code == 2 and "recommend needs sequence_length" in out.stderr
+    assert out.exit_code == 2 and "recommend needs --sequence-length" in out.stderr
     out = run("plan", *LAW, "--noise-scale-check", "abc123")
     assert out.exit_code == 2 and "plan on that server" in out.stderr

@@ -97,7 +97,7 @@ def test_a_misspelt_field_in_a_request_file_names_the_field_meant(run: Invoke, t
 def test_the_cli_tries_an_export_option_as_the_server_does(run: Invoke) -> None:
     plan = ["--num-nodes", "2", "--gpus-per-node", "8"]
     out = run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "999")
-    assert out.exit_code == 2 and "try --cpus-per-gpu: 256" in out.stderr
+    assert out.exit_code == 2 and "try --cpus-per-gpu 256" in out.stderr
     assert run("export", "slurm", *plan, "-b", "512", "--cpus-per-gpu", "256").exit_code == 0
     out = run("export", "slurm", *plan, "-b", "500", "--cpus-per-gpu", "999")
     assert out.exit_code == 2 and "try --cpus-per-gpu" not in out.stderr

@@ -32,8 +32,10 @@ def test_a_token_budget_from_the_flags(run: Invoke) -> None:
 
 def test_refusals_name_the_flags_typed(run: Invoke) -> None:
     out = run("plan", *LM, *TOKEN, "--packing", "token_budget", "--max-tokens-per-micro-batch", "100")
-    assert out.exit_code == 2 and "--max-tokens-per-micro-batch: 512" in out.stderr, out.stderr
+    assert out.exit_code == 2 and "try --max-tokens-per-micro-batch 512" in out.stderr, out.stderr
     out = run("plan", *LM, "--packing", "rows")
-    assert out.exit_code == 2 and "give loss_normalization token" in out.stderr, out.stderr
+    assert out.exit_code == 2 and "give --loss-normalization token" in out.stderr, out.stderr
+    out = run("export", "megatron", *LM, *TOKEN, "--packing", "rows")
+    assert out.exit_code == 2 and "megatron export does not yet write packed rows" in out.stderr, out.stderr
     out = run("export", "python", *LM, *TOKEN, "--packing", "rows")
-    assert out.exit_code == 2 and "python export does not yet write packed rows" in out.stderr, out.stderr
+    assert out.exit_code == 0 and 'PACKING = "rows"' in out.stdout, out.stderr

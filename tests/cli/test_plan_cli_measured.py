@@ -103,4 +103,4 @@ def test_a_probe_result_file_is_the_measured_example(run: Invoke, tmp_path: Path
 def test_a_check_id_without_a_server_says_to_give_the_result(run: Invoke) -> None:
     out = run("plan", *LR_FLAGS, "--lr-scaling-check", "abc")
     assert out.exit_code == 2
-    assert "learning_rate.lr_scaling" in out.stderr and "--url" in out.stderr, out.stderr
+    assert "--lr-scaling-result" in out.stderr and "--url" in out.stderr, out.stderr

@@ -67,13 +67,13 @@ def test_the_table_says_where_each_rank_goes_on(run: Invoke) -> None:
         "resume at step 11 (132 samples): epoch 1, step 2 of it, on 2 replicas (micro 3, accumulation 2)"
         in out
     )
-    assert "exact with resume.data_parallel_size: 4" in out
+    assert "exact with --resume-replicas 4" in out
 
 
 def test_a_resume_past_the_runs_end_is_refused_with_the_last_step(run: Invoke) -> None:
     result = run("plan", *FLAGS, "--resume-step", "18")
     assert result.exit_code == 2
-    assert "past the run's end" in result.stderr and "try resume.optimizer_step: 17" in result.stderr
+    assert "past the run's end" in result.stderr and "try --resume-step 17" in result.stderr
 
 
 def test_the_export_flags_launch_elastically(run: Invoke) -> None:

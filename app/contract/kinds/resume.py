@@ -120,11 +120,15 @@ def resume_run(
     whole = _resumed(asked, trained, before)
     assert whole.resume is not None
     if not whole.resume.same_global_batches:
+        sizes = _working(trained, resume.at_step, before)
         raise InvalidValue(
             f"on {after} replicas the resumed run does not see the uninterrupted run's global batches, "
             f"so no resume can match it: {whole.resume.why}",
             pointer=DP,
-            suggestions={"resume.data_parallel_size": _working(trained, resume.at_step, before)},
+            suggestions={
+                **({"resume.data_parallel_size": sizes} if sizes else {}),
+                **_dataset_fixes(trained, resume.at_step, after, steps, planned.global_batch_size),
+            },
         )
     return asked, resumed_plan(trained, planned, after, plan)
 
@@ -160,6 +164,43 @@ def _resumed(request: PlanRequest, trained: PlanRequest, most: int) -> Plan:
         raise dataclasses.replace(
             err, suggestions={"resume.data_parallel_size": found} if found else {}
         ) from None
+
+
+def _dataset_fixes(
+    trained: PlanRequest, at_step: int, after: int, steps: int, batch: int
+) -> dict[str, list[int]]:
+    """The plan's own fixes of an epoch whose end depends on the replicas, each planned with the
+    resume on `after` replicas and kept only where it is then exact: the nearest dataset sizes
+    either side whose epoch ends alike on both (a dataset that fills the epoch's last step)."""
+    dataset = trained.dataset
+    if dataset is None:
+        return {}
+
+    def exact(changed: PlanRequest) -> bool:
+        asked = dataclasses.replace(
+            changed, resume=ResumeSpec(optimizer_step=at_step, data_parallel_size=after)
+        )
+        try:
+            resumed = plan(asked)
+        except PlanError:
+            return False
+        run = resumed.sampler.optimizer_steps_per_epoch if resumed.sampler else 0
+        epochs = dataset.epochs or 1
+        return resumed.resume is not None and resumed.resume.same_global_batches and run * epochs >= steps
+
+    def sized(n: int) -> PlanRequest:
+        return dataclasses.replace(trained, dataset=dataclasses.replace(dataset, num_samples=n))
+
+    # A bounded search (admission plans each): the sizes next to it, and the whole global
+    # batches either side (an epoch that fills its last step ends alike on any replicas).
+    n = dataset.num_samples
+    near = {*range(n - 8, n + 9), *(batch * (n // batch + j) for j in range(-8, 9))} - {n}
+    below = next((m for m in sorted(near, reverse=True) if 0 < m < n and exact(sized(m))), None)
+    above = next((m for m in sorted(near) if m > n and exact(sized(m))), None)
+    fixes: dict[str, list[int]] = {}
+    if below is not None or above is not None:
+        fixes["dataset.num_samples"] = [m for m in (below, above) if m is not None]
+    return fixes
 
 
 def _working(trained: PlanRequest, at_step: int, most: int) -> list[int]:

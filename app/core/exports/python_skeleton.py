@@ -17,6 +17,7 @@ from app.core.exports.parts.recipe_code import (
 )
 from app.core.exports.parts.training import optimizer_sentence
 from app.core.exports.python_source.mesh_skeleton import export_mesh_python, needs_mesh
+from app.core.exports.python_source.packed_skeleton import export_packed_python
 from app.core.exports.python_source.proportional_sampler import (
     EVEN_SAMPLER_BODY,
     PROPORTIONAL_SAMPLER,
@@ -237,6 +238,8 @@ if __name__ == "__main__":
 
 def export_python(x: ExportInput) -> Export:
     p = x.plan
+    if x.request.packing is not None:
+        return export_packed_python(x)
     if needs_mesh(x):
         return export_mesh_python(x)
     require_data_parallel(x, "the python skeleton (plain DDP)")

@@ -53,7 +53,10 @@ class ResumePlan:
     replica_groups: tuple[ResumeGroup, ...]
     lr: float | None  # the one schedule's lr at optimizer_step; None without learning_rate
     remaining_steps: int | None  # None when the run's length is unknown
-    optimizer_steps_per_epoch: int  # on the resumed run's replicas
+    optimizer_steps_per_epoch: int  # on the resumed run's replicas (the same as _after)
+    # Both runs' epochs in optimizer steps: they differ where the epoch's tail does.
+    optimizer_steps_per_epoch_before: int  # the uninterrupted run's, on its replicas
+    optimizer_steps_per_epoch_after: int  # the resumed run's
     same_global_batches: bool  # every later step sees the uninterrupted run's global batch
     why: str | None  # when not
     # When not: the nearest values (request fields, dotted) with which it is, each re-planned.

@@ -22,6 +22,7 @@ from app.core.records import plan_request as core
 from app.core.records.recommendation import Architecture, Law, RecommendSpec
 from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import ThroughputCurve
+from app.core.request.dataset import dataset_json, dataset_spec
 
 E = TypeVar("E", bound=Enum)
 
@@ -38,7 +39,7 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
         divisibility=_member(core.Divisibility, data.get("divisibility", core.Divisibility.EXACT)),
         parallelism=core.Parallelism(**_fields(data.get("parallelism") or {})),
         loss_reduction=_member(core.LossReduction, data.get("loss_reduction", core.LossReduction.MEAN)),
-        dataset=core.DatasetSpec(**_fields(dataset)) if dataset else None,
+        dataset=dataset_spec(dataset) if dataset else None,
         learning_rate=learning_rate(data.get("learning_rate")),
         gradient_noise_scale=_float_or_none(data.get("gradient_noise_scale")),
         gradient_noise_scale_stderr=_float_or_none(data.get("gradient_noise_scale_stderr")),
@@ -280,6 +281,8 @@ def _json_of(value: Any) -> Any:
         return lr_scaling_json(value)
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, core.DatasetSpec):
+        return dataset_json(value, _json_of)
     if is_dataclass(value) and not isinstance(value, type):
         items = ((f.name, getattr(value, f.name)) for f in dataclass_fields(value))
         return {name: _json_of(v) for name, v in items if v is not None and name != "listed_groups"}

@@ -5,7 +5,7 @@ OpenAPI gives it there)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -201,3 +201,31 @@ LrScalingResultField = Annotated[
         "(GET /v1/checks/{id}/lr_scaling.png draws them).",
     ),
 ]
+
+
+# Swagger's example of POST /v1/checks with a probe (app/schemas/check_examples.py lists it).
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "lr_scaling": {
+        "summary": "Does the plan's sqrt rule train as well as the base batch? An lr-scaling probe",
+        "description": "The base run (batch 32 at lr 0.005) and one run per rule (none, sqrt, linear) at the "
+        "global batch 256, each over 16,384 samples with the plan's warmup and decay counted in samples; "
+        "the result's `lr_scaling` has each run's held-out loss curve, `best_rule`, `plan_rule_holds` and "
+        "the verdict (docs/lr-scaling.md). A probe that cannot finish within timeout_s is refused with the "
+        "estimate.",
+        "value": {
+            "plan": {
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "global_batch_size": 256,
+                "learning_rate": {
+                    "base_lr": 0.005,
+                    "base_batch_size": 32,
+                    "rule": "sqrt",
+                    "warmup_steps": 8,
+                    "decay": "linear",
+                    "train_samples": 65536,
+                },
+            },
+            "lr_scaling": {"samples": 16384},
+        },
+    },
+}

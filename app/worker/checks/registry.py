@@ -12,6 +12,7 @@ from app.worker.checks.ddp_check import DdpStep
 from app.worker.checks.kind import CheckKind
 from app.worker.checks.lr_scaling.probe import LrScalingProbe
 from app.worker.checks.mesh.check import MeshStep
+from app.worker.checks.packed_check import PackedTokenStep
 from app.worker.checks.resume.check import ResumeRun
 from app.worker.checks.run.check import DdpRun
 from app.worker.checks.run.mesh import MeshRun
@@ -20,6 +21,7 @@ from app.worker.checks.token_check import TokenStep
 
 KINDS: tuple[CheckKind[Any], ...] = (
     MeshStep(),  # step: the plan's mesh,
+    PackedTokenStep(),  # the tokens workload on a packed plan,
     TokenStep(),  # the tokens workload,
     DdpStep(),  # else DDP replicas
     ResumeRun(),  # run: a resumed run,

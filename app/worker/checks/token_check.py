@@ -29,6 +29,7 @@ from app.worker.checks.controls import Control, partition
 from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
+from app.worker.training.packed_model import refuse_packed
 from app.worker.training.sync_batch_norm import forward_is_collective
 from app.worker.training.token_model import TokenWorkload
 from app.worker.training.workload import Registered, Workload
@@ -114,6 +115,7 @@ def refuse_before_group(spec: CheckSpec, workload: Workload) -> None:
     process group: every rank refuses alike before it joins, since once in the group the first
     rank to exit closes the store under the others (one then failed with a connection reset
     instead of the refusal). Raises SpecError; nothing when the check may run."""
+    refuse_packed(spec)
     if spec.workload == "tokens" and isinstance(workload, Registered):
         sequence_length_warning(spec, _workload(spec, workload).data_sequence_length)
 

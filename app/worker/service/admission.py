@@ -4,6 +4,7 @@ its registered models and its host. Runs before a job exists (blocking: call it 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,15 +18,19 @@ from app.core.errors.domain import DomainError, field_key
 from app.core.planner import plan
 from app.core.records.plan_request import PlanRequest
 from app.worker.service.limits import Limits
+from app.worker.service.probe_cost import ProbeCost, work
 from app.worker.service.runner import CheckRunner
 from app.worker.service.submission import Submission
 
 
 class Admission:
-    def __init__(self, limits: Limits, models: dict[str, str], runner: CheckRunner) -> None:
+    def __init__(
+        self, limits: Limits, models: dict[str, str], runner: CheckRunner, probe_cost: ProbeCost | None = None
+    ) -> None:
         self.limits = limits
         self.models = models  # registered check models: name -> package.module:factory
         self.runner = runner
+        self.probe_cost = probe_cost or ProbeCost()
 
     def prepare(self, request: CheckRequest, body: Mapping[str, Any]) -> Submission:
         """The job to submit for a check request (POST /v1/checks: `CheckRequestIn.to_core()`,
@@ -62,6 +67,7 @@ class Admission:
             )
         if options.rendezvous is not None:
             self.limits.check_rendezvous_endpoint(options.rendezvous.endpoint)
+        self._check_probe_time(spec, timeout)
         return Submission(echoed(body, spec), spec, timeout, options.rendezvous)
 
     def _check_memory(self, request: PlanRequest, spec: CheckSpec) -> None:
@@ -107,6 +113,44 @@ class Admission:
                 pointer,
                 suggestions={field_key(pointer): [shuffled_cap]} if works else {},
             )
+
+    def probe_ranks(self, spec: CheckSpec) -> int:
+        """The ranks a probe runs on: one per replica, leaving one of the pool to short checks."""
+        return min(spec.data_parallel_size, max(1, self.runner.size - 1))
+
+    def probe_estimate_s(self, spec: CheckSpec) -> float | None:
+        """How long the check's lr-scaling probe trains on this worker (None: it has none):
+        its busiest rank's samples at the cost per sample measured here."""
+        if spec.lr_scaling is None:
+            return None
+        per_sample, _ = self.probe_cost.per_sample_s()
+        return per_sample * work(spec.lr_scaling, self.probe_ranks(spec))
+
+    def _check_probe_time(self, spec: CheckSpec, timeout: float) -> None:
+        """A probe that cannot finish within the check's timeout is refused now, with the
+        estimate, rather than failed after the whole timeout."""
+        estimate = self.probe_estimate_s(spec)
+        probe = spec.lr_scaling
+        if estimate is None or probe is None or estimate <= timeout:
+            return
+        per_sample, measured = self.probe_cost.per_sample_s()
+        source = "measured from its finished probes" if measured else "the default until one finishes here"
+        runs_per_rank = work(probe, self.probe_ranks(spec)) // probe.samples
+        G = probe.global_batch_size
+        fits = math.floor(timeout / (per_sample * runs_per_rank) / G) * G
+        least = max(G, probe.base.batch_size)
+        pointer = "/lr_scaling/samples"
+        fix = f"lower lr_scaling.samples to at most {fits:,}" if fits >= least else "lower lr_scaling.samples"
+        if timeout < self.limits.check_timeout_s:
+            fix += f", or raise timeout_s (at most {self.limits.check_timeout_s:g} on this worker)"
+        raise SpecError(
+            f"an lr-scaling probe of {probe.samples:,} samples would train for about {estimate:,.0f} s on "
+            f"this worker ({runs_per_rank} runs of {probe.samples:,} samples on its busiest rank, "
+            f"{per_sample * 1e6:.3g} us a sample, {source}), more than the check's timeout_s={timeout:g}: "
+            f"{fix}",
+            pointer,
+            suggestions={field_key(pointer): [fits]} if fits >= least else {},
+        )
 
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
         """One warm process per mesh rank, on this host; the model must split as the mesh does."""

@@ -1,10 +1,19 @@
 """Running queued jobs: a bounded number at a time, each on the check runner, each
 recorded with its outcome however it ends (result, timeout, cancel, dead rank, shutdown).
 
+Two lanes, each its own queue and workers: long checks (the lr-scaling probes, which train
+for minutes) one at a time in theirs, every other check in the short lane
+(`concurrent_checks` at a time). A short check is then never queued behind a probe, and the
+pool leaves it a rank while a probe runs (pool.lane_cap): a second lane rather than a
+time-sliced queue, because a rank in a check cannot be paused, only killed.
+
 Each job this server holds, from its submission until it is recorded finished, has one
 `JobState`, kept by `Execution` under its id: whether it is queued or running (its task),
 whether its record is being written, when it was submitted. Nothing else holds a job's
-state."""
+state.
+
+Over 300 lines: one concept, a job's way from its lane's queue to its record, every ending
+(result, timeout, cancel, dead rank, shutdown, a failing database) handled here."""
 
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ from app.contract.timings import with_service
 from app.core.errors.domain import NotFound
 from app.logging_setup import job_id_var
 from app.worker.service import reasons
+from app.worker.service.admission import Admission
 from app.worker.service.job_state import JobState, Outcome, model_target, stored_submission
 from app.worker.service.limits import Limits
 from app.worker.service.runner import (
@@ -53,12 +63,22 @@ FinishObserver = Callable[[str, bool | None, float], None]
 
 
 class Execution:
-    def __init__(self, store: JobStore, runner: CheckRunner, limits: Limits, models: dict[str, str]) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        runner: CheckRunner,
+        limits: Limits,
+        models: dict[str, str],
+        admission: Admission | None = None,
+    ) -> None:
         self.store = store
+        # Told each finished probe's time (its cost per sample, which admission estimates by).
+        self.admission = admission
         self.runner = runner
         self.limits = limits
         self.models = models
         self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.long_queue: asyncio.Queue[str] = asyncio.Queue()
         self.jobs: dict[str, JobState] = {}
         self._workers: list[asyncio.Task[None]] = []
         self.stopping = False
@@ -76,10 +96,13 @@ class Execution:
         self, job_id: str, submitted: float | None = None, submission: Submission | None = None
     ) -> None:
         self.jobs[job_id] = JobState(job_id, submitted, submission)
-        self.queue.put_nowait(job_id)
+        # A job queued before a restart (its spec still on disk) runs in the short lane.
+        long = submission is not None and is_long(submission)
+        (self.long_queue if long else self.queue).put_nowait(job_id)
 
     def start(self) -> None:
-        self._workers = [asyncio.create_task(self._work()) for _ in range(self.limits.concurrent_checks)]
+        short = [asyncio.create_task(self._work(self.queue)) for _ in range(self.limits.concurrent_checks)]
+        self._workers = [*short, asyncio.create_task(self._work(self.long_queue))]
 
     def begin_shutdown(self) -> None:
         """Take no more jobs off the queue and cancel the running ones."""
@@ -117,9 +140,9 @@ class Execution:
             await asyncio.wait({task}, timeout=CANCEL_WAIT_S)
         return job_id in self.jobs
 
-    async def _work(self) -> None:
+    async def _work(self, queue: asyncio.Queue[str]) -> None:
         while True:
-            job = self.jobs.get(await self.queue.get())
+            job = self.jobs.get(await queue.get())
             if job is None or not job.queued or not await self._start(job):
                 continue  # cancelled while it waited
             token = job_id_var.set(job.id)  # the task copies the context: every line about the job
@@ -196,6 +219,9 @@ class Execution:
         waited = (started - job.submitted, now - job.submitted) if job.submitted is not None else (None, None)
         self.mean_check_s = 0.8 * self.mean_check_s + 0.2 * (now - started)
         timed = dataclasses.replace(ran, timings=with_service(ran.timings, now - started, *waited))
+        if self.admission is not None and order.spec.lr_scaling is not None:
+            ranks = self.admission.probe_ranks(order.spec)
+            self.admission.probe_cost.observe(order.spec.lr_scaling, ranks, ran.timings.get("lr_scaling"))
         return Outcome(JobStatus.SUCCEEDED, timed)
 
     async def _stored(self, job_id: str) -> Submission:
@@ -240,6 +266,7 @@ class Execution:
             timeout_s=submission.timeout_s,
             rendezvous=submission.rendezvous,
             model_target=model_target(spec, self.models),
+            long=is_long(submission),
         )
 
     async def _record(self, job_id: str, outcome: Outcome, result: str | None) -> None:
@@ -279,6 +306,11 @@ class Execution:
         except asyncio.CancelledError:
             pass  # stop() cancels the running checks: that is the shutdown too
         return SHUTTING_DOWN if self.stopping else error
+
+
+def is_long(submission: Submission) -> bool:
+    """A check that runs in the long lane: an lr-scaling probe."""
+    return submission.spec.lr_scaling is not None
 
 
 def _as_stored(outcome: Outcome) -> tuple[Outcome, str | None]:

@@ -5,6 +5,9 @@ Importing torch and building the first DDP module cost seconds per process; the 
 server pays the import once and each fork then warms up in tens of milliseconds, so a dead
 or stuck rank is replaced almost at once. Each process has its own pipe (rank_process).
 All pool state is touched only from the event loop.
+
+Over 300 lines: one concept, the pool's processes from their start to their end, and the
+lanes' share of them (a long check leaves a rank to the short ones).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class RankPool:
         self.failing: str | None = None  # set while starts keep failing: why checks cannot run
         self._tasks: set[asyncio.Task[None]] = set()
         self._starting: set[BaseProcess] = set()
+        self._long_holding = 0  # ranks a long check (its own lane) holds now
         # Killed before they joined the pool: stop() waits for these too.
         self._ended: list[BaseProcess] = []
 
@@ -226,25 +230,40 @@ class RankPool:
     def idle(self) -> list[RankProcess]:
         return [r for r in self.warm() if not r.busy]
 
-    async def acquire(self, count: int) -> list[RankProcess]:
+    def lane_cap(self, long: bool) -> int:
+        """The most ranks a check of that lane takes now: a long check leaves one for the
+        short lane; a short check takes what no long check holds (its replicas then share
+        fewer ranks, which changes its cost, not its answer)."""
+        if long:
+            return max(1, self.size - 1)
+        return max(1, self.size - self._long_holding)
+
+    async def acquire(self, count: int, *, long: bool = False, fewer: bool = False) -> list[RankProcess]:
         """`count` warm idle processes, all at once so that two checks never deadlock
-        holding half each. Callers bound the wait with their own timeout."""
-        count = min(count, self.size)
+        holding half each; with `fewer`, no more than the lane may take at the moment it
+        gets them. Callers bound the wait with their own timeout."""
         async with self.changed:
-            while len(self.idle()) < count:
+            while True:
+                want = min(count, self.size, self.lane_cap(long)) if fewer else min(count, self.size)
+                if len(self.idle()) >= want:
+                    break
                 if self.stopping:
                     raise RuntimeError("the worker is shutting down")
                 if self.failing is not None and not self.warm():
                     raise RanksUnavailable(self.failing)
                 await self.changed.wait()
-            ranks = self.idle()[:count]
+            ranks = self.idle()[:want]
             for rank in ranks:
                 rank.busy = True
+            if long:
+                self._long_holding += len(ranks)
             return ranks
 
-    def release(self, ranks: list[RankProcess], healthy: bool) -> None:
+    def release(self, ranks: list[RankProcess], healthy: bool, *, long: bool = False) -> None:
         """Healthy ranks go back to the pool; after a failure, timeout or cancel every rank
         of the check is killed (some may be stuck in a collective) and replaced."""
+        if long:
+            self._long_holding -= len(ranks)
         for rank in ranks:
             rank.busy = False
             if healthy and not rank.dead:
@@ -283,7 +302,8 @@ class RankPool:
     async def _run_check(self, order: CheckOrder) -> CheckResult:
         wanted, replicas = ranks_for(order.spec, self.size)
         order.progress.waiting_for = wanted
-        ranks = await self.acquire(wanted)
+        # A mesh needs a process per mesh rank; replicas run on as many ranks as there are.
+        ranks = await self.acquire(wanted, long=order.long, fewer=order.spec.mesh is None)
         order.progress.holding = True
         backend, local = backend_for(order.spec.backend, int(self.host_info.gpus or 0), ranks)
         healthy = False
@@ -295,4 +315,4 @@ class RankPool:
             healthy = err.ranks_kept
             raise
         finally:
-            self.release(ranks, healthy)
+            self.release(ranks, healthy, long=order.long)

@@ -39,4 +39,14 @@ def timed_out(timeout: float, order: CheckOrder | None, runner: CheckRunner) -> 
     error = f"the check did not finish within timeout_s={timeout:g}"
     if progress is not None and progress.holding:
         error += "; its ranks were killed and replaced"
-    return error
+    return error + ": " + _what_to_change(order)
+
+
+def _what_to_change(order: CheckOrder | None) -> str:
+    """The request's fields that set how long a check runs."""
+    spec = order.spec if order is not None else None
+    if spec is not None and spec.lr_scaling is not None:
+        return f"lower lr_scaling.samples (it was {spec.lr_scaling.samples:,}) or raise timeout_s"
+    if spec is not None and spec.steps > 1:
+        return f"lower steps (it was {spec.steps}) or raise timeout_s"
+    return "raise timeout_s, or check a smaller plan (fewer replicas, a smaller global_batch_size)"

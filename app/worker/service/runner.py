@@ -39,6 +39,9 @@ class CheckOrder:
     # the built-in model): the runner never resolves a name a request sent.
     model_target: str | None
     progress: Progress = field(default_factory=Progress, compare=False)
+    # A long check (an lr-scaling probe) runs in its own lane and leaves a rank free for the
+    # short ones (execution.is_long).
+    long: bool = False
 
 
 # How long a rank killed by SIGTERM/SIGINT waits before it is replaced: a signal to the

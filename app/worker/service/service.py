@@ -27,6 +27,7 @@ from app.logging_setup import job_id_var
 from app.worker.service.admission import Admission
 from app.worker.service.execution import Execution, FinishObserver
 from app.worker.service.limits import Limits
+from app.worker.service.probe_cost import ProbeCost
 from app.worker.service.runner import CheckRunner
 from app.worker.service.store import JobStore, database_failed
 from app.worker.service.submission import Submission
@@ -73,8 +74,10 @@ class CheckService:
         self.runner: CheckRunner = runner
         # A check request as JSON to the job to submit, planned and held against this worker
         # (blocking: run it in a thread).
-        self.prepare = Admission(limits, self.models, runner).prepare
-        self._execution = Execution(self.store, runner, limits, self.models)
+        self.probe_cost = ProbeCost()  # measured from finished probes, read by admission
+        self.admission = Admission(limits, self.models, runner, self.probe_cost)
+        self.prepare = self.admission.prepare
+        self._execution = Execution(self.store, runner, limits, self.models, self.admission)
         self._stopped = False
 
     @property
