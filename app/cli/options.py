@@ -5,6 +5,9 @@ Every option has help and a group for `--help` (help_panels.py; tests/cli/test_h
 and test_help_groups.py hold that). Two seeds, two names, the same in every command: `--data-seed`
 is the sampler's shuffle seed (the request's `dataset.seed`); `--seed`, on `check` only,
 is the check's own seed (weights and synthetic samples).
+
+Over 300 lines: one concept, the declarations of the shared flags (each a few lines of help and
+its group); split, a flag's declaration would be looked for in two places.
 """
 
 from __future__ import annotations
@@ -15,11 +18,8 @@ from typing import Annotated
 
 import typer
 
-<<<<<<< HEAD
 from app.cli.help_panels import BATCH, CLUSTER, DATA, LEARNING_RATE, OUTPUT
-=======
 from app.cli.stream_flags import EndOfEpoch, NumShards, NumWorkers, ShardSamples, Splitter, StreamFlag
->>>>>>> streams
 from app.client import Json
 from app.core.records.plan_request import (
     Decay,
@@ -146,10 +146,10 @@ DropLast = Annotated[
     ),
 ]
 Shuffle = Annotated[
-<<<<<<< HEAD
-    bool,
+    bool | None,
     typer.Option(
-        help="Sampler: shuffle the dataset every epoch (default: yes).",
+        "--shuffle/--no-shuffle",
+        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
         show_default=False,
         rich_help_panel=DATA,
     ),
@@ -159,14 +159,6 @@ DataSeed = Annotated[
 ]
 Epochs = Annotated[
     int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).", rich_help_panel=DATA)
-=======
-    bool | None,
-    typer.Option(
-        "--shuffle/--no-shuffle",
-        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
-        show_default=False,
-    ),
->>>>>>> streams
 ]
 BaseLr = Annotated[
     float | None,

@@ -67,6 +67,12 @@ PLAN_AROUND: dict[str, dict[str, Any]] = {
         "learning_rate": {"base_lr": 0.1, "rule": "measured", "lr_scaling": PROBE},
     },
     "gradient_noise_scale_stderr": {**PLAN, "gradient_noise_scale": 4096.0},
+    "packing": {
+        **PLAN,
+        "sequence_length": 2048,
+        "loss_normalization": "token",
+        "packing": {"mode": "token_budget", "max_tokens_per_micro_batch": 4096},
+    },
     "resume": {**PLAN, "resume": {"optimizer_step": 0}},
     "recommend": {
         **PLAN,
