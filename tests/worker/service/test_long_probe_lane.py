@@ -24,7 +24,8 @@ ONE_STEP = {"plan": {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_b
 
 
 def probe(samples: int, **options: Any) -> dict[str, Any]:
-    return {"plan": PROBE_PLAN, "lr_scaling": {"samples": samples, "points": 2}, **options}
+    # One seed: the lane and the timeout are what these probes test, sized for one seed.
+    return {"plan": PROBE_PLAN, "lr_scaling": {"samples": samples, "points": 2, "seeds": 1}, **options}
 
 
 def test_a_probe_at_the_schema_maximum_is_refused_with_its_estimate(default_worker: TestClient) -> None:
