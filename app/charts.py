@@ -195,7 +195,9 @@ def lr_scaling_chart(probe: Mapping[str, Any], fmt: str, title: str) -> bytes:
     )
     for run in probe["rules"]:
         points = [p for p in run["curve"] if p["loss"] is not None]
-        verdict = "holds" if run["holds"] else ("diverges" if run["final_loss_ratio"] is None else "lags")
+        verdict = run.get("outcome", "holds" if run["holds"] else "lags")
+        if run["final_loss_ratio"] is None:
+            verdict = "diverges"
         ax.plot(
             [p["samples"] for p in points],
             [p["loss"] for p in points],
@@ -205,7 +207,12 @@ def lr_scaling_chart(probe: Mapping[str, Any], fmt: str, title: str) -> bytes:
             label=f"{run['rule']}: {probe['global_batch_size']:,} at lr {run['lr']:.4g} ({verdict})",
         )
     ax.set_xlabel("samples trained")
-    ax.set_ylabel("loss on the held-out batch")
+    ax.set_ylabel("loss on the held-out batch (first seed; log scale)")
+    # A log axis: a rule that diverges or starts high would otherwise flatten the others' ends,
+    # where the verdict is read.
+    losses = [p["loss"] for run in (base, *probe["rules"]) for p in run["curve"] if p["loss"] is not None]
+    if losses and min(losses) > 0:
+        ax.set_yscale("log")
     ax.set_title(f"best rule: {probe['best_rule']}; regime: {probe['regime'].replace('_', ' ')}")
     ax.legend(fontsize="small", loc="upper right")
     ax.grid(alpha=0.3)

@@ -115,6 +115,37 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
     # Runs of several steps, after the first step's check (the run kinds).
     "ddp4_run8": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4), "steps": 8}),
     "tokens4_run6": (4, {"plan": _tokens(4, 32), "steps": 6}),
+    # The lr-scaling probe at small batches: 8,192 base steps and 4,096 a rule.
+    "lr_probe16": (
+        2,
+        {
+            "plan": _plan(
+                2,
+                global_batch_size=16,
+                learning_rate={"base_lr": 0.01, "base_batch_size": 8, "rule": "linear"},
+            ),
+            "lr_scaling": {"samples": 65536, "seeds": 1},
+        },
+    ),
+    # docs/lr-scaling.md's example probe, at its default 3 seeds (this tree's only).
+    "lr_doc_example": (
+        2,
+        {
+            "plan": _plan(
+                2,
+                global_batch_size=256,
+                learning_rate={
+                    "base_lr": 0.005,
+                    "base_batch_size": 32,
+                    "rule": "sqrt",
+                    "warmup_steps": 8,
+                    "decay": "linear",
+                    "train_samples": 65536,
+                },
+            ),
+            "lr_scaling": {},
+        },
+    ),
     "dp2_x_tp2_run6": (4, {"plan": _mesh({"tensor": 2}), "steps": 6}),
 }
 
@@ -140,6 +171,7 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
             return result.to_json()
 
     torch.set_num_threads(1)
+    request = _known_to_this_tree(request)
     store = TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=300))
     spec = build_spec(check_request(request))
     workload = load(spec.model, None, spec.seed)
@@ -182,6 +214,20 @@ def _rank(rank: int, world: int, port: int, request: dict[str, Any], args: dict[
         stats.sort_stats("cumulative").print_stats(args["top"])
         stats_text = buffer.getvalue()
     out.send({"times": times, "cpu": cpu, "result": payload, "profile": stats_text})
+
+
+def _known_to_this_tree(request: dict[str, Any]) -> dict[str, Any]:
+    """The request without the lr-scaling options the tree on the path predates (`seeds` before
+    issue 47): a revision before it trained one seed, which is what the case asks of both."""
+    try:
+        from app.contract.kinds.lr_scaling import LrScalingOptions
+    except ImportError:  # 9c82496: before the check kinds had their own modules
+        from app.contract.options import LrScalingOptions  # type: ignore[import-not-found,no-redef]
+    probe = request.get("lr_scaling")
+    if not isinstance(probe, dict):
+        return request
+    known = set(getattr(LrScalingOptions, "__dataclass_fields__", probe))
+    return {**request, "lr_scaling": {k: v for k, v in probe.items() if k in known}}
 
 
 def run_case(name: str, runs: int, profile: bool, top: int) -> dict[str, Any]:

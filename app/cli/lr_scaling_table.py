@@ -11,6 +11,23 @@ def _loss(value: float | None) -> str:
     return "diverged" if value is None else f"{value:.5g}"
 
 
+def _tolerance(probe: Json) -> str:
+    if probe.get("tolerance_unit") == "nats":
+        return f"{probe['tolerance']:g} nats"
+    return f"{probe['tolerance'] * 100:g} %"
+
+
+def _mark(run: Json) -> str:
+    outcome = run.get("outcome", "holds" if run["holds"] else "fails")
+    spread = run.get("ratio_spread")
+    words = {"holds": "holds", "fails": "does NOT hold", "borderline": "borderline (seeds disagree)"}[outcome]
+    if spread:
+        words += f", spread {spread:.3f}"
+    if run.get("still_falling"):
+        words += ", still falling"
+    return words
+
+
 def lr_scaling_lines(result: Json) -> list[str]:
     probe = result.get("lr_scaling")
     if not isinstance(probe, dict):
@@ -19,14 +36,16 @@ def lr_scaling_lines(result: Json) -> list[str]:
     noise = probe["noise_scale"]
     start, end = noise.get("start"), noise.get("end")
     lines = [
-        f"lr scaling over {probe['samples']:,} samples (held-out loss; a rule holds within "
-        f"{probe['tolerance'] * 100:g} % of the base run):",
+        f"lr scaling over {probe['samples']:,} samples, {probe.get('seeds', 1)} seed(s) (held-out loss; a "
+        f"rule holds within {_tolerance(probe)} of the base run in every seed; ratio: the seeds' mean):",
         f"  {'run':<8} {'batch':>8} {'lr':>10} {'final loss':>12} {'ratio':>8}  verdict",
         f"  {'base':<8} {base['batch_size']:>8,} {base['lr']:>10.4g} {_loss(base['curve'][-1]['loss']):>12}",
     ]
     for run in probe["rules"]:
         ratio = run["final_loss_ratio"]
-        mark = "holds" if run["holds"] else "does NOT hold"
+        mark = _mark(run)
+        if run["rule"] in probe.get("tied_for_best", ())[1:]:
+            mark += ", tied for best"
         if run["rule"] == probe["best_rule"]:
             mark += ", best"
         if run["rule"] == probe["plan_rule"]:

@@ -39,5 +39,11 @@ MAX_THROUGHPUT_POINTS = 32
 LR_PROBE_RULES: tuple[str, ...] = ("none", "sqrt", "linear")
 DEFAULT_LR_PROBE_POINTS = 8
 MAX_LR_PROBE_POINTS = 64
-DEFAULT_LR_PROBE_TOLERANCE = 0.05
+DEFAULT_LR_PROBE_TOLERANCE = 0.05  # relative: a loss that falls towards zero
+# Absolute, in nats, for the tokens workload's cross-entropy (a 2-nat loss makes 5 % a tenth of a
+# nat, which passed an lr twice too low in issue 47's language model).
+DEFAULT_LR_PROBE_NATS = 0.02
+DEFAULT_LR_PROBE_SEEDS = 3
+MAX_LR_PROBE_SEEDS = 8  # the built-in model's seeds take disjoint index ranges below its noise batch
 MAX_LR_PROBE_SAMPLES = 1 << 24
+MAX_LR_PROBE_EPOCHS = 10_000  # the samples they come to are held to MAX_LR_PROBE_SAMPLES apart

@@ -9,8 +9,10 @@ range checks read it too (`within`).
 from __future__ import annotations
 
 from app.contract.check_options import (
+    MAX_LR_PROBE_EPOCHS,
     MAX_LR_PROBE_POINTS,
     MAX_LR_PROBE_SAMPLES,
+    MAX_LR_PROBE_SEEDS,
     MAX_STEPS,
     MAX_THROUGHPUT_POINTS,
 )
@@ -41,10 +43,12 @@ _CHECK = {
     "throughput.repeats": Bounds("int", ge=1, le=MAX_REPEATS),
     "throughput.warmup_steps": Bounds("int", ge=0, le=MAX_REPEATS),
     "throughput.margin": Bounds("float", ge=0, lt=1),
-    "lr_scaling.samples": Bounds("int", ge=1, le=MAX_LR_PROBE_SAMPLES),
+    "lr_scaling.samples": Bounds("int", ge=1, le=MAX_LR_PROBE_SAMPLES, allow_null=True),
+    "lr_scaling.epochs": Bounds("float", gt=0, le=MAX_LR_PROBE_EPOCHS, allow_null=True),
     "lr_scaling.rules": Bounds("items", le=3, allow_null=True),
     "lr_scaling.points": Bounds("int", ge=1, le=MAX_LR_PROBE_POINTS),
-    "lr_scaling.tolerance": Bounds("float", gt=0, le=1),
+    "lr_scaling.tolerance": Bounds("float", gt=0, le=1, allow_null=True),
+    "lr_scaling.seeds": Bounds("int", ge=1, le=MAX_LR_PROBE_SEEDS),
     "lr_scaling.label_noise": Bounds("float", ge=0, le=100),
 }
 

@@ -186,7 +186,6 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
                 "rule": "linear",
                 "optimizer": "sgd",
                 "warmup_epochs": 5,
-                "decay": "cosine",
             },
             resume={"optimizer_step": 5300, "data_parallel_size": 8},
         ),

@@ -1,8 +1,8 @@
 """What an lr-scaling probe costs on this worker: seconds per sample of its work, measured from
 the probes it finished, and the estimate admission holds against a check's timeout.
 
-A probe's work is its runs (the base run and one per rule) spread over its ranks: the ranks
-that train the most train about `samples` x ceil(runs / ranks) samples. The cost of one such
+A probe's work is its runs (the base run and one per rule, each once per seed) spread over its
+ranks: the ranks that train the most train about `samples` x ceil(runs / ranks) samples. The cost of one such
 sample is each finished probe's own training lap (`timings_s.lr_scaling`, rank 0's) over its
 work; the lowest of the recent ones is kept, so that a refusal says what could not finish even
 at the best speed seen here. Until a probe long enough to measure has finished, the cost is
@@ -25,8 +25,9 @@ _KEPT = 8  # the recent measurements the cost is the lowest of
 
 
 def work(probe: LrScalingSpec, ranks: int) -> int:
-    """The samples the busiest rank trains: `samples` for each run it gets."""
-    runs = 1 + len(probe.runs)
+    """The samples the busiest rank trains: `samples` for each run it gets (every run once per
+    seed)."""
+    runs = (1 + len(probe.runs)) * probe.seeds
     return probe.samples * math.ceil(runs / max(1, min(ranks, runs)))
 
 

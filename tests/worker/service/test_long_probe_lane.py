@@ -24,7 +24,8 @@ ONE_STEP = {"plan": {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_b
 
 
 def probe(samples: int, **options: Any) -> dict[str, Any]:
-    return {"plan": PROBE_PLAN, "lr_scaling": {"samples": samples, "points": 2}, **options}
+    # One seed: the lane and the timeout are what these probes test, sized for one seed.
+    return {"plan": PROBE_PLAN, "lr_scaling": {"samples": samples, "points": 2, "seeds": 1}, **options}
 
 
 def test_a_probe_at_the_schema_maximum_is_refused_with_its_estimate(default_worker: TestClient) -> None:
@@ -90,17 +91,31 @@ def _posted(client: TestClient, body: dict[str, Any]) -> str:
     return location
 
 
-def _spec(samples: int, rules: int) -> LrScalingSpec:
+def _spec(samples: int, rules: int, seeds: int = 1) -> LrScalingSpec:
     from app.contract.kinds.lr_scaling import ProbeRunSpec
 
     run = ProbeRunSpec("none", 64, None)  # type: ignore[arg-type]  # the cost reads no recipe
-    return LrScalingSpec(samples, 64, (0, samples), 0.05, 0.0, "linear", run, (run,) * rules)
+    return LrScalingSpec(
+        samples=samples,
+        global_batch_size=64,
+        length="samples",
+        whole_run=None,
+        points=(0, samples),
+        tolerance=0.05,
+        tolerance_unit="relative",
+        seeds=seeds,
+        label_noise=0.0,
+        plan_rule="linear",
+        base=run,
+        runs=(run,) * rules,
+    )
 
 
 def test_the_cost_per_sample_is_the_lowest_measured_and_short_laps_do_not_count() -> None:
     cost = ProbeCost()
     spec = _spec(1 << 20, 3)
     assert work(spec, 3) == 2 << 20 and work(spec, 8) == 1 << 20
+    assert work(_spec(1 << 20, 3, seeds=3), 3) == 4 << 20  # every run once per seed: 12 on 3 ranks
     assert cost.per_sample_s() == (DEFAULT_S_PER_SAMPLE, False)
     cost.observe(spec, 3, MEASURABLE_LAP_S / 2)  # mostly fixed costs
     assert cost.per_sample_s() == (DEFAULT_S_PER_SAMPLE, False)

@@ -6,8 +6,10 @@ global batch at that rule's lr, with the plan's warmup and decay counted in samp
 contract/kinds/lr_scaling.py), each over the same samples, and evaluate every run on the same
 held-out batch at the same sample counts. The runs are independent: each rank trains its share
 in its own process (no DDP inside a run), the longest runs first on the least loaded rank, and
-rank 0 gathers the curves. The rank that trains the base run also measures the gradient noise
-scale (McCandlish et al. 2018's two-batch estimate) at its start and at its end. Rank 0 judges
+rank 0 gathers the curves. The rank that trains the first seed's base run also measures the
+gradient noise scale (McCandlish et al. 2018's two-batch estimate) at its start, halfway and at
+its end. Every run is trained from `seeds` initialisations and sample streams (the first the
+workload's own), each rule paired with its seed's base run. Rank 0 judges
 them (verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
@@ -23,21 +25,24 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
 
+from app.contract.check_options import MAX_LR_PROBE_SAMPLES
 from app.contract.check_result import CheckResult
-from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec
+from app.contract.kinds.lr_scaling import LrScalingSpec, ProbeRunSpec, run_cost
 from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.lr_scaling.gradients import gradient_of
+from app.worker.checks.lr_scaling.updates import Update
 from app.worker.checks.lr_scaling.verdict import LossCurve, judge
 from app.worker.checks.run.check import run_workload
-from app.worker.training.reference_run import build_optimizer
 from app.worker.training.synthetic_model import OUTPUTS, build_model
 from app.worker.training.workload import SyntheticWorkload, Workload
 
@@ -46,6 +51,7 @@ _HELD_OUT_AT = 1 << 29  # the built-in model's held-out indices start here
 _NOISE_AT = 1 << 28  # and those its noise scale is measured on
 _NOISE_GROUPS, _NOISE_REPEATS = 8, 16  # small batches per big one, big batches per estimate
 _NOISE_BLOCK = 4096
+_CHUNK_SAMPLES = 4096  # samples made at once for a run of the built-in model
 
 
 @functools.lru_cache(maxsize=256)
@@ -56,7 +62,20 @@ def _label_noise_block(seed: int, block: int) -> torch.Tensor:
 
 def label_noise(indices: list[int], seed: int) -> torch.Tensor:
     """A fixed standard Gaussian draw per sample index (the same on every rank)."""
-    return torch.stack([_label_noise_block(seed, i // _NOISE_BLOCK)[i % _NOISE_BLOCK] for i in indices])
+    at = torch.tensor(indices, dtype=torch.int64)
+    blocks = at // _NOISE_BLOCK
+    out = torch.empty(len(indices), OUTPUTS, dtype=torch.float64)
+    for block in sorted({i // _NOISE_BLOCK for i in indices}):
+        mine = blocks == block
+        out[mine] = _label_noise_block(seed, block)[at[mine] % _NOISE_BLOCK]
+    return out
+
+
+def _clipped(grads: Sequence[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
+    """torch.nn.utils.clip_grad_norm_'s arithmetic on gradients that are no parameter's .grad."""
+    total = torch.nn.utils.get_total_norm(list(grads), 2.0)
+    factor = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    return [g.mul(factor) for g in grads]
 
 
 @functools.lru_cache(maxsize=8)
@@ -64,6 +83,27 @@ def teacher(seed: int, dtype: torch.dtype, device: torch.device) -> torch.nn.Mod
     """The built-in model's probe task: a fixed network of its own shape (seed + 1) on its own
     inputs gives the targets, so the loss can fall and the gradient noise is the knob's."""
     return build_model(seed + 1, dtype, device)
+
+
+def seeded_module(work: Workload, ctx: Context, draw: int) -> torch.nn.Module:
+    """Seed `draw`'s initialisation: the workload's own for the first seed; the built-in model's
+    weights from another seed (never the teacher's); a factory's every layer's
+    reset_parameters under a seeded generator (a model without them keeps its one
+    initialisation, and its seeds differ by their samples only)."""
+    module = work.module(ctx.dtype, ctx.device)
+    if draw == 0:
+        return module
+    mixed = ctx.spec.seed * 1_000_003 + 7919 * draw
+    if isinstance(work, SyntheticWorkload):
+        module.load_state_dict(build_model(mixed + 2, torch.float64, ctx.device).state_dict())
+        return module
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(mixed)
+        for layer in module.modules():
+            reset = getattr(layer, "reset_parameters", None)
+            if callable(reset):
+                reset()
+    return module
 
 
 class Stream:
@@ -79,21 +119,24 @@ class Stream:
             order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 104_729)).tolist()
             kept = min(HELD_OUT, max(1, size // 5))
             self.held_out, self.train = order[:kept], order[kept:]
-        self._epochs: dict[int, list[int]] = {}
+        self._epochs: dict[tuple[int, int], list[int]] = {}
 
-    def indices(self, start: int, count: int) -> list[int]:
+    def indices(self, start: int, count: int, draw: int = 0) -> list[int]:
+        """Training positions start.. of seed `draw`'s stream (the held-out batch is every
+        seed's): the built-in model's seeds take disjoint index ranges, a dataset's its own
+        order every pass."""
         if self.train is None:
+            start += draw * MAX_LR_PROBE_SAMPLES
             return list(range(start, start + count))
         out: list[int] = []
         n = len(self.train)
         while len(out) < count:
             epoch, at = divmod(start + len(out), n)
-            order = self._epochs.get(epoch)
+            order = self._epochs.get((draw, epoch))
             if order is None:
-                perm = torch.randperm(
-                    n, generator=torch.Generator().manual_seed(self.seed + 7919 * (epoch + 1))
-                )
-                order = self._epochs[epoch] = [self.train[i] for i in perm.tolist()]
+                mixed = self.seed + 7919 * (epoch + 1) + 1_000_003 * draw
+                perm = torch.randperm(n, generator=torch.Generator().manual_seed(mixed))
+                order = self._epochs[(draw, epoch)] = [self.train[i] for i in perm.tolist()]
             out += order[at : at + count - len(out)]
         return out
 
@@ -106,9 +149,9 @@ class _Probe:
     probe: LrScalingSpec
     work: Workload
     stream: Stream
-    mine: list[int]  # indices into runs() this rank trains
-    curves: dict[int, LossCurve] = field(default_factory=dict)
-    noise: tuple[float | None, float | None] = (None, None)
+    mine: list[tuple[int, int]]  # (seed, index into runs()) of the runs this rank trains
+    curves: dict[tuple[int, int], LossCurve] = field(default_factory=dict)
+    noise: tuple[float | None, float | None, float | None] = (None, None, None)
     gathered: list[Any] | None = None
 
 
@@ -116,20 +159,21 @@ def runs(probe: LrScalingSpec) -> list[ProbeRunSpec]:
     return [probe.base, *probe.runs]
 
 
-def share(probe: LrScalingSpec, ranks: int) -> list[list[int]]:
-    """Each rank's runs: the costliest first onto the least loaded rank (the base run counts
-    its noise measurement), so that ranks finish together."""
+def share(probe: LrScalingSpec, ranks: int) -> list[list[tuple[int, int]]]:
+    """Each rank's (seed, run) pairs: the costliest first onto the least loaded rank (the first
+    seed's base run counts its noise measurement), so that ranks finish together."""
+    everything = runs(probe)
+    jobs = [(k, i) for k in range(probe.seeds) for i in range(len(everything))]
 
-    def cost(run: ProbeRunSpec) -> float:
-        return probe.samples / run.batch_size * (1 + run.batch_size / 64)
+    def cost(job: tuple[int, int]) -> float:
+        return run_cost(probe, everything[job[1]]) * (1.0 if job[0] == 0 or job[1] else 2 / 3)
 
     load = [0.0] * ranks
-    out: list[list[int]] = [[] for _ in range(ranks)]
-    everything = runs(probe)
-    for i in sorted(range(len(everything)), key=lambda i: -cost(everything[i])):
+    out: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]
+    for job in sorted(jobs, key=lambda job: (-cost(job), job)):
         r = min(range(ranks), key=lambda r: (load[r], r))
-        out[r].append(i)
-        load[r] += cost(everything[i]) * (1.5 if i == 0 else 1.0)
+        out[r].append(job)
+        load[r] += cost(job)
     return out
 
 
@@ -151,8 +195,8 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def plan(self, ctx: Context, state: _Probe) -> None:
         everything = runs(state.probe)
-        for i in state.mine:
-            state.curves[i] = self._train(ctx, state, everything[i], noise=i == 0)
+        for k, i in state.mine:
+            state.curves[(k, i)] = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
         payload = (state.curves, state.noise)
         gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
         dist.gather_object(payload, gathered, dst=0)
@@ -160,14 +204,18 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
-        curves: dict[int, LossCurve] = {}
-        noise: tuple[float | None, float | None] = (None, None)
+        curves: dict[tuple[int, int], LossCurve] = {}
+        noise: tuple[float | None, float | None, float | None] = (None, None, None)
         for rank_curves, rank_noise in state.gathered:
             curves.update(rank_curves)
-            if rank_noise != (None, None):
+            if rank_noise != (None, None, None):
                 noise = rank_noise
         everything = runs(state.probe)
-        found = judge(state.probe, [(everything[i], curves[i]) for i in range(len(everything))], noise)
+        trained = [
+            [(everything[i], curves[(k, i)]) for i in range(len(everything))]
+            for k in range(state.probe.seeds)
+        ]
+        found = judge(state.probe, trained, noise)
         return replace(prior, lr_scaling=found)
 
     # ------------------------------------------------------------------------------ a run
@@ -182,11 +230,13 @@ class LrScalingProbe(AfterKind[_Probe]):
             y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
         return x, y
 
-    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, *, noise: bool) -> LossCurve:
+    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, draw: int, *, noise: bool) -> LossCurve:
         probe, work, stream = state.probe, state.work, state.stream
-        module = work.module(ctx.dtype, ctx.device)
-        params = [p for p in module.parameters() if p.requires_grad]
-        optimizer = build_optimizer(run.recipe, params)
+        module = seeded_module(work, ctx, draw)
+        # Aliases of the module's weights: the update writes them, the evaluation reads the module.
+        params = [p.detach() for p in module.parameters() if p.requires_grad]
+        gradient = gradient_of(work, module, params)
+        update = Update(run.recipe, params)
         held_x, held_y = self._batch(state, stream.held_out, ctx, noisy=False)
 
         def held_out_loss() -> float | None:
@@ -194,44 +244,71 @@ class LrScalingProbe(AfterKind[_Probe]):
                 value = float(work.loss(module, held_x, held_y, "mean"))
             return value if math.isfinite(value) else None
 
-        if noise:
-            start = self._noise_scale(ctx, state, module, run.batch_size)
+        # The noise scale at the start, halfway (where the run spends its steps) and at the end.
+        along: list[float | None] = [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
+        halfway = probe.samples // 2
         b, G = run.batch_size, probe.global_batch_size
         curve: LossCurve = [(0, held_out_loss())]
         points = list(probe.points[1:])
         diverged = False
-        for j in range(probe.samples // b):
-            if diverged:
-                break
-            rate = lr_of(run.recipe, (j * b) // G)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
-            optimizer.zero_grad(set_to_none=True)
-            x, y = self._batch(state, stream.indices(j * b, b), ctx, noisy=True)
-            loss = work.loss(module, x, y, "mean")
-            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-            if run.recipe.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, run.recipe.max_grad_norm)
-            optimizer.step()
-            consumed = (j + 1) * b
-            while points and points[0] <= consumed:
-                points.pop(0)
-                value = held_out_loss()
-                curve.append((consumed, value))
-                diverged = value is None
+        batches = self._batches(ctx, state, b, draw)
+        rate, rate_step = 0.0, -1
+        with torch.no_grad():
+            for j in range(probe.samples // b):
+                if diverged:
+                    break
+                if (j * b) // G != rate_step:  # the lr moves once per optimizer step of the plan
+                    rate_step = (j * b) // G
+                    rate = lr_of(run.recipe, rate_step)
+                x, y = next(batches)
+                grads = gradient(x, y)
+                if run.recipe.max_grad_norm is not None:
+                    grads = _clipped(grads, run.recipe.max_grad_norm)
+                update.step(grads, rate)
+                consumed = (j + 1) * b
+                if len(along) == 1 and consumed >= halfway:
+                    along.append(self._noise_scale(ctx, state, module, run.batch_size))
+                while points and points[0] <= consumed:
+                    points.pop(0)
+                    value = held_out_loss()
+                    curve.append((consumed, value))
+                    diverged = value is None
         curve += [(p, None) for p in points]  # after a divergence: no loss to show
         if noise:
+            along += [None] * (2 - len(along))  # a run that diverged before halfway
             end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
-            state.noise = (start, end)
+            state.noise = (along[0], along[1], end)
         return curve
+
+    def _batches(self, ctx: Context, state: _Probe, b: int, draw: int) -> Iterator[tuple[Any, Any]]:
+        """Step j's batch, in order. Where a sample's inputs and targets are its own (the
+        built-in model), many steps' samples are made at once and sliced: the per-call cost of
+        making a batch of 8 was a quarter of a probe step."""
+        steps = state.probe.samples // b
+        chunk = max(1, _CHUNK_SAMPLES // b) if state.work.independent_samples else 1
+        for first in range(0, steps, chunk):
+            count = min(chunk, steps - first)
+            x, y = self._batch(state, state.stream.indices(first * b, count * b, draw), ctx, noisy=True)
+            if count == 1:
+                yield x, y
+                continue
+            for k in range(count):
+                yield x[k * b : (k + 1) * b], y[k * b : (k + 1) * b]
 
     def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
         batch (8 to 256) and the big batch they make, averaged over repeats, then divided."""
-        params = [p for p in module.parameters() if p.requires_grad]
         small = max(8, min(small, 256))
         big = small * _NOISE_GROUPS
         indices = state.stream.noise_indices(big * _NOISE_REPEATS)
+        with torch.enable_grad():  # halfway, the run's loop holds no_grad
+            return self._noise_of(ctx, state, module, small, indices)
+
+    def _noise_of(
+        self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int, indices: list[int]
+    ) -> float | None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        big = small * _NOISE_GROUPS
 
         def squared_norm(chunk: list[int]) -> float:
             module.zero_grad(set_to_none=True)
