@@ -14,18 +14,19 @@ from app.api.problems import PROBLEM_RESPONSES, problem_response, refusal
 from app.core.errors.domain import PlanError
 from app.core.errors.problems import Problem
 from app.core.planner import plan
-from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES
+from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES, STREAM_PLAN_EXAMPLES
 from app.schemas.plan_requests import PlanRequestIn
 from app.schemas.plan_responses import PlanOut, plan_json
 
 router = APIRouter(prefix="/v1", tags=["plans"], route_class=JsonBodyRoute)
+SHOWN_EXAMPLES = {**PLAN_EXAMPLES, **STREAM_PLAN_EXAMPLES}
 
 
 def _response_examples() -> dict[str, Any]:
     """Swagger's response examples are the planner's own answers to the request examples,
     so they can never drift from what the service returns."""
     out = {}
-    for name, example in PLAN_EXAMPLES.items():
+    for name, example in SHOWN_EXAMPLES.items():
         request = PlanRequestIn.model_validate(example["value"]).to_core()
         out[name] = {
             "summary": example["summary"],
@@ -68,7 +69,7 @@ PLAN_RESPONSES: dict[int | str, dict[str, Any]] = {
     responses=PLAN_RESPONSES,
 )
 async def create_plan(
-    request: Annotated[PlanRequestIn, Body(openapi_examples=PLAN_EXAMPLES)],
+    request: Annotated[PlanRequestIn, Body(openapi_examples=SHOWN_EXAMPLES)],
     http: Request,
 ) -> Response:
     """Turn a cluster and a wanted global batch into per-replica micro-batches,

@@ -8,8 +8,8 @@ One module per command: plan, export, check (local_check runs one here), measure
 throughput curve), serve (with host).
 options.py declares the shared options once (as groups, see flag_groups.py), requests.py turns
 them into a plan request, compute.py answers plan and export here or via a server,
-progress.py shows the phase of a running check on stderr, and output.py prints results and
-problems.
+progress.py shows the phase of a running check on stderr, help_panels.py groups `--help`, and
+output.py prints results and problems.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from app.cli import check, export, measure, plan, serve
 from app.cli.flag_names import FlagCommand
 
 # Click's plain help, not rich's: rich's table cuts option names to fit 80 columns
-# ("--global-batch-s…"), click's never cuts a name (tests/cli/test_help.py).
+# ("--global-batch-s…"), click's never cuts a name (tests/cli/test_help_and_flags.py); its
+# sections group the options (help_panels.py).
 cli = typer.Typer(
     help="Split a distributed PyTorch batch exactly.",
     no_args_is_help=True,

@@ -14,6 +14,7 @@ from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_
 from app.cli.compute import make_client
 from app.cli.errors import client_errors, fail
 from app.cli.flag_groups import with_flag_groups
+from app.cli.help_panels import CHECK, PROBE
 from app.cli.local_check import Launcher, prepare_local_check, run_local_check
 from app.cli.options import PlanFlags
 from app.cli.output import show_check
@@ -33,12 +34,14 @@ def check(
         Path | None,
         typer.Option(
             help="With --lr-scaling: save the probe's chart (held-out loss per run) to this .png or .svg.",
+            rich_help_panel=PROBE,
         ),
     ] = None,
     chart: Annotated[
         Path | None,
         typer.Option(
             help="With --steps: save the run's chart (loss and lr per step) to this .png or .svg file.",
+            rich_help_panel=CHECK,
         ),
     ] = None,
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from app.cli.errors import fail
+from app.cli.help_panels import CHECK, OUTPUT, PROBE
 from app.cli.local_check import Launcher
 from app.cli.options import ApiKey, PlanFlags, Url
 from app.cli.requests import plan_body, plan_request
@@ -18,7 +19,9 @@ from app.contract.check_options import DEFAULT_NOISE_STEPS, Backend, CheckWorklo
 
 CheckRequestFile = Annotated[
     Path | None,
-    typer.Option(help="A JSON plan request, or a whole check request {plan, backend, ...}."),
+    typer.Option(
+        help="A JSON plan request, or a whole check request {plan, backend, ...}.", rich_help_panel=OUTPUT
+    ),
 ]
 
 
@@ -28,22 +31,30 @@ class CheckFlags:
 
     backend: Annotated[
         Backend | None,
-        typer.Option(help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto)."),
+        typer.Option(
+            help="auto: NCCL with a GPU per rank, else gloo on CPU (default: auto).", rich_help_panel=CHECK
+        ),
     ] = None
-    dtype: Annotated[DType | None, typer.Option(help="Precision of the step (default: float64).")] = None
+    dtype: Annotated[
+        DType | None, typer.Option(help="Precision of the step (default: float64).", rich_help_panel=CHECK)
+    ] = None
     seed: Annotated[
         int | None,
         typer.Option(
             help="The check's seed (default: 0): model weights, synthetic samples, and the "
             "shuffle when there is no dataset. The sampler's seed is --data-seed.",
+            rich_help_panel=CHECK,
         ),
     ] = None
-    timeout: Annotated[float | None, typer.Option(help="Kill the check after this many seconds.")] = None
+    timeout: Annotated[
+        float | None, typer.Option(help="Kill the check after this many seconds.", rich_help_panel=CHECK)
+    ] = None
     steps: Annotated[
         int | None,
         typer.Option(
             help="Optimizer steps (default 1: the first step's gradient). More train the plan's recipe "
             "and hold every step against a single-process run, with the run-level controls.",
+            rich_help_panel=CHECK,
         ),
     ] = None
     resume_at: Annotated[
@@ -52,18 +63,21 @@ class CheckFlags:
             help="With --steps: checkpoint the run after this many optimizer steps and resume it on "
             "--resume-replicas replicas (the plan re-made for them, the same global batch; at most "
             "the plan's replicas).",
+            rich_help_panel=CHECK,
         ),
     ] = None
     model: Annotated[
         str | None,
         typer.Option(
-            help="A check model by its registered name (BATCHPLAN_CHECK_MODELS; default: synthetic)."
+            help="A check model by its registered name (BATCHPLAN_CHECK_MODELS; default: synthetic).",
+            rich_help_panel=CHECK,
         ),
     ] = None
     model_factory: Annotated[
         str | None,
         typer.Option(
             help="Local only: train package.module:factory's (model, dataset, loss_fn) in this environment.",
+            rich_help_panel=CHECK,
         ),
     ] = None
     workload: Annotated[
@@ -71,6 +85,7 @@ class CheckFlags:
         typer.Option(
             help="synthetic: samples of the model; tokens: a language model's token-normalised step "
             "and its controls (default: tokens when the plan's loss normalisation is token).",
+            rich_help_panel=CHECK,
         ),
     ] = None
     noise_steps: Annotated[
@@ -78,27 +93,34 @@ class CheckFlags:
         typer.Option(
             help=f"Steps that measure the gradient noise scale (default: {DEFAULT_NOISE_STEPS} for a "
             "registered model or factory, else 0).",
+            rich_help_panel=PROBE,
         ),
     ] = None
     noise_lr: Annotated[
         float | None,
-        typer.Option(help="SGD learning rate between those steps (default: 0)."),
+        typer.Option(help="SGD learning rate between those steps (default: 0).", rich_help_panel=PROBE),
     ] = None
     fit_micro_batch: Annotated[
         bool,
         typer.Option(
-            "--fit-micro-batch", help="Find the largest micro-batch that fits one device; re-plan with it."
+            "--fit-micro-batch",
+            help="Find the largest micro-batch that fits one device; re-plan with it.",
+            rich_help_panel=CHECK,
         ),
     ] = False
     fit_memory_bytes: Annotated[
         int | None,
         typer.Option(
             help="The device memory to fit into (needed on CPU; implies --fit-micro-batch).",
+            rich_help_panel=CHECK,
         ),
     ] = None
     safety_margin: Annotated[
         float | None,
-        typer.Option(help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU)."),
+        typer.Option(
+            help="Fraction of that memory kept free (default: 0.1 on a GPU, 0.15 on CPU).",
+            rich_help_panel=CHECK,
+        ),
     ] = None
     lr_scaling: Annotated[
         int | None,
@@ -106,18 +128,21 @@ class CheckFlags:
             metavar="SAMPLES",
             help="An lr-scaling probe: train the base batch and each rule's lr at the global batch over "
             "SAMPLES samples and say which rule keeps the loss of the base run (docs/lr-scaling.md).",
+            rich_help_panel=PROBE,
         ),
     ] = None
     lr_rules: Annotated[
         str | None,
         typer.Option(
             help="With --lr-scaling: the rules, comma-separated (default: none,sqrt,linear and the plan's).",
+            rich_help_panel=PROBE,
         ),
     ] = None
     label_noise: Annotated[
         float | None,
         typer.Option(
             help="With --lr-scaling: Gaussian noise on the built-in model's targets (its noise knob).",
+            rich_help_panel=PROBE,
         ),
     ] = None
 
@@ -179,15 +204,24 @@ class JobFlags:
     options both commands that run a check take (check, measure)."""
 
     launcher: Annotated[
-        Launcher, typer.Option(help="Local only: start the ranks directly, or under torchrun.")
+        Launcher,
+        typer.Option(help="Local only: start the ranks directly, or under torchrun.", rich_help_panel=CHECK),
     ] = "direct"
     processes: Annotated[
-        int | None, typer.Option(help="Local only: rank processes (default: replicas, at most 4).")
+        int | None,
+        typer.Option(
+            help="Local only: rank processes (default: replicas, at most 4).", rich_help_panel=CHECK
+        ),
     ] = None
     wait: Annotated[
         float | None,
-        typer.Option(help="With --url: stop waiting after this many seconds (default: timeout + 60)."),
+        typer.Option(
+            help="With --url: stop waiting after this many seconds (default: timeout + 60).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None
     url: Url = None
     api_key: ApiKey = None
-    as_json: Annotated[bool, typer.Option("--json", help="Print the finished job as JSON.")] = False
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the finished job as JSON.", rich_help_panel=OUTPUT)
+    ] = False

@@ -17,8 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from typer.core import TyperCommand
-
+from app.cli.help_panels import PanelCommand
 from app.cli.options import PlanFlags
 from app.client import Json
 
@@ -30,6 +29,7 @@ _RUNNING: contextvars.ContextVar[Any] = contextvars.ContextVar("batchplan_comman
 # A field whose flag is not named after it (the rest are: `parallelism.tensor` is `--tensor`).
 _PARAM_OF = {
     "dataset.seed": "data_seed",
+    "dataset.kind": "stream",
     "port": "master_port",
     "timeout_s": "timeout",
     "noise_scale.steps": "noise_steps",
@@ -74,7 +74,7 @@ SYNONYMS = {
 }
 
 
-class FlagCommand(TyperCommand):
+class FlagCommand(PanelCommand):
     """A command that keeps its arguments as typed, and suggests the flag an unknown one meant."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:

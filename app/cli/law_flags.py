@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from app.cli.help_panels import LEARNING_RATE
 from app.cli.options import PlanFlags
 from app.client import Json
 from app.core.records.plan_request import LRRule, Optimizer
@@ -22,31 +23,68 @@ LawFlag = Annotated[
         "--law",
         help="Take the global batch and peak lr from a published scaling law (step_law: Li et al. "
         "2025; deepseek: DeepSeek LLM 2024); needs --train-tokens, --sequence-length and the model.",
+        rich_help_panel=LEARNING_RATE,
     ),
 ]
 Params = Annotated[
     float | None,
-    typer.Option("--params", "--non-embedding-params", help="N: non-embedding parameters (e.g. 1.2e9)."),
+    typer.Option(
+        "--params",
+        "--non-embedding-params",
+        help="N: non-embedding parameters (e.g. 1.2e9).",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-TrainTokens = Annotated[float | None, typer.Option(help="D: the tokens the run trains on (e.g. 1e11).")]
+TrainTokens = Annotated[
+    float | None,
+    typer.Option(help="D: the tokens the run trains on (e.g. 1e11).", rich_help_panel=LEARNING_RATE),
+]
 FlopsPerToken = Annotated[
     float | None,
-    typer.Option(help="M: non-embedding training FLOPs per token with attention (deepseek; not 6N)."),
+    typer.Option(
+        help="M: non-embedding training FLOPs per token with attention (deepseek; not 6N).",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-Layers = Annotated[int | None, typer.Option(help="Architecture: transformer layers (counts N and M).")]
-HiddenSize = Annotated[int | None, typer.Option(help="Architecture: hidden size.")]
-FfnHiddenSize = Annotated[int | None, typer.Option(help="Architecture: the FFN's inner width.")]
-NumHeads = Annotated[int | None, typer.Option(help="Architecture: attention heads (divide --hidden-size).")]
+Layers = Annotated[
+    int | None,
+    typer.Option(help="Architecture: transformer layers (counts N and M).", rich_help_panel=LEARNING_RATE),
+]
+HiddenSize = Annotated[
+    int | None, typer.Option(help="Architecture: hidden size.", rich_help_panel=LEARNING_RATE)
+]
+FfnHiddenSize = Annotated[
+    int | None, typer.Option(help="Architecture: the FFN's inner width.", rich_help_panel=LEARNING_RATE)
+]
+NumHeads = Annotated[
+    int | None,
+    typer.Option(help="Architecture: attention heads (divide --hidden-size).", rich_help_panel=LEARNING_RATE),
+]
 NumKvHeads = Annotated[
-    int | None, typer.Option(help="Architecture: key/value heads (divide --num-heads; default: all).")
+    int | None,
+    typer.Option(
+        help="Architecture: key/value heads (divide --num-heads; default: all).",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-VocabSize = Annotated[int | None, typer.Option(help="Architecture: vocabulary (reported, not counted).")]
+VocabSize = Annotated[
+    int | None,
+    typer.Option(help="Architecture: vocabulary (reported, not counted).", rich_help_panel=LEARNING_RATE),
+]
 GatedFfn = Annotated[
-    bool, typer.Option("--gated-ffn/--no-gated-ffn", help="Architecture: a gated (SwiGLU) FFN.")
+    bool,
+    typer.Option(
+        "--gated-ffn/--no-gated-ffn",
+        help="Architecture: a gated (SwiGLU) FFN.",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
 NoiseScaleCheck = Annotated[
     str | None,
-    typer.Option(help="With --url: a finished check that measured the noise scale, put beside the law."),
+    typer.Option(
+        help="With --url: a finished check that measured the noise scale, put beside the law.",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
 
 ARCHITECTURE = ("layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size")

@@ -13,7 +13,8 @@ from app.cli.charts import save_chart
 from app.cli.check import run_check
 from app.cli.check_request import CheckFlags, CheckRequestFile, JobFlags, check_body
 from app.cli.errors import fail
-from app.cli.flag_groups import with_flag_groups
+from app.cli.flag_groups import Without, with_flag_groups
+from app.cli.help_panels import MEASURE
 from app.cli.options import PlanFlags
 from app.cli.output import show_check
 from app.cli.throughput_table import curve_lines
@@ -29,23 +30,32 @@ class MeasureFlags:
         typer.Option(
             help="Comma-separated, increasing: 1,2,4,8 (default: powers of two up to the plan's cap, "
             "else up to 128).",
+            rich_help_panel=MEASURE,
         ),
     ] = None
     repeats: Annotated[
         int | None,
-        typer.Option(help="Timed repeats per size; the median counts (default 10)."),
+        typer.Option(help="Timed repeats per size; the median counts (default 10).", rich_help_panel=MEASURE),
     ] = None
     # --warmup-steps is the plan's lr warmup; this is the request's throughput.warmup_steps.
     measure_warmup_steps: Annotated[
         int | None,
-        typer.Option(help="Untimed micro-steps before each size's repeats (default 3)."),
+        typer.Option(
+            help="Untimed micro-steps before each size's repeats (default 3).", rich_help_panel=MEASURE
+        ),
     ] = None
     time_optimizer_step: Annotated[
-        bool, typer.Option("--time-optimizer-step", help="Time an AdamW step with each micro-step.")
+        bool,
+        typer.Option(
+            "--time-optimizer-step", help="Time an AdamW step with each micro-step.", rich_help_panel=MEASURE
+        ),
     ] = False
     margin: Annotated[
         float | None,
-        typer.Option(help="The knee: within this fraction of the fastest samples/s (default 0.05)."),
+        typer.Option(
+            help="The knee: within this fraction of the fastest samples/s (default 0.05).",
+            rich_help_panel=MEASURE,
+        ),
     ] = None
 
 
@@ -76,19 +86,28 @@ def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measur
     return body
 
 
+# A measurement times one replica's micro-steps: a resume, the lr-scaling probe (run or read)
+# and the noise scale's steps would not change it, so `measure` does not offer their flags.
+NOT_MEASURED = Without(
+    "resume_step", "resume_samples", "resume_replicas", "lr_scaling_result", "lr_scaling_check"
+)
+NOT_MEASURED_CHECK = Without("resume_at", "noise_steps", "noise_lr", "lr_scaling", "lr_rules", "label_noise")
+
+
 # A typer command: each parameter is one of its options.
 @with_flag_groups
 def measure(
     *,
-    flags: PlanFlags,
+    flags: Annotated[PlanFlags, NOT_MEASURED],
     request: CheckRequestFile = None,
-    run: CheckFlags,
+    run: Annotated[CheckFlags, NOT_MEASURED_CHECK],
     sizes: MeasureFlags,
     job: JobFlags,
     chart: Annotated[
         Path | None,
         typer.Option(
             help="Save the curve's chart (samples/s per micro-batch) to this .png or .svg file.",
+            rich_help_panel=MEASURE,
         ),
     ] = None,
 ) -> None:

@@ -1,9 +1,10 @@
 """The options several commands share, declared once: typer `Annotated` aliases, and the flag
 groups (see flag_groups.py) that `plan`, `export` and `check` take as one parameter each.
 
-Every option has help (tests/cli/test_help.py holds that). Two seeds, two names, the same in
-every command: `--data-seed` is the sampler's shuffle seed (the request's `dataset.seed`);
-`--seed`, on `check` only, is the check's own seed (weights and synthetic samples).
+Every option has help and a group for `--help` (help_panels.py; tests/cli/test_help_and_flags.py
+and test_help_groups.py hold that). Two seeds, two names, the same in every command: `--data-seed`
+is the sampler's shuffle seed (the request's `dataset.seed`); `--seed`, on `check` only,
+is the check's own seed (weights and synthetic samples).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Annotated
 
 import typer
 
+from app.cli.help_panels import BATCH, CLUSTER, DATA, LEARNING_RATE, OUTPUT
+from app.cli.stream_flags import EndOfEpoch, NumShards, NumWorkers, ShardSamples, Splitter, StreamFlag
 from app.client import Json
 from app.core.records.plan_request import (
     Decay,
@@ -38,127 +41,235 @@ DIVISIBILITY_HELP = (
     "the global batch, balance gives replicas different micro-batches."
 )
 
-NumNodes = Annotated[int | None, typer.Option(help="Nodes in the cluster (default: 1).")]
-GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8).")]
+NumNodes = Annotated[
+    int | None, typer.Option(help="Nodes in the cluster (default: 1).", rich_help_panel=CLUSTER)
+]
+GpusPerNode = Annotated[int | None, typer.Option(help="GPUs per node (default: 8).", rich_help_panel=CLUSTER)]
 NodeGroups = Annotated[
     list[str] | None,
-    typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP),
+    typer.Option("--node-group", metavar="GROUP", help=NODE_GROUP_HELP, rich_help_panel=CLUSTER),
 ]
 ThroughputCurves = Annotated[
     list[str] | None,
-    typer.Option("--throughput-curve", metavar="[GROUP=]MICRO:RATE,...", help=CURVE_HELP),
+    typer.Option(
+        "--throughput-curve", metavar="[GROUP=]MICRO:RATE,...", help=CURVE_HELP, rich_help_panel=CLUSTER
+    ),
 ]
 GlobalBatch = Annotated[
     int | None,
-    typer.Option("--global-batch-size", "-b", help="Samples per optimizer step, all replicas together."),
+    typer.Option(
+        "--global-batch-size",
+        "-b",
+        help="Samples per optimizer step, all replicas together.",
+        rich_help_panel=BATCH,
+    ),
 ]
 MicroBatch = Annotated[
-    int | None, typer.Option("--micro-batch-size", "-m", help="Samples per GPU per forward/backward.")
+    int | None,
+    typer.Option(
+        "--micro-batch-size", "-m", help="Samples per GPU per forward/backward.", rich_help_panel=BATCH
+    ),
 ]
 Accumulation = Annotated[
     int | None,
-    typer.Option("--accumulation", "-g", help="Gradient accumulation steps (micro-batches per step)."),
+    typer.Option(
+        "--accumulation",
+        "-g",
+        help="Gradient accumulation steps (micro-batches per step).",
+        rich_help_panel=BATCH,
+    ),
 ]
-MaxMicro = Annotated[int | None, typer.Option(help="Micro-batch cap per GPU.")]
-Div = Annotated[Divisibility, typer.Option(help=DIVISIBILITY_HELP)]
+MaxMicro = Annotated[int | None, typer.Option(help="Micro-batch cap per GPU.", rich_help_panel=BATCH)]
+Div = Annotated[Divisibility, typer.Option(help=DIVISIBILITY_HELP, rich_help_panel=BATCH)]
 Reduction = Annotated[
-    LossReduction, typer.Option(help="How the training loss reduces a micro-batch (sets loss scales).")
+    LossReduction,
+    typer.Option(
+        help="How the training loss reduces a micro-batch (sets loss scales).", rich_help_panel=BATCH
+    ),
 ]
-Tensor = Annotated[int, typer.Option(help="Tensor-parallel size.")]
-Pipeline = Annotated[int, typer.Option(help="Pipeline-parallel size.")]
-Context = Annotated[int, typer.Option(help="Context-parallel size.")]
+Tensor = Annotated[int, typer.Option(help="Tensor-parallel size.", rich_help_panel=CLUSTER)]
+Pipeline = Annotated[int, typer.Option(help="Pipeline-parallel size.", rich_help_panel=CLUSTER)]
+Context = Annotated[int, typer.Option(help="Context-parallel size.", rich_help_panel=CLUSTER)]
 DataParallelShard = Annotated[
-    int, typer.Option(help="FSDP shard group: 1 DDP, the data-parallel size FSDP, a divisor HSDP.")
+    int,
+    typer.Option(
+        help="FSDP shard group: 1 DDP, the data-parallel size FSDP, a divisor HSDP.", rich_help_panel=CLUSTER
+    ),
 ]
-Expert = Annotated[int, typer.Option(help="Expert-parallel size (borrows ranks; torchtitan's rules).")]
+Expert = Annotated[
+    int,
+    typer.Option(help="Expert-parallel size (borrows ranks; torchtitan's rules).", rich_help_panel=CLUSTER),
+]
 SequenceLength = Annotated[
-    int | None, typer.Option(help="Tokens per sample: the plan reports tokens and takes the batch in them.")
+    int | None,
+    typer.Option(
+        help="Tokens per sample: the plan reports tokens and takes the batch in them.", rich_help_panel=BATCH
+    ),
 ]
 GlobalBatchTokens = Annotated[
-    int | None, typer.Option(help="Tokens per optimizer step, instead of --global-batch-size.")
+    int | None,
+    typer.Option(help="Tokens per optimizer step, instead of --global-batch-size.", rich_help_panel=BATCH),
 ]
 MicroBatchTokens = Annotated[
     int | None,
-    typer.Option(help="Tokens per micro-batch per data-parallel rank, instead of --micro-batch-size."),
+    typer.Option(
+        help="Tokens per micro-batch per data-parallel rank, instead of --micro-batch-size.",
+        rich_help_panel=BATCH,
+    ),
 ]
 Normalization = Annotated[
     LossNormalization,
-    typer.Option(help="sample: each sample weighs the same; token: each valid token of the step does."),
+    typer.Option(
+        help="sample: each sample weighs the same; token: each valid token of the step does.",
+        rich_help_panel=BATCH,
+    ),
 ]
 BaseBatchTokens = Annotated[
     int | None,
-    typer.Option(help="Scale the lr against tokens per step instead of --base-batch-size."),
+    typer.Option(
+        help="Scale the lr against tokens per step instead of --base-batch-size.",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-NumSamples = Annotated[int | None, typer.Option(help="Dataset size (adds the sampler).")]
+NumSamples = Annotated[
+    int | None, typer.Option(help="Dataset size (adds the sampler).", rich_help_panel=DATA)
+]
 DropLast = Annotated[
     bool,
     typer.Option(
-        help="Sampler: drop what does not split evenly over replicas (default: pad).", show_default=False
+        help="Sampler: drop what does not split evenly over replicas (default: pad).",
+        show_default=False,
+        rich_help_panel=DATA,
     ),
 ]
 Shuffle = Annotated[
-    bool, typer.Option(help="Sampler: shuffle the dataset every epoch (default: yes).", show_default=False)
+    bool | None,
+    typer.Option(
+        "--shuffle/--no-shuffle",
+        help="Shuffle every epoch (default: yes on a map-style dataset, no on a --stream: its shard order).",
+        show_default=False,
+        rich_help_panel=DATA,
+    ),
 ]
-DataSeed = Annotated[int, typer.Option("--data-seed", help="Sampler shuffle seed (dataset.seed).")]
-Epochs = Annotated[int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).")]
+DataSeed = Annotated[
+    int, typer.Option("--data-seed", help="Sampler shuffle seed (dataset.seed).", rich_help_panel=DATA)
+]
+Epochs = Annotated[
+    int | None, typer.Option(help="Epochs to train (adds the total optimizer steps).", rich_help_panel=DATA)
+]
 BaseLr = Annotated[
-    float | None, typer.Option(help="Adds the learning rate: the LR tuned for --base-batch-size.")
+    float | None,
+    typer.Option(
+        help="Adds the learning rate: the LR tuned for --base-batch-size.", rich_help_panel=LEARNING_RATE
+    ),
 ]
-BaseBatch = Annotated[int, typer.Option(help="The global batch that --base-lr was tuned for.")]
-Rule = Annotated[LRRule, typer.Option(help="LR scaling; auto: linear for sgd/lars, sqrt for adam-like.")]
-Opt = Annotated[Optimizer, typer.Option(help="The optimizer (picks the auto rule).")]
-WarmupEpochs = Annotated[float | None, typer.Option(help="LR warmup in epochs (needs --num-samples).")]
-WarmupSteps = Annotated[int | None, typer.Option(help="LR warmup in optimizer steps.")]
-WarmupStartLr = Annotated[float | None, typer.Option(help="Where the warmup starts (default: --base-lr).")]
+BaseBatch = Annotated[
+    int, typer.Option(help="The global batch that --base-lr was tuned for.", rich_help_panel=LEARNING_RATE)
+]
+Rule = Annotated[
+    LRRule,
+    typer.Option(
+        help="LR scaling; auto: linear for sgd/lars, sqrt for adam-like.", rich_help_panel=LEARNING_RATE
+    ),
+]
+Opt = Annotated[
+    Optimizer, typer.Option(help="The optimizer (picks the auto rule).", rich_help_panel=LEARNING_RATE)
+]
+WarmupEpochs = Annotated[
+    float | None,
+    typer.Option(help="LR warmup in epochs (needs --num-samples).", rich_help_panel=LEARNING_RATE),
+]
+WarmupSteps = Annotated[
+    int | None, typer.Option(help="LR warmup in optimizer steps.", rich_help_panel=LEARNING_RATE)
+]
+WarmupStartLr = Annotated[
+    float | None,
+    typer.Option(help="Where the warmup starts (default: --base-lr).", rich_help_panel=LEARNING_RATE),
+]
 DecayFlag = Annotated[
-    Decay | None, typer.Option("--decay", help="After warmup: constant (default), cosine, linear, step.")
+    Decay | None,
+    typer.Option(
+        "--decay",
+        help="After warmup: constant (default), cosine, linear, step.",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-MinLr = Annotated[float | None, typer.Option(help="Where cosine and linear decay end (default 0).")]
-TrainSteps = Annotated[int | None, typer.Option(help="The run's optimizer steps (default: --epochs').")]
+MinLr = Annotated[
+    float | None,
+    typer.Option(help="Where cosine and linear decay end (default 0).", rich_help_panel=LEARNING_RATE),
+]
+TrainSteps = Annotated[
+    int | None,
+    typer.Option(help="The run's optimizer steps (default: --epochs').", rich_help_panel=LEARNING_RATE),
+]
 TrainSamples = Annotated[
     int | None,
-    typer.Option(help="The run's length in samples, as Megatron's --train-samples (or --train-steps)."),
+    typer.Option(
+        help="The run's length in samples, as Megatron's --train-samples (or --train-steps).",
+        rich_help_panel=LEARNING_RATE,
+    ),
 ]
-Momentum = Annotated[float | None, typer.Option(help="SGD's momentum (default 0.9).")]
-WeightDecay = Annotated[float | None, typer.Option(help="Weight decay, on every parameter (default 0).")]
-MaxGradNorm = Annotated[float | None, typer.Option(help="Clip the gradient's norm (default: no clipping).")]
+Momentum = Annotated[
+    float | None, typer.Option(help="SGD's momentum (default 0.9).", rich_help_panel=LEARNING_RATE)
+]
+WeightDecay = Annotated[
+    float | None,
+    typer.Option(help="Weight decay, on every parameter (default 0).", rich_help_panel=LEARNING_RATE),
+]
+MaxGradNorm = Annotated[
+    float | None,
+    typer.Option(help="Clip the gradient's norm (default: no clipping).", rich_help_panel=LEARNING_RATE),
+]
 LrScalingResult = Annotated[
     Path | None,
     typer.Option(
         help="An lr-scaling probe's result, a JSON file (the check as GET /v1/checks/ID answers it, "
         "its result, or result.lr_scaling): the lr scales by the rule it measured best (rule measured).",
+        rich_help_panel=LEARNING_RATE,
     ),
 ]
 LrScalingCheck = Annotated[
     str | None,
     typer.Option(
         help="With --url: the id of a finished lr-scaling probe on that server (rule measured).",
+        rich_help_panel=LEARNING_RATE,
     ),
 ]
 ResumeStep = Annotated[
     int | None,
-    typer.Option(help="Resume after this many optimizer steps (the plan's resume)."),
+    typer.Option(help="Resume after this many optimizer steps (the plan's resume).", rich_help_panel=DATA),
 ]
 ResumeSamples = Annotated[
     int | None,
-    typer.Option(help="Resume after this many consumed samples, instead of --resume-step."),
+    typer.Option(
+        help="Resume after this many consumed samples, instead of --resume-step.", rich_help_panel=DATA
+    ),
 ]
 ResumeReplicas = Annotated[
     int | None,
     typer.Option(
         help="Resume on this data-parallel size (default: the plan's); with `check --resume-at`, the "
         "replicas the checked run goes on with.",
+        rich_help_panel=DATA,
     ),
 ]
-RequestFile = Annotated[Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).")]
+RequestFile = Annotated[
+    Path | None, typer.Option(help="A JSON plan request (overrides the plan flags).", rich_help_panel=OUTPUT)
+]
 Url = Annotated[
-    str | None, typer.Option(help="A batchplan server, e.g. http://127.0.0.1:8000 (default: compute here).")
+    str | None,
+    typer.Option(
+        help="A batchplan server, e.g. http://127.0.0.1:8000 (default: compute here).", rich_help_panel=OUTPUT
+    ),
 ]
 ApiKey = Annotated[
     str | None,
-    typer.Option(envvar="BATCHPLAN_API_KEY", help="Sent as Authorization: Bearer."),
+    typer.Option(envvar="BATCHPLAN_API_KEY", help="Sent as Authorization: Bearer.", rich_help_panel=OUTPUT),
 ]
-Output = Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", help="Write to this file instead of stdout.", rich_help_panel=OUTPUT),
+]
 
 
 @dataclass(frozen=True)
@@ -186,9 +297,15 @@ class BatchFlags:
     loss_normalization: Normalization = LossNormalization.SAMPLE
     num_samples: NumSamples = None
     drop_last: DropLast = False
-    shuffle: Shuffle = True
+    shuffle: Shuffle = None
     data_seed: DataSeed = 0
     epochs: Epochs = None
+    stream: StreamFlag = False
+    num_shards: NumShards = None
+    shard_samples: ShardSamples = None
+    splitter: Splitter = None
+    num_workers: NumWorkers = None
+    end_of_epoch: EndOfEpoch = None
 
 
 @dataclass(frozen=True)
@@ -221,38 +338,59 @@ class PlanFlags(BatchFlags):
 class ExportFlags:
     """What an export writes into its file (`export`'s wording)."""
 
-    script: Annotated[str | None, typer.Option(help="The training script (default: train.py).")] = None
-    job_name: Annotated[str | None, typer.Option(help="Slurm/PyTorchJob name (default: batchplan).")] = None
-    image: Annotated[str | None, typer.Option(help="The PyTorchJob container image.")] = None
-    master_port: Annotated[int | None, typer.Option(help="Rendezvous port (default: 29500).")] = None
+    script: Annotated[
+        str | None, typer.Option(help="The training script (default: train.py).", rich_help_panel=OUTPUT)
+    ] = None
+    job_name: Annotated[
+        str | None, typer.Option(help="Slurm/PyTorchJob name (default: batchplan).", rich_help_panel=OUTPUT)
+    ] = None
+    image: Annotated[
+        str | None, typer.Option(help="The PyTorchJob container image.", rich_help_panel=OUTPUT)
+    ] = None
+    master_port: Annotated[
+        int | None, typer.Option(help="Rendezvous port (default: 29500).", rich_help_panel=OUTPUT)
+    ] = None
     preflight: Annotated[
         bool | None,
         typer.Option(
             "--preflight/--no-preflight",
             help="slurm, torchrun, kubernetes: run the gradient check before training (default: on).",
+            rich_help_panel=OUTPUT,
         ),
     ] = None
     preflight_steps: Annotated[
         int | None,
-        typer.Option(help="Optimizer steps the preflight trains (default 1; more: a run of the recipe)."),
+        typer.Option(
+            help="Optimizer steps the preflight trains (default 1; more: a run of the recipe).",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None
     model_factory: Annotated[
-        str | None, typer.Option(help="The model the preflight trains (package.module:factory).")
+        str | None,
+        typer.Option(help="The model the preflight trains (package.module:factory).", rich_help_panel=OUTPUT),
     ] = None
     setup: Annotated[
-        str | None, typer.Option(help="slurm, torchrun: a shell line that activates the job's environment.")
+        str | None,
+        typer.Option(
+            help="slurm, torchrun: a shell line that activates the job's environment.", rich_help_panel=OUTPUT
+        ),
     ] = None
     cpus_per_gpu: Annotated[
-        int | None, typer.Option(help="slurm: CPU cores per GPU process (default: 4).")
+        int | None,
+        typer.Option(help="slurm: CPU cores per GPU process (default: 4).", rich_help_panel=OUTPUT),
     ] = None
     elastic_nodes: Annotated[
         str | None,
         typer.Option(
-            help="torchrun, slurm: an elastic launch on MIN:MAX nodes (restarts on the nodes left)."
+            help="torchrun, slurm: an elastic launch on MIN:MAX nodes (restarts on the nodes left).",
+            rich_help_panel=OUTPUT,
         ),
     ] = None
     max_restarts: Annotated[
-        int | None, typer.Option(help="torchrun, slurm: --max-restarts of an elastic launch (default: 3).")
+        int | None,
+        typer.Option(
+            help="torchrun, slurm: --max-restarts of an elastic launch (default: 3).", rich_help_panel=OUTPUT
+        ),
     ] = None
 
     def query(self) -> Json:
@@ -277,11 +415,17 @@ class ExportFlags:
 class PlanExportFlags(ExportFlags):
     """The same options on `plan`, where only an export --format uses them."""
 
-    script: Annotated[str | None, typer.Option(help="Exports: the training script (default: train.py).")] = (
-        None
-    )
-    job_name: Annotated[
-        str | None, typer.Option(help="Exports: Slurm/PyTorchJob name (default: batchplan).")
+    script: Annotated[
+        str | None,
+        typer.Option(help="Exports: the training script (default: train.py).", rich_help_panel=OUTPUT),
     ] = None
-    image: Annotated[str | None, typer.Option(help="Exports: the PyTorchJob container image.")] = None
-    master_port: Annotated[int | None, typer.Option(help="Exports: rendezvous port (default: 29500).")] = None
+    job_name: Annotated[
+        str | None,
+        typer.Option(help="Exports: Slurm/PyTorchJob name (default: batchplan).", rich_help_panel=OUTPUT),
+    ] = None
+    image: Annotated[
+        str | None, typer.Option(help="Exports: the PyTorchJob container image.", rich_help_panel=OUTPUT)
+    ] = None
+    master_port: Annotated[
+        int | None, typer.Option(help="Exports: rendezvous port (default: 29500).", rich_help_panel=OUTPUT)
+    ] = None

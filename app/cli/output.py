@@ -14,6 +14,7 @@ from app.cli.errors import fail
 from app.cli.flag_names import suggestion_lines
 from app.cli.law_table import law_lines
 from app.cli.mesh_table import mesh_lines
+from app.cli.stream_table import stream_lines
 from app.cli.throughput_table import measured_lines
 from app.client import Json
 
@@ -46,6 +47,7 @@ def table(result: Json) -> str:
             f"{s['optimizer_steps_per_epoch']} optimizer steps per epoch, "
             f"{s['padded_samples']} padded, {s['dropped_samples']} dropped",
         ]
+    lines += stream_lines(result.get("stream"))
     if result.get("learning_rate"):
         lr = result["learning_rate"]
         lines.append(

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.help_panels import BATCH
 from app.client import Json
 from app.core.records.plan_request import PackingMode
 
@@ -16,18 +17,26 @@ Packing = Annotated[
     typer.Option(
         help="rows: documents packed into rows of --sequence-length (DataCollatorWithFlattening); "
         "token_budget: samples of at most --sequence-length filled up to --max-tokens-per-micro-batch. "
-        "Needs --loss-normalization token."
+        "Needs --loss-normalization token.",
+        rich_help_panel=BATCH,
     ),
 ]
 MaxTokensPerMicroBatch = Annotated[
-    int | None, typer.Option(help="--packing token_budget: the tokens a micro-batch is filled up to.")
+    int | None,
+    typer.Option(
+        help="--packing token_budget: the tokens a micro-batch is filled up to.", rich_help_panel=BATCH
+    ),
 ]
 DocumentLengthMean = Annotated[
-    float | None, typer.Option(help="--packing: tokens per document on average, when known.")
+    float | None,
+    typer.Option(help="--packing: tokens per document on average, when known.", rich_help_panel=BATCH),
 ]
 DocumentLengthMax = Annotated[
     int | None,
-    typer.Option(help="--packing: the longest document in tokens, when known (tightens the bounds)."),
+    typer.Option(
+        help="--packing: the longest document in tokens, when known (tightens the bounds).",
+        rich_help_panel=BATCH,
+    ),
 ]
 
 

@@ -8,6 +8,7 @@ import typer
 
 from app.cli.compute import render
 from app.cli.flag_groups import with_flag_groups
+from app.cli.help_panels import OUTPUT
 from app.cli.law_flags import LawFlags, with_law
 from app.cli.options import ApiKey, Output, PlanExportFlags, PlanFlags, RequestFile, Url
 from app.cli.output import emit
@@ -28,8 +29,10 @@ def plan(
     request: RequestFile = None,
     url: Url = None,
     api_key: ApiKey = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP)] = "table",
-    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    fmt: Annotated[str, typer.Option("--format", "-f", help=FORMAT_HELP, rich_help_panel=OUTPUT)] = "table",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Same as --format json.", rich_help_panel=OUTPUT)
+    ] = False,
     exports: PlanExportFlags,
     output: Output = None,
 ) -> None:

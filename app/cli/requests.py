@@ -137,14 +137,8 @@ def plan_body(flags: BatchFlags) -> Json:
         body["parallelism"] |= {"data_parallel_shard": flags.data_parallel_shard, "expert": flags.expert}
     if flags.loss_normalization is not LossNormalization.SAMPLE:
         body["loss_normalization"] = flags.loss_normalization.value
-    if flags.num_samples is not None:
-        body["dataset"] = {
-            "num_samples": flags.num_samples,
-            "drop_last": flags.drop_last,
-            "shuffle": flags.shuffle,
-            "seed": flags.data_seed,
-            **_given(flags, "epochs"),
-        }
+    if flags.num_samples is not None or flags.stream:
+        body["dataset"] = _dataset(flags)
     if isinstance(flags, PlanFlags) and flags.base_lr is not None:
         body["learning_rate"] = {
             "base_lr": flags.base_lr,
@@ -165,6 +159,26 @@ def plan_body(flags: BatchFlags) -> Json:
         if any(value is not None for value in resume.values()):
             body["resume"] = {k: v for k, v in resume.items() if v is not None}
     return body
+
+
+def _dataset(flags: BatchFlags) -> Json:
+    """The request's dataset: a map-style one, or with --stream a stream (its fields as given;
+    the service refuses a missing one at its field)."""
+    dataset: Json = {"seed": flags.data_seed, **_given(flags, "num_samples", "shuffle", "epochs")}
+    if not flags.stream:
+        return {**dataset, "drop_last": flags.drop_last}
+    listed = _counts(flags.shard_samples) if flags.shard_samples is not None else None
+    stream = _given(flags, "num_shards", "splitter", "num_workers", "end_of_epoch")
+    return {"kind": "stream", **dataset, **stream, **({"shard_samples": listed} if listed else {})} | (
+        {"drop_last": True} if flags.drop_last else {}
+    )
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        fail({"detail": f"--shard-samples takes whole numbers and commas (e.g. 300,200,100), not {text!r}"})
 
 
 def _given(flags: BatchFlags, *names: str) -> Json:

@@ -83,10 +83,18 @@ def check_request(data: Mapping[str, Any]) -> CheckRequest:
         if data.get(key) is not None and data[key] not in get_args(kind):
             raise SpecError(f"{key} must be one of {', '.join(get_args(kind))}", f"/{key}")
     data = CHECK_LIMITS.check(data)
+    if not isinstance(data.get("plan"), Mapping):
+        raise SpecError("give the plan: a plan request, as POST /v1/plans takes it", "/plan")
     try:
         request = plan_request(data["plan"])
     except PlanError as err:
         raise err.under("/plan") from None
+    except (KeyError, TypeError, ValueError) as err:  # a shape the parser's own refusals do not name
+        raise SpecError(
+            f"the plan is not a plan request ({type(err).__name__}: {err}): POST it to /v1/plans, "
+            f"whose schema names each field's problem",
+            "/plan",
+        ) from None
     given = {k: v for k, v in data.items() if k != "plan" and v is not None}
     return CheckRequest(request, decode(CheckOptions, _without_nulls(given)))
 

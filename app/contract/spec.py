@@ -90,6 +90,15 @@ class CheckSpec:
         return Fraction(dp * micro_batch_size, G) if self.loss_reduction == "mean" else Fraction(dp, G)
 
 
+def _refuse_a_stream(plan: Plan) -> None:
+    if plan.stream is not None:
+        raise SpecError(
+            "a check runs a map-style dataset through the plan's sampler; a stream plan (dataset kind "
+            "stream) is not checked: its split is counted by the plan's `stream` (docs/streams.md)",
+            "/plan/dataset/kind",
+        )
+
+
 def spec_from_plan(
     plan: Plan,
     *,
@@ -100,6 +109,7 @@ def spec_from_plan(
 ) -> CheckSpec:
     """The first optimizer step of `plan`. Without a dataset the epoch is exactly one global
     batch, shuffled with the check's seed."""
+    _refuse_a_stream(plan)
     data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     slices = tuple(

@@ -10,17 +10,26 @@ from app.core.errors.domain import InvalidValue, PlanError, passes
 from app.core.errors.suggestions import with_request_fields
 from app.core.explain.plan_explanation import BatchSplit, explain, mesh_sentences
 from app.core.explain.run_scale import scale_warnings
+from app.core.explain.stream import stream_sentences
 from app.core.explain.throughput import throughput_sentences
 from app.core.learning_rate.law_report import with_recommendation
 from app.core.learning_rate.noise_scale import efficiency, readable
 from app.core.learning_rate.recommend import Advice, advise
-from app.core.records.plan import BatchEfficiency, Plan, ReplicaGroup, SamplerPlan, ThroughputPlan
+from app.core.records.plan import (
+    BatchEfficiency,
+    LearningRatePlan,
+    Plan,
+    ReplicaGroup,
+    SamplerPlan,
+    ThroughputPlan,
+)
 from app.core.records.plan_request import LossNormalization, LossReduction, PlanRequest
 from app.core.resume.plan_resume import resumed
 from app.core.split.batch import choose_split, solve
 from app.core.split.batch_problem import BatchProblem, BatchSolution
 from app.core.split.curve_checks import validate_curves
 from app.core.split.sampler import even_sampler, proportional_sampler, sampler_warnings
+from app.core.split.stream.plan import request_stream
 from app.core.split.throughput_plan import Timing, curve_warnings, throughput_plan
 from app.core.tokens.token_plan import in_samples, plan_learning_rate_for, token_plan, token_pointed
 
@@ -183,11 +192,21 @@ def _solved(request: PlanRequest) -> tuple[ReplicaLayout, BatchProblem, BatchSol
 def _sampler(request: PlanRequest, dp: int, common: int | None, G: int, g: int) -> SamplerPlan | None:
     """The epoch as the sampler lays it out: DistributedSampler on an even split, else every
     replica the same micro-steps (the proportional sampler)."""
-    if request.dataset is None:
+    if request.dataset is None or request.dataset.kind == "stream":
         return None
     if common is not None:
         return even_sampler(request.dataset, dp, common, g)
     return proportional_sampler(request.dataset, dp, G // g, g)
+
+
+def _learning_rate(
+    request: PlanRequest, G: int, steps_per_epoch: int | None
+) -> tuple[LearningRatePlan | None, list[str]]:
+    """The recipe, where the request asks for one; a warmup longer than the run is refused
+    (app.core.learning_rate.recipe)."""
+    if request.learning_rate is None:
+        return None, []
+    return plan_learning_rate_for(request, G, steps_per_epoch)
 
 
 def _plan(request: PlanRequest) -> Plan:
@@ -203,21 +222,18 @@ def _plan(request: PlanRequest) -> Plan:
     if sampler is not None:
         assert request.dataset is not None
         warnings += sampler_warnings(sampler, request.dataset, common, g)
-    lr_plan = None
-    if request.learning_rate is not None:
-        lr_plan, lr_warnings = plan_learning_rate_for(
-            request, G, sampler.optimizer_steps_per_epoch if sampler else None
-        )
-        warnings += lr_warnings  # a warmup longer than the run is refused (app.core.learning_rate.recipe)
-    batch_efficiency, efficiency_warnings = _efficiency(request, G)
-    warnings += efficiency_warnings
-    warnings += scale_warnings(g, sampler)
     groups = _replica_groups(request, layout, solution, sampler, timing)
+    stream = request_stream(request, dp, common if common is not None else groups, g)
+    warnings += [w.message for w in stream.warnings] if stream else []
+    epoch = stream or sampler  # what feeds the recipe's epochs: the stream's, or the sampler's
+    lr_plan, lr_warnings = _learning_rate(request, G, epoch.optimizer_steps_per_epoch if epoch else None)
+    batch_efficiency, efficiency_warnings = _efficiency(request, G)
+    warnings += lr_warnings + efficiency_warnings + scale_warnings(g, sampler)
     mesh = device_mesh.device_mesh(request.parallelism, dp)
     explanation = explain(
         world=layout.world_size,
         parallelism=request.parallelism,
-        split=BatchSplit(dp, G, g, groups, common),
+        split=BatchSplit(dp, G, g, groups, common, stream=stream is not None),
         reduction=request.loss_reduction,
         sampler=sampler,
         lr=lr_plan,
@@ -229,6 +245,7 @@ def _plan(request: PlanRequest) -> Plan:
     if throughput is not None:
         explanation += _throughput_sentences(request, layout, throughput, G, groups)
     explanation += mesh_sentences(mesh, dp)
+    explanation += stream_sentences(stream, dp, layout.model_parallel_size, g) if stream else []
     planned = Plan(
         world_size=layout.world_size,
         model_parallel_size=layout.model_parallel_size,
@@ -248,6 +265,7 @@ def _plan(request: PlanRequest) -> Plan:
         efficiency=batch_efficiency,
         device_mesh=mesh,
         throughput=throughput,
+        stream=stream,
     )
     return _with_tokens(request, planned)
 

@@ -6,8 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from app.core.errors.domain import InvalidValue
 from app.core.records.plan_request import MAX_SAFE_INTEGER, DatasetSpec
 from app.core.request import parse as core_request
+from app.core.request.dataset import dataset_spec
 from app.core.resume import elastic as core_elastic
 from app.core.resume.elastic_resume import ElasticResumeSpec
 from app.schemas.checked_suggestions import checked_suggestions_validator
@@ -67,11 +69,23 @@ class ElasticRequestIn(RequestModel):
             max_global_batch_size=self.max_global_batch_size,
             prefer_larger=self.prefer_larger,
             learning_rate=core_request.learning_rate(lr.model_dump() if lr else None),
-            dataset=DatasetSpec(**self.dataset.model_dump()) if self.dataset else None,
+            dataset=_map_dataset(self.dataset) if self.dataset else None,
             resume=ElasticResumeSpec(self.resume.optimizer_step, self.resume.data_parallel_size)
             if self.resume
             else None,
         )
+
+
+def _map_dataset(dataset: DatasetIn) -> DatasetSpec:
+    """The dataset as the core reads it; a stream is refused: the elastic table resumes through
+    DistributedSampler's epoch, which a stream has not."""
+    spec = dataset_spec(dataset)
+    if spec.kind == "stream":
+        raise InvalidValue(
+            "the elastic table resumes a map-style dataset's sampler; a stream's readers keep their state",
+            pointer="/dataset/kind",
+        )
+    return spec
 
 
 class ElasticResumeIn(RequestModel):

@@ -173,6 +173,24 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
             },
         ),
     },
+    "resume": {
+        "summary": "Resumed from step 5,300 on 8 of the 16 GPUs: the same global batches, each rank's skip",
+        "value": _eight_gpu_nodes(
+            2,
+            global_batch_size=512,
+            max_micro_batch_size=64,
+            dataset={"num_samples": 1280000, "shuffle": True, "seed": 0, "epochs": 90},
+            learning_rate={
+                "base_lr": 0.1,
+                "base_batch_size": 256,
+                "rule": "linear",
+                "optimizer": "sgd",
+                "warmup_epochs": 5,
+                "decay": "cosine",
+            },
+            resume={"optimizer_step": 5300, "data_parallel_size": 8},
+        ),
+    },
     "packed_rows": {
         "summary": "Documents packed into rows: valid targets vary by rank, bounded and normalised",
         "value": _eight_gpu_nodes(
@@ -207,6 +225,30 @@ PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
                 # Step Law's largest grid shape: N = 16 x (4 x 2048^2 + 3 x 2048 x 8192) = 1,073,741,824.
                 "architecture": {"layers": 16, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_heads": 16},
             },
+        ),
+    },
+}
+
+
+# A stream's plan, shown beside PLAN_EXAMPLES in Swagger (and replayed in the golden plans); apart
+# from them because the exports that iterate PLAN_EXAMPLES do not write a stream.
+STREAM_PLAN_EXAMPLES: dict[str, dict[str, Any]] = {
+    "stream": {
+        "summary": "A streaming dataset (Hugging Face datasets) over 16 GPUs with 4 DataLoader workers each",
+        "value": _eight_gpu_nodes(
+            2,
+            global_batch_size=512,
+            micro_batch_size=8,
+            dataset={
+                "kind": "stream",
+                "num_samples": 1000000,
+                "num_shards": 1000,
+                "splitter": "hf_datasets",
+                "num_workers": 4,
+                "end_of_epoch": "drop",
+                "epochs": 3,
+            },
+            learning_rate={"base_lr": 0.0003, "base_batch_size": 256, "rule": "sqrt", "optimizer": "adamw"},
         ),
     },
 }

@@ -20,13 +20,15 @@ from pydantic import (
 from app.core.records import plan_request as core
 from app.core.request import parse as core_request
 from app.schemas.checked_suggestions import with_checked_suggestions
+from app.schemas.dataset_in import DatasetIn
 from app.schemas.packing_in import PackingIn
 from app.schemas.plan_recipe_in import LearningRateIn
 from app.schemas.recommend import RECOMMEND_HELP, RecommendIn
 from app.schemas.resume import ResumeIn
 from app.schemas.types import RequestModel, plan_limit, with_examples
 
-# LearningRateIn lives in plan_recipe_in; app.schemas.exports (and users) name it here.
+# LearningRateIn lives in plan_recipe_in, DatasetIn in dataset_in; app.schemas.exports (and
+# users) name them here.
 __all__ = [
     "SCREEN",
     "CurvePointIn",
@@ -178,18 +180,6 @@ class ParallelismIn(RequestModel):
         description="Expert-parallel size: borrows ranks, never changes the world size; a multiple "
         "of context x tensor that divides data_parallel_shard x context x tensor (torchtitan).",
     )
-
-
-class DatasetIn(RequestModel):
-    model_config = with_examples(
-        {"num_samples": 1281167, "shuffle": True, "seed": 0, "drop_last": False, "epochs": 90}
-    )
-
-    num_samples: Annotated[int, plan_limit("dataset.num_samples")]
-    shuffle: bool = Field(True, strict=True)
-    seed: Annotated[int, plan_limit("dataset.seed")] = 0
-    drop_last: bool = Field(False, strict=True)
-    epochs: Annotated[int, plan_limit("dataset.epochs")] | None = None
 
 
 class PlanRequestIn(RequestModel):

@@ -11,6 +11,7 @@ from app.core.records.plan import Plan
 from app.schemas.plan_recipe_out import LearningRateOut
 from app.schemas.recommend import RecommendationOut
 from app.schemas.resume import ResumeOut
+from app.schemas.stream_out import StreamOut
 from app.schemas.throughput_out import ThroughputOut
 from app.schemas.types import ResponseModel, with_examples
 
@@ -280,6 +281,11 @@ class PlanOut(ResponseModel):
         None,
         description="With the request's recommend: the law's batch and lr beside the plan's "
         "(docs/recommend.md).",
+    )
+    stream: StreamOut | None = Field(
+        None,
+        description="With dataset kind stream: how the stream splits over the ranks and their DataLoader "
+        "workers, in place of the sampler (docs/streams.md).",
     )
 
 

@@ -54,12 +54,25 @@ PLAN_AROUND: dict[str, dict[str, Any]] = {
         "topology": {"node_groups": [{**GROUP, "throughput_curve": [POINT]}]},
     },
     "dataset": {**PLAN, "dataset": {"num_samples": 64}},
+    # A stream's own fields, on a stream (on a map they are refused at /dataset, at every door).
+    "dataset.num_shards": {
+        **PLAN,
+        "dataset": {"kind": "stream", "num_samples": 64, "splitter": "rank_worker"},
+    },
+    "dataset.num_workers": {**PLAN, "dataset": {"kind": "stream", "num_samples": 64, "num_shards": 1}},
+    "dataset.shard_samples": {**PLAN, "dataset": {"kind": "stream", "splitter": "rank_worker"}},
     "learning_rate": {**PLAN, "learning_rate": {"base_lr": 0.1}},
     "learning_rate.lr_scaling": {
         **PLAN,
         "learning_rate": {"base_lr": 0.1, "rule": "measured", "lr_scaling": PROBE},
     },
     "gradient_noise_scale_stderr": {**PLAN, "gradient_noise_scale": 4096.0},
+    "packing": {
+        **PLAN,
+        "sequence_length": 2048,
+        "loss_normalization": "token",
+        "packing": {"mode": "token_budget", "max_tokens_per_micro_batch": 4096},
+    },
     "resume": {**PLAN, "resume": {"optimizer_step": 0}},
     "recommend": {
         **PLAN,
@@ -101,6 +114,7 @@ def _items(path: str, n: int) -> list[Any]:
         "curve": lambda i: {"samples": i, "loss": 1.0},
         "rules": (lambda i: RULES[i % 3]) if path == "lr_scaling.rules" else (lambda i: PROBE["rules"][0]),
         "micro_batch_sizes": lambda i: i + 1,
+        "shard_samples": lambda i: 1,
     }
     return [makers[last](i) for i in range(n)]
 

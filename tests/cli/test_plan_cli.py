@@ -224,3 +224,18 @@ def test_the_recipe_flags_are_the_learning_rate_fields(run: Invoke) -> None:
     assert (lr["warmup_steps"], lr["warmup_start_lr"], lr["decay"], lr["min_lr"]) == (2, 0.0, "cosine", 0.01)
     assert (lr["train_steps"], lr["momentum"], lr["weight_decay"], lr["max_grad_norm"]) == (20, 0.8, 0.1, 1.0)
     assert lr["lr_at_last_step"] == 0.01
+
+
+def test_a_stream_is_planned_from_its_flags(run: Invoke) -> None:
+    flags = ("--num-nodes", "1", "--gpus-per-node", "4", "-b", "32", "-m", "4", "--stream")
+    sized = ("--num-shards", "8", "--num-samples", "4096")
+    out = run("plan", *flags, *sized, "--splitter", "rank_worker", "--json")
+    stream = json.loads(out.stdout)["stream"]
+    assert out.exit_code == 0 and stream["splitter"] == "rank_worker", out.stderr
+    out = run(
+        "plan", *flags, "--shard-samples", "30,20,10,10", "--splitter", "webdataset", "--num-workers", "2"
+    )
+    assert out.exit_code == 0, out.stderr
+    assert "stream webdataset: 4 shards over 8 readers, end_of_epoch drop" in out.stdout
+    refused = run("plan", *flags, *sized)
+    assert refused.exit_code == 2 and "every rank" in refused.stderr

@@ -16,9 +16,10 @@ from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan import ReplicaGroup
 from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.records.stream import StreamSpec
+from app.core.request.limits import MAX_STREAM_SHARDS
 from app.core.split.stream.advice import least_num_shards
 from app.core.split.stream.ids import delivered_micro_batches, trained_micro_batches
-from app.core.split.stream.layout import MAX_COUNTED_SHARDS, MAX_STREAM_SHARDS
+from app.core.split.stream.layout import MAX_COUNTED_SHARDS
 from app.core.split.stream.plan import plan_stream
 
 

@@ -13,7 +13,7 @@ import json
 import random
 from typing import Any
 
-from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES
+from app.schemas.examples import INFEASIBLE_PLAN, OUT_OF_RANGE_PLAN, PLAN_EXAMPLES, STREAM_PLAN_EXAMPLES
 
 MAX_SAFE = 2**53 - 1
 DIVISIBILITY = ("exact", "round_down", "round_up", "balance")
@@ -186,7 +186,8 @@ def broken_body(rng: random.Random) -> dict[str, Any]:
 
 def example_bodies() -> list[tuple[str, dict[str, Any]]]:
     """Every documented plan request, and the two documented refusals."""
-    out = [(f"example-{name}", copy.deepcopy(ex["value"])) for name, ex in PLAN_EXAMPLES.items()]
+    shown = {**PLAN_EXAMPLES, **STREAM_PLAN_EXAMPLES}
+    out = [(f"example-{name}", copy.deepcopy(ex["value"])) for name, ex in shown.items()]
     out += [("example-infeasible", copy.deepcopy(INFEASIBLE_PLAN))]
     out += [("example-out-of-range", copy.deepcopy(OUT_OF_RANGE_PLAN))]
     return out

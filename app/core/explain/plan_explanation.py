@@ -21,6 +21,7 @@ class BatchSplit:
     accumulation: int
     groups: tuple[ReplicaGroup, ...]
     common_micro: int | None  # every replica's micro-batch, when they share one
+    stream: bool = False  # a stream's loaders take no sampler: app.core.explain.stream says how
 
 
 def _ranks(g: ReplicaGroup) -> str:
@@ -49,7 +50,7 @@ def explain(
         f"{parallelism.pipeline} x context {parallelism.context} = {mp} give {dp} "
         f"data-parallel replicas; the batch is split over replicas, not over GPUs."
     ]
-    out += _split_sentences(split, by_throughput)
+    out += _split_sentences(split, by_throughput)[: 1 if split.stream else None]
     if accumulation > 1:
         out.append(
             f"Run the first {accumulation - 1} of every {accumulation} micro-batches inside "

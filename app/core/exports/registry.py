@@ -61,7 +61,27 @@ _FORMATS: dict[str, Exporter] = {
     "torchtitan": export_torchtitan,
     "megatron": export_megatron,
 }
-EXPORTERS: dict[str, Exporter] = {name: _suggesting_what_exports(f) for name, f in _FORMATS.items()}
+
+
+def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
+    """`exporter`, which writes a sampler's loader: a stream plan (no sampler, a splitter) is
+    refused at the dataset's kind rather than exported as a map-style dataset."""
+
+    def run(x: ExportInput) -> Export:
+        if x.plan.stream is not None:
+            raise InvalidValue(
+                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: build "
+                "the stream as the plan's `stream` says (docs/streams.md)",
+                pointer="/dataset/kind",
+            )
+        return exporter(x)
+
+    return run
+
+
+EXPORTERS: dict[str, Exporter] = {
+    name: _suggesting_what_exports(_refusing_streams(name, f)) for name, f in _FORMATS.items()
+}
 
 
 def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> Export:

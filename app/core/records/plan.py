@@ -8,6 +8,7 @@ from typing import Literal
 from app.core.records.recommendation import Recommendation
 from app.core.records.record import record
 from app.core.records.resume import ResumePlan
+from app.core.records.stream import StreamPlan
 
 # The enumerated values of the answer's fields (the request's enums' values, in plan_types).
 Split = Literal["even", "proportional"]  # DistributedSampler, or micro-batches that differ by replica
@@ -204,6 +205,7 @@ class Plan:
     throughput: ThroughputPlan | None = None  # with throughput curves
     resume: ResumePlan | None = None  # with the request's resume (app.core.resume.plan_resume)
     recommendation: Recommendation | None = None  # with the request's recommend
+    stream: StreamPlan | None = None  # a stream dataset's split, in place of the sampler
 
 
 @record

@@ -6,10 +6,12 @@ so that `plan_types.Plan` keeps working wherever it is named."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from app.core.records.recommendation import RecommendSpec
 from app.core.records.record import record
 from app.core.records.resume import ResumeSpec
+from app.core.records.stream import EndOfEpoch, Splitter, StreamSpec
 from app.core.records.throughput_curve import ThroughputCurve
 
 # Limits shared by the core and the HTTP schema (CONTRACT.md, "Limits").
@@ -121,13 +123,45 @@ class Parallelism:
         return self.tensor * self.pipeline * self.context
 
 
+DatasetKind = Literal["map", "stream"]
+
+
 @record
 class DatasetSpec:
+    """A map-style dataset (DistributedSampler's) or a stream (an IterableDataset in shards,
+    split by `splitter`: app.core.split.stream). `num_samples` is every sample either way: a
+    stream asked with `shard_samples` holds their sum. The fields after `kind` are a stream's
+    (app.core.request.parse refuses them on a map), as `stream` hands them to its planner."""
+
     num_samples: int
     shuffle: bool = True
     seed: int = 0
     drop_last: bool = False
     epochs: int | None = None
+    kind: DatasetKind = "map"
+    num_shards: int | None = None
+    shard_samples: tuple[int, ...] | None = None
+    splitter: Splitter | None = None
+    num_workers: int = 0
+    end_of_epoch: EndOfEpoch = "drop"
+
+    @property
+    def stream(self) -> StreamSpec | None:
+        """The stream as its planner takes it (None on a map): shard_samples as asked, else
+        num_samples shared out over num_shards."""
+        if self.kind != "stream" or self.num_shards is None:
+            return None
+        listed = self.shard_samples is not None
+        return StreamSpec(
+            num_shards=self.num_shards,
+            splitter=self.splitter,
+            shard_samples=self.shard_samples,
+            num_samples=None if listed else self.num_samples,
+            num_workers=self.num_workers,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            end_of_epoch=self.end_of_epoch,
+        )
 
 
 @record

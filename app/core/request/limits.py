@@ -24,6 +24,11 @@ MIN_SAMPLES_PER_S = 1e-6
 MAX_FLOPS_PER_TOKEN = 1e20
 MAX_PROBE_RULES = 16  # an lr-scaling probe's answer, as a plan takes it back
 MAX_PROBE_POINTS = 1000
+# A stream's shards (app.core.split.stream.layout counts them: in closed form up to the first,
+# a listed shard_samples shard by shard up to the second) and DataLoader workers per rank.
+MAX_STREAM_SHARDS = 1_000_000
+MAX_LISTED_SHARDS = 100_000
+MAX_WORKERS = 1024
 
 COUNT = Bounds("int", ge=1, le=MAX_SAFE_INTEGER)  # batch and dataset sizes, steps of a run
 FROM_ZERO = Bounds("int", ge=0, le=MAX_SAFE_INTEGER)  # a seed, steps already taken
@@ -62,7 +67,11 @@ _PLAN = {
     "parallelism.context": GPUS,
     "parallelism.data_parallel_shard": GPUS,
     "parallelism.expert": GPUS,
-    "dataset.num_samples": COUNT,
+    "dataset.num_samples": COUNT.nullable,  # a stream may give shard_samples instead
+    "dataset.num_shards": Bounds("int", ge=1, le=MAX_STREAM_SHARDS, allow_null=True),
+    "dataset.shard_samples": Bounds("items", ge=1, le=MAX_LISTED_SHARDS, allow_null=True),
+    "dataset.shard_samples[]": COUNT,
+    "dataset.num_workers": Bounds("int", ge=0, le=MAX_WORKERS, allow_null=True),
     "dataset.seed": FROM_ZERO,
     "dataset.epochs": EPOCHS.nullable,
     "learning_rate.base_lr": POSITIVE.nullable,  # beside recommend, the law gives it

@@ -22,6 +22,7 @@ from app.core.records import plan_request as core
 from app.core.records.recommendation import Architecture, Law, RecommendSpec
 from app.core.records.resume import ResumeSpec
 from app.core.records.throughput_curve import ThroughputCurve
+from app.core.request.dataset import dataset_json, dataset_spec
 
 E = TypeVar("E", bound=Enum)
 
@@ -30,15 +31,19 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
     data = _fields(body)
     dataset = data.get("dataset")
     return core.PlanRequest(
-        topology=topology(_fields(data["topology"])),
+        topology=topology(_fields(_required(data, "topology", "/topology"))),
         global_batch_size=data.get("global_batch_size"),
         micro_batch_size=data.get("micro_batch_size"),
         gradient_accumulation_steps=data.get("gradient_accumulation_steps"),
         max_micro_batch_size=data.get("max_micro_batch_size"),
-        divisibility=_member(core.Divisibility, data.get("divisibility", core.Divisibility.EXACT)),
+        divisibility=_member(
+            core.Divisibility, data.get("divisibility", core.Divisibility.EXACT), "/divisibility"
+        ),
         parallelism=core.Parallelism(**_fields(data.get("parallelism") or {})),
-        loss_reduction=_member(core.LossReduction, data.get("loss_reduction", core.LossReduction.MEAN)),
-        dataset=core.DatasetSpec(**_fields(dataset)) if dataset else None,
+        loss_reduction=_member(
+            core.LossReduction, data.get("loss_reduction", core.LossReduction.MEAN), "/loss_reduction"
+        ),
+        dataset=dataset_spec(dataset) if dataset else None,
         learning_rate=learning_rate(data.get("learning_rate")),
         gradient_noise_scale=_float_or_none(data.get("gradient_noise_scale")),
         gradient_noise_scale_stderr=_float_or_none(data.get("gradient_noise_scale_stderr")),
@@ -46,7 +51,9 @@ def plan_request(body: Mapping[str, Any] | object) -> core.PlanRequest:
         global_batch_tokens=data.get("global_batch_tokens"),
         micro_batch_tokens=data.get("micro_batch_tokens"),
         loss_normalization=_member(
-            core.LossNormalization, data.get("loss_normalization", core.LossNormalization.SAMPLE)
+            core.LossNormalization,
+            data.get("loss_normalization", core.LossNormalization.SAMPLE),
+            "/loss_normalization",
         ),
         packing=packing(data.get("packing")),
         resume=resume(data.get("resume")),
@@ -62,7 +69,7 @@ def packing(body: Mapping[str, Any] | object | None) -> core.PackingSpec | None:
     lengths = data.get("document_length")
     known = _fields(lengths) if lengths is not None else None
     return core.PackingSpec(
-        mode=_member(core.PackingMode, data["mode"]),
+        mode=_member(core.PackingMode, _required(data, "mode", "/packing/mode"), "/packing/mode"),
         max_tokens_per_micro_batch=data.get("max_tokens_per_micro_batch"),
         document_length=None
         if known is None
@@ -78,17 +85,17 @@ def recommend(body: Mapping[str, Any] | object | None) -> RecommendSpec | None:
     architecture = data.get("architecture")
     arch = _fields(architecture) if architecture is not None else None
     return RecommendSpec(
-        law=_member(Law, data["law"]),
-        train_tokens=data["train_tokens"],
+        law=_member(Law, _required(data, "law", "/recommend/law"), "/recommend/law"),
+        train_tokens=_required(data, "train_tokens", "/recommend/train_tokens"),
         non_embedding_params=data.get("non_embedding_params"),
         flops_per_token=_float_or_none(data.get("flops_per_token")),
         architecture=None
         if arch is None
         else Architecture(
-            layers=arch["layers"],
-            hidden_size=arch["hidden_size"],
-            ffn_hidden_size=arch["ffn_hidden_size"],
-            num_heads=arch["num_heads"],
+            layers=_required(arch, "layers", "/recommend/architecture/layers"),
+            hidden_size=_required(arch, "hidden_size", "/recommend/architecture/hidden_size"),
+            ffn_hidden_size=_required(arch, "ffn_hidden_size", "/recommend/architecture/ffn_hidden_size"),
+            num_heads=_required(arch, "num_heads", "/recommend/architecture/num_heads"),
             num_kv_heads=arch.get("num_kv_heads"),
             vocab_size=arch.get("vocab_size"),
             gated_ffn=bool(arch.get("gated_ffn", True)),
@@ -179,15 +186,19 @@ def learning_rate(body: Mapping[str, Any] | object | None) -> core.LearningRateS
     return core.LearningRateSpec(
         base_lr=_float_or_none(data.get("base_lr")),
         base_batch_size=data.get("base_batch_size", _LR_DEFAULTS.base_batch_size),
-        rule=_member(core.LRRule, data.get("rule", _LR_DEFAULTS.rule)),
-        optimizer=_member(core.Optimizer, data.get("optimizer", _LR_DEFAULTS.optimizer)),
+        rule=_member(core.LRRule, data.get("rule", _LR_DEFAULTS.rule), "/learning_rate/rule"),
+        optimizer=_member(
+            core.Optimizer, data.get("optimizer", _LR_DEFAULTS.optimizer), "/learning_rate/optimizer"
+        ),
         warmup_epochs=_float_or_none(data.get("warmup_epochs")),
         warmup_steps=data.get("warmup_steps"),
         betas=(float(beta1), float(beta2)),
         eps=float(data.get("eps", _LR_DEFAULTS.eps)),
         base_batch_tokens=data.get("base_batch_tokens"),
         warmup_start_lr=_float_or_none(data.get("warmup_start_lr")),
-        decay=core.Decay(data["decay"]) if data.get("decay") is not None else None,
+        decay=_member(core.Decay, data["decay"], "/learning_rate/decay")
+        if data.get("decay") is not None
+        else None,
         min_lr=_float_or_none(data.get("min_lr")),
         milestones=_tuple_or_none(data.get("milestones"), int),
         milestone_epochs=_tuple_or_none(data.get("milestone_epochs"), float),
@@ -247,10 +258,26 @@ def _fields(data: Mapping[str, Any] | object) -> Mapping[str, Any]:
 _IS_MAPPING: dict[type, bool] = {}
 
 
-def _member(kind: type[E], value: Any) -> E:
+def _member(kind: type[E], value: Any, pointer: str) -> E:
     """`kind(value)`; a member as such (the HTTP schema hands its enums over as members)
-    skips the enum machinery, which costs more than the rest of a field."""
-    return value if type(value) is kind else kind(value)
+    skips the enum machinery, which costs more than the rest of a field. JSON that no schema
+    read (the rank program's --request) is refused at `pointer` with the choices."""
+    if type(value) is kind:
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(str(member.value) for member in kind)
+        name = pointer.rsplit("/", 1)[-1]
+        raise InvalidValue(f"{name} must be one of {choices}, not {value!r}", pointer=pointer) from None
+
+
+def _required(data: Mapping[str, Any], key: str, pointer: str) -> Any:
+    """`data[key]`, refused at `pointer` when JSON that no schema read leaves it out."""
+    value = data.get(key)
+    if value is None:
+        raise InvalidValue(f"give {key}", pointer=pointer)
+    return value
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -280,6 +307,8 @@ def _json_of(value: Any) -> Any:
         return lr_scaling_json(value)
     if isinstance(value, Enum):
         return value.value
+    if isinstance(value, core.DatasetSpec):
+        return dataset_json(value, _json_of)
     if is_dataclass(value) and not isinstance(value, type):
         items = ((f.name, getattr(value, f.name)) for f in dataclass_fields(value))
         return {name: _json_of(v) for name, v in items if v is not None and name != "listed_groups"}

@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from app.core.records.integers import divisors, nearest
 from app.core.records.stream import Branch, StreamRankGroup, StreamSpec, StreamWarning
+from app.core.request.limits import MAX_STREAM_SHARDS
 from app.core.split.stream.counts import rank_runs
-from app.core.split.stream.layout import MAX_STREAM_SHARDS, total_samples
+from app.core.split.stream.layout import total_samples
 
 IDLE = ("huggingface/datasets#8669", "huggingface/lerobot#3781")
 EXAMPLES = ("huggingface/datasets#5961",)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan_request import MAX_SAFE_INTEGER
 from app.core.records.stream import END_OF_EPOCH, SPLITTERS, StreamSpec
+from app.core.request.limits import MAX_STREAM_SHARDS
 from app.core.split.stream.advice import least_num_shards
 from app.core.split.stream.counts import Run
 from app.core.split.stream.layout import (
     MAX_COUNTED_SHARDS,
     MAX_STREAM_READERS,
-    MAX_STREAM_SHARDS,
     needs_order,
     total_samples,
 )
@@ -94,3 +94,27 @@ def refuse_empty_ranks(spec: StreamSpec, world_size: int, runs: list[Run]) -> No
         pointer="/dataset/num_shards",
         suggestions={"dataset.num_shards": [least]},
     )
+
+
+_STATEFUL = (
+    "torchdata's StatefulDataLoader, which saves a loader's state, holds it 'across multiprocess "
+    "workers (but not across ranks)' and 'requires StatefulDataLoader to have same num_workers' "
+    "(its README; meta-pytorch/data#1437, #1520)"
+)
+RESUME_REFUSALS = {
+    "hf_datasets": "datasets keeps a stream's position per reader (IterableDataset.state_dict: a shard "
+    "index into that reader's own shards, after the node and worker split) and checks no world size: "
+    "a state saved on other ranks or workers resumes at the wrong place without an error "
+    f"(huggingface/datasets#7447, #8308); and {_STATEFUL}. Resume on the same ranks and workers "
+    "from the loader's own state_dict, or restart the epoch",
+    "webdataset": "WebDataset keeps no position in its shard lists, so its readers start them again; "
+    f"{_STATEFUL}. Resume on the same ranks and workers from the loader's own state, skip the "
+    "consumed shards yourself, or restart the epoch",
+    "rank_worker": "a counter-based stream (rank_worker, as Mosaic and litdata count samples) is not "
+    "resumed by this planner: restart the epoch, or resume with the stream library's own counter",
+}
+
+
+def refuse_resume(splitter: str) -> InvalidValue:
+    """Why a stream plan's `resume` is refused: each splitter's readers keep their own state."""
+    return InvalidValue(f"a stream plan's resume is refused: {RESUME_REFUSALS[splitter]}", pointer="/resume")

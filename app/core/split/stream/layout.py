@@ -27,13 +27,14 @@ from __future__ import annotations
 import random
 
 from app.core.records.stream import Branch, Splitter, StreamSpec
+from app.core.request.limits import MAX_LISTED_SHARDS
 from app.core.split.stream.numpy_shuffle import numpy_permutation
 
 # What a plan costs is bounded by these (app.core.split.stream.counts): shards shared out by
 # num_samples are counted in closed form, whatever their number; a shard_samples list, or
 # uneven shards in a permuted order (a pure-Python shuffle, ~1 us a shard), shard by shard.
-MAX_STREAM_SHARDS = 1_000_000
-MAX_COUNTED_SHARDS = 100_000
+# The request's table of limits holds the same bounds, so they are read from it.
+MAX_COUNTED_SHARDS = MAX_LISTED_SHARDS
 MAX_STREAM_READERS = 1_000_000  # ranks x workers
 
 

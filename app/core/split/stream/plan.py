@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from itertools import pairwise
 
+from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan import ReplicaGroup
+from app.core.records.plan_request import PackingMode, PlanRequest
 from app.core.records.stream import StreamPlan, StreamRankGroup, StreamSpec
 from app.core.split.stream import advice
 from app.core.split.stream.checks import check_stream, refuse_empty_ranks
@@ -122,3 +124,34 @@ def plan_stream(
         leftover_micro_batches=leftover,
         train_steps=train_steps,
     )
+
+
+def request_stream(
+    request: PlanRequest,
+    data_parallel_size: int,
+    micro_batch: int | Sequence[int] | Sequence[ReplicaGroup],
+    accumulation: int,
+) -> StreamPlan | None:
+    """The plan's `stream` (None but for a dataset of kind stream): its split over the data-
+    parallel ranks, the readers (tensor-, pipeline- and context-parallel peers read the same),
+    refused where an epoch would not fill one optimizer step, and under a token budget (whose
+    micro-batches hold as many samples as their lengths allow)."""
+    spec = request.dataset.stream if request.dataset is not None else None
+    if spec is None:
+        return None
+    if request.packing is not None and request.packing.mode is PackingMode.TOKEN_BUDGET:
+        raise InvalidValue(
+            "a stream's micro-batches are counted at micro_batch_size samples each; under a token budget "
+            "how many samples a micro-batch holds depends on their lengths: the ranks' counts are unknown",
+            pointer="/packing/mode",
+        )
+    steps = request.learning_rate.train_steps if request.learning_rate is not None else None
+    stream = plan_stream(spec, data_parallel_size, micro_batch, accumulation, train_steps=steps)
+    if stream.optimizer_steps_per_epoch == 0 and spec.end_of_epoch != "steps":
+        raise InfeasiblePlan(
+            f"an epoch of the stream gives each rank {stream.micro_batches_per_epoch} micro-batches, "
+            f"fewer than the {accumulation} of one optimizer step: nothing would train (more samples, "
+            'a smaller batch, or end_of_epoch "steps")',
+            pointer="/dataset/num_samples",
+        )
+    return stream
