@@ -43,7 +43,12 @@ class Settings(BaseSettings):
         description="Warm rank processes: `auto` is one per GPU this process sees "
         "(app.worker.service.limits.visible_gpus), or 4 on a host without GPUs.",
     )
-    max_replicas_per_check: int = Field(4096, ge=1)
+    max_replicas_per_check: int = Field(
+        131_072,
+        ge=1,
+        description="Largest data-parallel size a check runs; more get 422. A check of the built-in model "
+        "runs one backward per replica group beyond 64 replicas a process: 100,000 replicas in seconds.",
+    )
     queue_size: int = Field(16, ge=1, description="Checks that may wait; more get 429.")
     check_timeout_s: float = Field(120.0, gt=0, le=3600)
     concurrent_checks: int = Field(1, ge=1, le=8)

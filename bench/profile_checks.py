@@ -64,6 +64,37 @@ def _tokens(replicas: int, global_sequences: int) -> dict[str, Any]:
     )
 
 
+MIXED_100K: dict[str, Any] = {
+    "topology": {
+        "node_groups": [
+            {
+                "name": "h100",
+                "num_nodes": 5000,
+                "gpus_per_node": 8,
+                "relative_throughput": 2.0,
+                "max_micro_batch_size": 4,
+            },
+            {
+                "name": "a100",
+                "num_nodes": 5000,
+                "gpus_per_node": 8,
+                "relative_throughput": 1.5,
+                "max_micro_batch_size": 4,
+            },
+            {
+                "name": "v100",
+                "num_nodes": 2500,
+                "gpus_per_node": 8,
+                "relative_throughput": 1.0,
+                "max_micro_batch_size": 4,
+            },
+        ]
+    },
+    "global_batch_size": 300_000,
+    "divisibility": "balance",
+    "dataset": {"num_samples": 1_000_003, "shuffle": True, "seed": 0, "drop_last": False},
+}
+
 # name: (processes, check request). bench_checks.py's bodies, and the 262,144-sample check.
 CASES: dict[str, tuple[int, dict[str, Any]]] = {
     "ddp2": (2, {"plan": _plan(2, global_batch_size=16, micro_batch_size=4)}),
@@ -77,6 +108,10 @@ CASES: dict[str, tuple[int, dict[str, Any]]] = {
         2,
         {"plan": _plan(2, global_batch_size=1 << 18, micro_batch_size=1 << 15, loss_reduction="sum")},
     ),
+    # The issue-51 scale: `batchplan check --gpus-per-node 4096 -b 8192 -m 2 --processes 2`, and
+    # a 100,000-replica mixed cluster (three node groups, micro-batches 2-4, a padded dataset).
+    "ddp4096": (2, {"plan": _plan(4096, global_batch_size=8192, micro_batch_size=2)}),
+    "mixed100k": (2, {"plan": MIXED_100K}),
     # Runs of several steps, after the first step's check (the run kinds).
     "ddp4_run8": (4, {"plan": _plan(4, global_batch_size=32, micro_batch_size=4), "steps": 8}),
     "tokens4_run6": (4, {"plan": _tokens(4, 32), "steps": 6}),

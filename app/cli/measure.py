@@ -86,6 +86,12 @@ def measure_body(request: Path | None, flags: PlanFlags, run: CheckFlags, measur
     return body
 
 
+COLD_RANKS = (
+    "measured on ranks this command started (cold: fresh processes, caches and allocator): expect "
+    "slower steps and a wider spread than a server's warm ranks; measure on a server (--url), or "
+    "with more --measure-warmup-steps"
+)
+
 # A measurement times one replica's micro-steps: a resume, the lr-scaling probe (run or read)
 # and the noise scale's steps would not change it, so `measure` does not offer their flags.
 NOT_MEASURED = Without(
@@ -122,6 +128,9 @@ def measure(
     result = done.get("result") if done.get("status") == "succeeded" else None
     if not isinstance(result, dict) or not result.get("throughput"):
         raise typer.Exit(show_check(done, job.as_json))
+    if not job.url:
+        # Measured here, on ranks this command just started: the server's are warm.
+        result["throughput"].setdefault("warnings", []).append(COLD_RANKS)
     if job.as_json:
         status = show_check(done, True)
     else:

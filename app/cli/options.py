@@ -5,6 +5,9 @@ Every option has help and a group for `--help` (help_panels.py; tests/cli/test_h
 and test_help_groups.py hold that). Two seeds, two names, the same in every command: `--data-seed`
 is the sampler's shuffle seed (the request's `dataset.seed`); `--seed`, on `check` only,
 is the check's own seed (weights and synthetic samples).
+
+Over 300 lines: one concept, the declarations of the shared flags (each a few lines of help and
+its group); split, a flag's declaration would be looked for in two places.
 """
 
 from __future__ import annotations

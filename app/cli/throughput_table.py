@@ -55,6 +55,8 @@ def curve_lines(throughput: Json) -> list[str]:
     for p in throughput["points"]:
         b = p["micro_batch_size"]
         marks = ", ".join(m for m, at in (("fastest", fastest), ("knee", knee)) if at == b)
+        if p.get("noisy"):
+            marks = ", ".join(m for m in (marks, f"NOISY over {p['repeats']} repeats") if m)
         tokens = "-" if p["tokens_per_s"] is None else f"{p['tokens_per_s']:.4g}"
         peak = "-" if p["peak_memory_bytes"] is None else f"{p['peak_memory_bytes'] / 2**20:.1f}"
         lines.append(
@@ -65,6 +67,7 @@ def curve_lines(throughput: Json) -> list[str]:
         lines.append(
             f"  micro-batch {throughput['out_of_memory_at']} ran out of device memory: larger not measured"
         )
+    lines += [f"warning: {w}" for w in throughput.get("warnings") or []]
     lines += [
         f"fastest micro-batch {fastest}; knee {knee} (the smallest within {throughput['margin']:.0%} of the "
         f"fastest samples/s); measured in {throughput['seconds']:.3g} s",

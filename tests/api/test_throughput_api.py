@@ -101,10 +101,10 @@ def test_the_chart_answers_the_documented_problems(client: TestClient) -> None:
 
 def test_the_chart_draws_a_single_point_and_a_curve() -> None:
     def point(b: int, rate: float) -> ThroughputPoint:
-        return ThroughputPoint(b, b / rate, 0.02, rate, None, None, 10)
+        return ThroughputPoint(b, b / rate, 0.02, rate, None, None, 10, 5, False)
 
     for points in ((point(4, 100.0),), (point(1, 50.0), point(2, 91.0), point(4, 95.0), point(8, 93.0))):
-        t = Throughput(points, 0.05, 5, 1, False, SPREAD_IS, "cpu", 1, "rank 0 alone", None, 0.1)
+        t = Throughput(points, 0.05, 5, 1, False, SPREAD_IS, "cpu", 1, "rank 0 alone", None, 0.1, 0.05, ())
         data = encode(t)
         assert data["fastest_micro_batch_size"] == max(points, key=lambda p: p.samples_per_s).micro_batch_size
         assert throughput_chart(data, "svg", "t").startswith(b"<?xml")

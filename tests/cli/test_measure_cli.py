@@ -46,6 +46,7 @@ def test_measure_on_a_server_prints_the_table_and_saves_the_chart(
     out = run("measure", *PLAN, *MEASURE, "--chart", str(chart), *on(worker_server))
     assert out.exit_code == 0, out.stderr
     _table_holds(out.stdout)
+    assert "cold" not in out.stdout  # the server's ranks are warm
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and f"wrote {chart}" in out.stderr
     # The curve it printed plans as it is.
     flag = ",".join(f"{p['micro_batch_size']}:{p['samples_per_s']}" for p in _curve(out.stdout))
@@ -60,6 +61,9 @@ def test_measure_here_draws_its_own_chart(run: Invoke, tmp_path: Path) -> None:
     out = run("measure", *PLAN, *MEASURE, "--chart", str(chart))
     assert out.exit_code == 0, out.stderr
     _table_holds(out.stdout)
+    # Ranks this command started are cold: the table says so, with what to do.
+    assert "warning: measured on ranks this command started (cold" in out.stdout
+    assert "--url" in out.stdout
     assert b"<svg" in chart.read_bytes() and b"knee" in chart.read_bytes()
 
 

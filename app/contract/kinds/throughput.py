@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from app.contract.spec import CheckSpec
 
 SPREAD_IS = "interquartile range / median of the repeats' step times"
+# A point whose repeats spread more is remeasured, then flagged `noisy` (two curves agree
+# within about this much at every point when none is).
+SPREAD_BOUND = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,8 @@ class ThroughputPoint:
     tokens_per_s: float | None  # token plans: samples/s x sequence_length; else None
     peak_memory_bytes: int | None  # the device's allocator peak (CUDA); None on CPU
     micro_steps_per_repeat: int  # micro-steps each repeat timed (together >= 10 ms: a clock's noise)
+    repeats: int  # the repeats its median is over (more than asked where it was remeasured)
+    noisy: bool  # its spread is above the bound even after remeasuring
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ class Throughput:
     # The first micro-batch that ran out of device memory (the larger ones were not measured).
     out_of_memory_at: int | None
     seconds: float
+    spread_bound: float  # SPREAD_BOUND
+    warnings: tuple[str, ...]  # noisy points, a step faster at a larger micro-batch: what to do
 
     derived: ClassVar[tuple[str, ...]] = ("fastest_micro_batch_size", "knee_micro_batch_size", "curve")
 

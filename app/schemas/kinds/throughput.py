@@ -73,6 +73,14 @@ class ThroughputPointOut(BaseModel):
         description="The device allocator's peak over this size's steps (CUDA); null on CPU."
     )
     micro_steps_per_repeat: int = Field(description="Micro-steps each repeat timed (10 ms or more).")
+    repeats: int = Field(
+        description="The repeats the median is over: more than asked where the point was remeasured "
+        "(its spread above spread_bound after the asked repeats)."
+    )
+    noisy: bool = Field(
+        description="Its spread is above spread_bound even after remeasuring: the host was busy; "
+        "the result's warnings say what to do."
+    )
 
 
 class CurvePointOut(BaseModel):
@@ -96,6 +104,13 @@ class MeasuredThroughputOut(BaseModel):
         description="The first micro-batch that ran out of device memory; the larger were not measured."
     )
     seconds: float = Field(description="The measurement's own time.")
+    spread_bound: float = Field(
+        description="A point whose spread is above it is remeasured, then flagged noisy."
+    )
+    warnings: list[str] = Field(
+        description="Noisy points, and a step that took less time at a larger micro-batch: what to do "
+        "(an idle host, more repeats) before planning from the curve."
+    )
     fastest_micro_batch_size: int = Field(description="The point with the most samples/s.")
     knee_micro_batch_size: int = Field(
         description="The smallest micro-batch within `margin` of the fastest samples/s."

@@ -28,10 +28,10 @@ from app.contract.noise_scale import NoiseScaleReport
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks import equivalence
 from app.worker.checks import probe_answers as answers
-from app.worker.checks.controls import SampleControl, weigh_controls
+from app.worker.checks.controls import SAMPLER, SampleControl, weigh_controls
 from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import CheckGroup, Measured, judged_result
-from app.worker.checks.shards import Shards
+from app.worker.checks.shards import Pool, Shards
 from app.worker.measure.micro_batch_fit import fit_micro_batch
 from app.worker.measure.noise_measurement import measure_noise_scale
 from app.worker.training.gradients import Batch, ddp_gradient, reference_gradient, weighted_gradients
@@ -45,9 +45,10 @@ class _Step:
 
     model: DistributedDataParallel
     findings: list[Finding]
-    sampled: dict[int, list[list[int]]]  # this rank's replicas' micro-batches
+    sampled: dict[int, list[list[int]]]  # this rank's replicas' micro-batches (unpooled)
     local: range
     search: MicroBatchSearch | None
+    pools: list[Pool] | None = None  # this rank's replica groups, pooled (see `_pooled`)
     grad: torch.Tensor | None = None
     applicable: list[SampleControl] = field(default_factory=list)
     skipped: list[SkippedControl] = field(default_factory=list)
@@ -80,12 +81,20 @@ class DdpStep:
         model, findings = _wrapped(module, workload, spec, shards.derived(0)[0], group)
         ctx.timer.lap("ddp")
         local = replica_range(group.rank, group.world, spec.data_parallel_size)
-        sampled = shards.local(local)
+        if _pooled(workload, module, local):
+            step = _Step(model, findings, {}, local, search, pools=shards.pools(local))
+        else:
+            step = _Step(model, findings, shards.local(local), local, search)
         ctx.timer.lap("data")
-        return _Step(model, findings, sampled, local, search)
+        return step
+
+    def _batches(self, ctx: Context, state: _Step, control: SampleControl | None) -> list[Batch]:
+        if state.pools is not None:
+            return _pooled_batches(ctx.spec, ctx.shards, state.pools, control)
+        return _local_batches(ctx.spec, ctx.shards, state.sampled, control)
 
     def plan(self, ctx: Context, state: _Step) -> None:
-        batches = _local_batches(ctx.spec, ctx.shards, state.sampled, None)
+        batches = self._batches(ctx, state, None)
         state.grad = ddp_gradient(state.model, batches, ctx.feed(ctx.workload))
 
     def controls(self, ctx: Context, state: _Step) -> None:
@@ -101,9 +110,11 @@ class DdpStep:
 
     def _control_steps(self, ctx: Context, state: _Step, controls: list[SampleControl]) -> list[torch.Tensor]:
         feed = ctx.feed(ctx.workload)
-        runs = [_local_batches(ctx.spec, ctx.shards, state.sampled, c) for c in controls]
+        runs = [self._batches(ctx, state, c) for c in controls]
         if forward_is_collective(state.model.module):
             return [ddp_gradient(state.model, b, feed) for b in runs]
+        if state.pools is not None:  # already sums, each sample at its replica's weight
+            return weighted_gradients(state.model.module, runs, feed)
         # A workload's sum over a batch's samples is its mean times their number: controls that
         # read the same micro-batch summed and averaged share its one backward.
         means = [
@@ -197,6 +208,44 @@ def _wrapped(
         draws=list(found.draws),
     )
     return model, findings
+
+
+# Beyond this many replicas on a process, a workload whose samples are independent runs one
+# backward per replica group instead of one per replica (see `_pooled_batches`).
+POOL_FROM_LOCAL_REPLICAS = 64
+
+
+def _pooled(workload: Workload, module: torch.nn.Module, local: range) -> bool:
+    return (
+        len(local) > POOL_FROM_LOCAL_REPLICAS
+        and workload.independent_samples
+        and not forward_is_collective(module)
+    )
+
+
+def _pooled_batches(
+    spec: CheckSpec, shards: Shards, pools: list[Pool], control: SampleControl | None
+) -> list[Batch]:
+    """This rank's step as one summed loss per replica group: replica r's loss, its scale
+    times the mean (or the sum) of its micro-batch, is the sum of its samples' losses each
+    weighted scale / micro (or scale), so a group's replicas add up to one backward of the sum
+    over all their samples at that weight: the same gradient, linear in per-sample weights
+    where samples are independent. A control reading other samples than the sampler's gives
+    every replica of a group the same reads: counted once, weighted by the group's size."""
+    out: list[Batch] = []
+    reduction: str
+    for pool in pools:
+        if control is None:
+            scale, reduction = pool.scale, spec.loss_reduction
+        else:
+            scale, reduction = float(control.loss_scale(spec, pool.micro)), control.loss_reduction(spec)
+        if control is None or control.data == SAMPLER:
+            out.append((pool.indices, scale / pool.micro if reduction == "mean" else scale, "sum"))
+            continue
+        replicas = pool.stop - pool.start
+        for read in shards.control_batches(control, pool.start):
+            out.append((read, scale * replicas / (len(read) if reduction == "mean" else 1), "sum"))
+    return out
 
 
 def _local_batches(

@@ -10,19 +10,41 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 
+import torch
 from torch.utils.data import DataLoader
 
 from app.contract.spec import CheckSpec
 from app.worker.checks.controls import SAMPLER, SampleControl, WeightedBatch, control_positions
 from app.worker.training import samplers
-from app.worker.training.samplers import EpochOrder, IndexDataset, plan_sampler
+from app.worker.training.samplers import EpochOrder, IndexDataset, index_tensor, plan_sampler
 
 # DistributedSampler builds the whole epoch as a Python list (about 40 bytes a sample) on every
 # call (10 MiB at this size): up to it a check reads its first replica through it; beyond, through the same
 # layout derived from the same torch.randperm (which tests hold against DistributedSampler).
 REAL_SAMPLER_MAX_SAMPLES = 1 << 18
+
+
+# Up to this many replicas on a process, each reads through its real sampler (a proportional
+# split) as before; beyond, the first and last replica of each replica group on the process do,
+# and the rest are computed by the same arithmetic, vectorised (ProportionalSampler's offset is
+# a sum over the lower replicas: 50,000 samplers on a process would cost minutes).
+REAL_SAMPLER_MAX_LOCAL_REPLICAS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The replicas [start, stop) of one replica group (one micro-batch size and loss scale)
+    that a process runs, and every sample their first optimizer step reads, replica by
+    replica and micro-step by micro-step: one tensor of (stop - start) x g x micro indices."""
+
+    start: int
+    stop: int
+    micro: int
+    scale: float
+    indices: torch.Tensor
 
 
 def _chunks(indices: Sequence[int], size: int, count: int) -> list[list[int]]:
@@ -41,6 +63,8 @@ class Shards:
         self.epoch = order[: spec.global_batch_size]  # all the first step reads (see above)
         self._reads: dict[tuple[int, int], list[int]] = {}
         self._derived: dict[int, list[list[int]]] = {}
+        self._pools: dict[tuple[int, int], list[Pool]] = {}
+        self._epoch: torch.Tensor | None = None
 
     def derived(self, replica: int) -> list[list[int]]:
         """The sampler's output computed from the epoch list, for emulated replicas and for
@@ -98,6 +122,54 @@ class Shards:
         samplers.release()
         return out
 
+    def pools(self, replicas: range, prove: bool = True) -> list[Pool]:
+        """`replicas`' first-step samples, one Pool per replica group, the index arithmetic
+        of the plan's sampler in tensors (`derived`'s, for all of them at once). Up to
+        REAL_SAMPLER_MAX_LOCAL_REPLICAS every replica, beyond it the first and last of each
+        group, is read through its real sampler too and must give its rows exactly."""
+        if (replicas.start, replicas.stop) in self._pools:
+            return self._pools[(replicas.start, replicas.stop)]
+        spec, g, dp = self.spec, self.spec.gradient_accumulation_steps, self.spec.data_parallel_size
+        epoch = self._epoch_tensor()
+        out: list[Pool] = []
+        for part in spec.slices:
+            a, b, m = max(part.start, replicas.start), min(part.stop, replicas.stop), part.micro_batch_size
+            if a >= b:
+                continue
+            steps, within = torch.arange(g).view(1, g, 1), torch.arange(m).view(1, 1, m)
+            if spec.split == "even":  # DistributedSampler: replica r reads every dp-th position from r
+                first = torch.arange(a, b).view(-1, 1, 1)
+                positions = first + (steps * m + within) * dp
+            else:  # ProportionalSampler: micro-step k's slice of S positions, shared out in order
+                first = (self.offsets[a] + torch.arange(b - a) * m).view(-1, 1, 1)
+                positions = first + steps * self.offsets[-1] + within
+            out.append(Pool(a, b, m, self.scales[a], epoch[positions.reshape(-1)]))
+        if prove:
+            self._prove(replicas, out)
+        self._pools[(replicas.start, replicas.stop)] = out
+        return out
+
+    def _prove(self, replicas: range, pools: list[Pool]) -> None:
+        """The real sampler's batches against the pooled rows, for the replicas it reads."""
+        if not self.sampler_checked:
+            return
+        g, every = self.spec.gradient_accumulation_steps, len(replicas) <= REAL_SAMPLER_MAX_LOCAL_REPLICAS
+        for pool in pools:
+            rows = pool.indices.view(pool.stop - pool.start, g, pool.micro)
+            if self.spec.split == "even":  # as `local`: each DistributedSampler builds the epoch
+                read: Sequence[int] = [replicas.start] if pool.start == replicas.start else []
+            else:
+                read = range(pool.start, pool.stop) if every else sorted({pool.start, pool.stop - 1})
+            for r in read:
+                if self.through_sampler(r) != rows[r - pool.start].tolist():
+                    raise RuntimeError(f"replica {r}: the sampler's batches differ from the pooled rows")
+        samplers.release()
+
+    def _epoch_tensor(self) -> torch.Tensor:
+        if self._epoch is None:
+            self._epoch = index_tensor(self.epoch)
+        return self._epoch
+
     def control_batches(
         self, control: SampleControl, replica: int, sampler: list[list[int]] | None = None
     ) -> list[list[int]]:
@@ -116,10 +188,17 @@ class Shards:
         """What all replicas would read under the control, replicas reading alike counted once."""
         spec = self.spec
         out: list[WeightedBatch] = []
-        if control.data == SAMPLER:
+        if control.data == SAMPLER and spec.data_parallel_size <= REAL_SAMPLER_MAX_LOCAL_REPLICAS:
             for r in range(spec.data_parallel_size):
                 scale = control.loss_scale(spec, self.sizes[r])
                 out += [(b, scale, control.loss_reduction(spec), 1) for b in self.derived(r)]
+            return out
+        if control.data == SAMPLER:
+            # One entry per replica group: each sample weighs as its replica's loss weighs it.
+            reduction = control.loss_reduction(spec)
+            for pool in self.pools(range(spec.data_parallel_size), prove=False):
+                scale = control.loss_scale(spec, pool.micro)
+                out.append((pool.indices, scale / pool.micro if reduction == "mean" else scale, "sum", 1))
             return out
         alike = Counter(self.sizes)
         for micro, replicas in alike.items():

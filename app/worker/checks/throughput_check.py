@@ -19,13 +19,21 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, ClassVar
 
 import torch
 
 from app.contract.check_options import DEFAULT_THROUGHPUT_LIMIT
 from app.contract.check_result import CheckResult
-from app.contract.kinds.throughput import SPREAD_IS, Throughput, ThroughputPoint, default_sizes, plan_cap
+from app.contract.kinds.throughput import (
+    SPREAD_BOUND,
+    SPREAD_IS,
+    Throughput,
+    ThroughputPoint,
+    default_sizes,
+    plan_cap,
+)
 from app.contract.spec import CheckSpec
 from app.worker.checks.kind import AfterKind, Context, Laps
 from app.worker.checks.run.check import run_workload
@@ -111,6 +119,7 @@ def measure_throughput(ctx: Context) -> Throughput:
         repeats=asked.repeats,
         warmup=asked.warmup_steps,
         optimizer=asked.time_optimizer_step,
+        spread_bound=SPREAD_BOUND,
     )
     points: list[ThroughputPoint] = []
     for b, t in timed.items():
@@ -124,6 +133,8 @@ def measure_throughput(ctx: Context) -> Throughput:
                 tokens_per_s=None if length is None else _significant(rate * length),
                 peak_memory_bytes=t.peak_memory_bytes,
                 micro_steps_per_repeat=t.per_repeat,
+                repeats=len(t.times),
+                noisy=t.spread > SPREAD_BOUND,
             )
         )
     if not points:
@@ -143,4 +154,28 @@ def measure_throughput(ctx: Context) -> Throughput:
         measured_by="rank 0 alone, after the check (the other ranks idle)",
         out_of_memory_at=out_of_memory,
         seconds=round(time.perf_counter() - started, 3),
+        spread_bound=SPREAD_BOUND,
+        warnings=noise_warnings(points, asked.repeats),
     )
+
+
+def noise_warnings(points: list[ThroughputPoint], repeats: int) -> tuple[str, ...]:
+    """What a reader must know before using the curve: points whose repeats still disagree
+    after remeasuring, and a step that got faster at a larger micro-batch (beyond the bound:
+    more samples cannot take less compute, so the host's load moved one of them)."""
+    out: list[str] = []
+    noisy = [p for p in points if p.noisy]
+    if noisy:
+        listed = ", ".join(f"{p.micro_batch_size} ({p.spread:.0%})" for p in noisy)
+        out.append(
+            f"noisy: the repeats of micro-batch {listed} spread more than {SPREAD_BOUND:.0%} even after "
+            f"remeasuring; measure on an idle host, or with more repeats (throughput.repeats, now {repeats})"
+        )
+    for smaller, larger in pairwise(points):
+        if larger.step_time_s < smaller.step_time_s * (1 - SPREAD_BOUND):
+            out.append(
+                f"micro-batch {larger.micro_batch_size}'s step ({larger.step_time_s:.4g} s) took less than "
+                f"micro-batch {smaller.micro_batch_size}'s ({smaller.step_time_s:.4g} s): the host's load "
+                "moved one of them; measure again on an idle host before planning from this curve"
+            )
+    return tuple(out)

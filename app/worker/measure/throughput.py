@@ -31,6 +31,9 @@ from torch import nn
 from app.worker.measure.memory import is_out_of_memory, release_memory
 
 MIN_REPEAT_S = 0.01  # a repeat's least duration: far above perf_counter's resolution
+# A size whose repeats spread more than its bound gets up to this many times its repeats again,
+# in rounds of its own, before its point is given as it is (and flagged noisy).
+REMEASURE_ROUNDS = 2
 MAX_MICRO_STEPS_PER_REPEAT = 1000
 # Micro-steps timed one by one after the warm-up; the fastest says how many make a repeat (the
 # fastest: one preempted step must not make every repeat of its size a few micro-steps short).
@@ -105,6 +108,23 @@ class _Size:
     peak: int
 
 
+def _rounds(sizes: list[_Size], repeats: int, device: torch.device) -> None:
+    """`repeats` rounds, each one repeat of every size in turn."""
+    cuda = device.type == "cuda"
+    for _ in range(repeats):
+        for s in sizes:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            synchronize(device)
+            started = time.perf_counter()
+            for _ in range(s.per_repeat):
+                s.step()
+            synchronize(device)
+            s.times.append((time.perf_counter() - started) / s.per_repeat)
+            if cuda:
+                s.peak = max(s.peak, int(torch.cuda.max_memory_allocated(device)))
+
+
 # Over 60 lines: warm-up, calibration and the rounds that take turns over the sizes share
 # the clock and each size's samples; apart, every part would carry all of them.
 def time_sizes(
@@ -118,6 +138,7 @@ def time_sizes(
     warmup: int,
     optimizer: bool,
     min_repeat_s: float = MIN_REPEAT_S,
+    spread_bound: float | None = None,
 ) -> tuple[dict[int, Timed], int | None]:
     """Each size's micro-step timed, and the first size that ran out of device memory (None:
     none did; the larger sizes were not tried).
@@ -126,7 +147,9 @@ def time_sizes(
     three more, the fastest of which says how many micro-steps a repeat takes (module docstring).
     Then `repeats` rounds each time one repeat of every size in turn: a burst of load from elsewhere on the
     host lands on a repeat of every size alike, where timing the sizes one after another would
-    put it all in one size's repeats, and a point's median drops it."""
+    put it all in one size's repeats, and a point's median drops it. With `spread_bound`, a size
+    whose repeats then spread more than it is remeasured: `repeats` more rounds of the noisy
+    sizes alone, up to REMEASURE_ROUNDS times, its point over all its repeats."""
     cuda = device.type == "cuda"
     params = [p for p in module.parameters() if p.requires_grad]
     step_optimizer = torch.optim.AdamW(params, lr=1e-6) if optimizer and params else None
@@ -150,18 +173,12 @@ def time_sizes(
             per_repeat = min(MAX_MICRO_STEPS_PER_REPEAT, max(1, math.ceil(min_repeat_s / max(one, 1e-9))))
             peak = int(torch.cuda.max_memory_allocated(device)) if cuda else 0
             prepared.append(_Size(b, step, per_repeat, [], peak))
-        for _ in range(repeats):
-            for s in prepared:
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(device)
-                synchronize(device)
-                started = time.perf_counter()
-                for _ in range(s.per_repeat):
-                    s.step()
-                synchronize(device)
-                s.times.append((time.perf_counter() - started) / s.per_repeat)
-                if cuda:
-                    s.peak = max(s.peak, int(torch.cuda.max_memory_allocated(device)))
+        _rounds(prepared, repeats, device)
+        for _ in range(REMEASURE_ROUNDS if spread_bound is not None else 0):
+            noisy = [s for s in prepared if Timed(tuple(s.times), 1, None).spread > (spread_bound or 0)]
+            if not noisy:
+                break
+            _rounds(noisy, repeats, device)
     finally:
         if step_optimizer is not None:
             step_optimizer.state.clear()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -15,7 +15,19 @@ from torch.nn.parallel import DistributedDataParallel
 from app.worker.training.synthetic_model import backward, flat_gradient
 from app.worker.training.workload import Workload
 
-Batch = tuple[Sequence[int], float, str]  # sample indices, loss scale, reduction
+# Sample indices (a list, or a tensor of a pooled replica group's), loss scale, reduction.
+Batch = tuple[Sequence[int] | torch.Tensor, float, str]
+
+
+def _samples(indices: Sequence[int] | torch.Tensor) -> Sequence[int]:
+    # A pooled tensor reaches only the built-in workload, whose batch reads index tensors as they are.
+    return cast(Sequence[int], indices)
+
+
+def batch_key(indices: Sequence[int] | torch.Tensor) -> tuple[object, ...]:
+    """A key that is equal for the same samples: a list by its values, a tensor by its identity
+    (a pooled group's tensor is made once and shared by every run that reads it)."""
+    return ("tensor", id(indices)) if isinstance(indices, torch.Tensor) else tuple(indices)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +51,13 @@ def micro_steps(model: DistributedDataParallel, batches: Sequence[Batch], feed: 
     """
     workload, factor = feed.workload, feed.factor
     model.zero_grad(set_to_none=True)
-    cache: dict[tuple[int, ...], tuple[Any, Any]] = {}
+    cache: dict[tuple[object, ...], tuple[Any, Any]] = {}
     total = 0.0
     for i, (indices, scale, reduction) in enumerate(batches):
-        key = tuple(indices)
+        key = batch_key(indices)
         if key not in cache:
             # Controls that make every replica read the same samples reuse the same tensors.
-            cache = {key: workload.batch(indices, feed.dtype, feed.device)}
+            cache = {key: workload.batch(_samples(indices), feed.dtype, feed.device)}
         x, y = cache[key]
         with nullcontext() if i == len(batches) - 1 else model.no_sync():
             loss = workload.loss(model, x, y, reduction)
@@ -72,16 +84,17 @@ def weighted_gradients(
     module whose forward makes no collective of its own (no training SyncBatchNorm).
     """
     workload, dtype, device, factor = feed.workload, feed.dtype, feed.device, feed.factor
-    units: dict[tuple[tuple[int, ...], str], list[float]] = {}
+    units: dict[tuple[tuple[object, ...], str], tuple[Sequence[int] | torch.Tensor, str, list[float]]] = {}
     for r, batches in enumerate(runs):
         for indices, scale, reduction in batches:
-            units.setdefault((tuple(indices), reduction), [0.0] * len(runs))[r] += scale * factor
+            entry = units.setdefault((batch_key(indices), reduction), (indices, reduction, [0.0] * len(runs)))
+            entry[2][r] += scale * factor
     parameters = list(module.parameters())
     trainable = [p for p in parameters if p.requires_grad]
     like = flat_gradient(module)  # its size and dtype
     total = torch.zeros(len(runs), like.numel(), dtype=like.dtype, device=device)
-    for (indices, reduction), weights in units.items():
-        x, y = workload.batch(indices, dtype, device)
+    for indices, reduction, weights in units.values():
+        x, y = workload.batch(_samples(indices), dtype, device)
         grads = dict(
             zip(
                 trainable,
