@@ -176,10 +176,19 @@ def test_bad_packing_is_a_problem_naming_the_field(
 PACKED = {**BASE, "packing": {"mode": "rows"}}
 
 
-@pytest.mark.parametrize("fmt", ["hf-trainer", "megatron", "torchtitan"])
+@pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
 def test_an_export_of_a_packed_plan_is_refused_at_packing(client: TestClient, fmt: str) -> None:
-    # Only python writes the packed loop yet: a padded loop would train another plan.
+    # Only python and hf-trainer write packed rows yet: a padded loop would train another plan.
     assert_field_error(client.post(f"/v1/plans/export/{fmt}", json=PACKED), "/packing")
+
+
+def test_the_hf_trainer_export_writes_packed_rows_and_refuses_a_budget(client: TestClient) -> None:
+    response = client.post("/v1/plans/export/hf-trainer", json=PACKED)
+    assert response.status_code == 200, response.text
+    assert "DataCollatorWithFlattening(" in response.text and "use_cache=False," in response.text
+    budget = {**PACKED, "packing": {"mode": "token_budget", "max_tokens_per_micro_batch": 1024}}
+    problem = assert_field_error(client.post("/v1/plans/export/hf-trainer", json=budget), "/packing/mode")
+    assert "no token-budget batching" in str(problem)
 
 
 def test_the_python_export_of_a_packed_plan_writes_the_packed_loop(client: TestClient) -> None:

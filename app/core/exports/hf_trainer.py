@@ -20,6 +20,13 @@ from typing import Any
 from app.core.exports.parts.common import comment, python_call, require_data_parallel, require_even, summary
 from app.core.exports.parts.export_types import Export, ExportInput
 from app.core.exports.parts.hf_trainer_args import data_differences, optimizer_arguments, schedule_arguments
+from app.core.exports.parts.hf_trainer_packed import (
+    PACKED_CODE,
+    PACKED_INIT,
+    packed_arguments,
+    packed_wrong,
+    require_rows,
+)
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (
     lr_block,
@@ -36,6 +43,7 @@ def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
     """(TrainingArguments' values, what a plain Trainer on them gets wrong)."""
     require_even(x, "the HF Trainer", "takes one per_device_train_batch_size")
     require_data_parallel(x, "the HF Trainer's TrainingArguments")
+    require_rows(x.request)
     p = x.plan
     lr, o = recipe(x)
     optimizer, wrong_optimizer = optimizer_arguments(x)
@@ -55,7 +63,11 @@ def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
         values["max_steps"] = lr.train_steps  # it overrides num_train_epochs
     elif p.sampler and p.sampler.epochs is not None:
         values["num_train_epochs"] = p.sampler.epochs
-    return values, wrong_optimizer + wrong_lr + data_differences(x)
+    wrong = wrong_optimizer + wrong_lr + data_differences(x)
+    if x.request.packing is not None:
+        values |= packed_arguments(x)[0]
+        wrong += packed_wrong()
+    return values, wrong
 
 
 # Under loss_normalization sample; under token the Trainer's num_items_in_batch is the plan's.
@@ -146,6 +158,8 @@ def _notes(x: ExportInput, values: dict[str, Any]) -> dict[str, str]:
         notes["optim"] = f"torch has no {o.name.upper()}: {o.torch_class} stands in, as in PlanTrainer"
     if values.get("lr_scheduler_type") == "cosine_warmup_with_min_lr":
         notes["warmup_steps"] = "it reaches the peak at warmup_steps - 1: the plan's warmup + 1"
+    if x.request.packing is not None:
+        notes |= packed_arguments(x)[1]
     return notes
 
 
@@ -163,10 +177,12 @@ def export_hf_trainer(x: ExportInput) -> Export:
     p = x.plan
     _, o = recipe(x)
     notes = _notes(x, values)
-    code = _TRAINER
+    packed = x.request.packing is not None
+    code = (PACKED_CODE if packed else "") + _TRAINER
     token_loss = p.tokens is not None and p.tokens.loss_normalization == "token"
     for token, value in {
-        "__INIT__": "" if token_loss else _SAMPLE_LOSS,
+        "__SEQ__": py_literal(x.request.sequence_length),
+        "__INIT__": PACKED_INIT if packed else "" if token_loss else _SAMPLE_LOSS,
         "__NOTE__": optimizer_note(x) or f"torch.optim.{o.torch_class}, every parameter in one group",
         "__OPTIMIZER__": optimizer_call(x, "(model or self.model).parameters()"),
         "__SCHEDULER__": scheduler_call(x, "optimizer or self.optimizer"),
@@ -177,11 +193,13 @@ def export_hf_trainer(x: ExportInput) -> Export:
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
     header += resume_notes(x, "hf-trainer")
+    collator = "DataCollatorWithFlattening, " if packed else ""
     text = "\n".join(
         [
             comment(header),
             "# Launch with torchrun (see the torchrun export); the Trainer reads the world size from it.",
-            "# Train with PlanTrainer(model=..., args=training_args, train_dataset=...). training_args",
+            "# Train with PlanTrainer(model=..., args=training_args, train_dataset="
+            + ("pack_rows(documents)). training_args" if packed else "...). training_args"),
             "# holds what TrainingArguments can say of the recipe: a plain Trainer(args=training_args)",
             "# trains with it, except that",
             *_listed(wrong),
@@ -191,7 +209,7 @@ def export_hf_trainer(x: ExportInput) -> Export:
             "",
             "import torch",
             "from torch.utils.data import BatchSampler, DataLoader, DistributedSampler",
-            "from transformers import Trainer, TrainingArguments",
+            f"from transformers import {collator}Trainer, TrainingArguments",
             "",
             python_call("training_args = TrainingArguments", values, notes),
             "",

@@ -15,6 +15,7 @@ from app.core.exports.kubernetes import export_kubernetes
 from app.core.exports.lightning import export_lightning
 from app.core.exports.megatron import export_megatron
 from app.core.exports.parts.export_types import Export, Exporter, ExportInput, ExportOptions
+from app.core.exports.parts.hf_trainer_packed import require_rows
 from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
@@ -88,9 +89,11 @@ def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> E
     planner refuses is suggested only changes with which it then exports in `fmt` too: the
     batch that plans is no use if the format then refuses the cluster."""
     exporter = EXPORTERS[fmt]
-    if request.packing is not None and fmt != "python":
-        # Every format but python writes padded rows with equal micro-batches a rank; written for a packed
-        # plan, it would train another loop than the one planned.
+    if request.packing is not None and fmt == "hf-trainer":
+        require_rows(request)  # before planning: no suggestion makes the Trainer run a budget
+    elif request.packing is not None and fmt != "python":
+        # The other formats write padded rows with equal micro-batches a rank; written for a packed
+        # plan, they would train another loop than the one planned.
         raise InvalidValue(
             f"the {fmt} export does not yet write packed rows or token budgets; plan with packing "
             "for the numbers and warnings, export without it",
