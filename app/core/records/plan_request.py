@@ -5,6 +5,7 @@ so that `plan_types.Plan` keeps working wherever it is named."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from enum import StrEnum
 from typing import Literal
 
@@ -144,6 +145,14 @@ class DatasetSpec:
     splitter: Splitter | None = None
     num_workers: int = 0
     end_of_epoch: EndOfEpoch = "drop"
+
+    def __repr__(self) -> str:
+        # A map's repr is what it was before streams: exports hash it into a run's identity
+        # (RUN_ID), and a run exported again must still know its own checkpoints.
+        shown: tuple[str, ...] = ("num_samples", "shuffle", "seed", "drop_last", "epochs")
+        if self.kind != "map":
+            shown = tuple(f.name for f in fields(self))
+        return f"DatasetSpec({', '.join(f'{name}={getattr(self, name)!r}' for name in shown)})"
 
     @property
     def stream(self) -> StreamSpec | None:

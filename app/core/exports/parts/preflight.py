@@ -18,6 +18,7 @@ from typing import Any
 
 from app.core.exports.parts.export_types import ExportInput
 from app.core.records.plan_request import LearningRateSpec, NodeGroup, PlanRequest
+from app.core.request.dataset import dataset_json
 from app.core.request.parse import curve_json, lr_scaling_json
 
 # Reads the check's output (argv[1]), prints what it found and exits 1 unless it passed. The
@@ -76,13 +77,17 @@ def plan_json(request: PlanRequest) -> dict[str, Any]:
         "divisibility": request.divisibility.value,
         "parallelism": asdict(request.parallelism),
         "loss_reduction": request.loss_reduction.value,
-        "dataset": asdict(request.dataset) if request.dataset else None,
+        "dataset": dataset_json(request.dataset, _plain) if request.dataset else None,
         "sequence_length": request.sequence_length,
         "global_batch_tokens": request.global_batch_tokens,
         "micro_batch_tokens": request.micro_batch_tokens,
         "loss_normalization": request.loss_normalization.value,
     }
     return {k: v for k, v in data.items() if v is not None}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _curve_of(group: NodeGroup) -> dict[str, Any]:
