@@ -20,6 +20,7 @@ from app.contract.jobs import Job, JobStatus
 from app.core.errors.domain import Unavailable
 from app.core.errors.problems import domain_problem, problem_body
 from app.schemas.check_examples import CHECK_EXAMPLES
+from app.schemas.finished_checks import FINISHED_CHECKS
 from app.schemas.checks import (
     CheckJobOut,
     CheckListOut,
@@ -173,7 +174,13 @@ async def list_checks(
     "/checks/{check_id}",
     response_model=CheckJobOut,
     summary="One check",
-    responses={200: {"links": {"CancelCheck": _TO_CANCEL}}, **PROBLEMS},
+    responses={
+        200: {
+            "links": {"CancelCheck": _TO_CANCEL},
+            "content": {"application/json": {"examples": FINISHED_CHECKS}},
+        },
+        **PROBLEMS,
+    },
 )
 async def get_check(
     check_id: str,

@@ -129,8 +129,20 @@ def test_emulated_1024_replicas_on_four_processes(client: TestClient) -> None:
     assert all(c["detected"] for c in result["controls"]) and result["controls"]
 
 
+# A check that runs for a second or more whatever the host (a 1,024-replica step is pooled now
+# and over in a blink): an lr-scaling probe of one seed.
+LONG_CHECK = {
+    "plan": {
+        "topology": {"num_nodes": 1, "gpus_per_node": 2},
+        "global_batch_size": 64,
+        "learning_rate": {"base_lr": 0.05, "base_batch_size": 16},
+    },
+    "lr_scaling": {"samples": 32768, "seeds": 1},
+}
+
+
 def test_planner_stays_fast_while_a_check_runs(client: TestClient) -> None:
-    response = client.post("/v1/checks", json={"plan": LARGE})
+    response = client.post("/v1/checks", json=LONG_CHECK)
     location = response.headers["location"]
     wait_check(client, location, ("running",))
     slowest = 0.0

@@ -141,7 +141,7 @@ CATALOGUE: dict[str, Case] = {
     ),
     "check-too-many-replicas": post(
         CHECKS,
-        {"plan": {"topology": {"num_nodes": 1024, "gpus_per_node": 8}, "global_batch_size": 8192}},
+        {"plan": {"topology": {"num_nodes": 32768, "gpus_per_node": 8}, "global_batch_size": 262144}},
         422,
         "/plan/topology",
     ),

@@ -144,7 +144,7 @@ def test_unknown_model_or_code_fields_are_refused(queued_only_client: Any, extra
 
 
 def test_replica_cap_is_enforced_before_queueing(queued_only_client: Any) -> None:
-    body = {"plan": {"topology": {"num_nodes": 1024, "gpus_per_node": 8}, "global_batch_size": 8192}}
+    body = {"plan": {"topology": {"num_nodes": 32768, "gpus_per_node": 8}, "global_batch_size": 262144}}
     response = queued_only_client.post("/v1/checks", json=body)
     assert response.status_code == 422 and response.json()["errors"][0]["pointer"] == "/plan/topology"
 

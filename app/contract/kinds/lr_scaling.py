@@ -9,6 +9,9 @@ warmup from `warmup_start_lr`, its decay, and (Adam with the square-root rule) M
 betas and eps. The base run is rule `none` (`base_lr`) at `base_batch_size`. Every run counts
 the schedule in samples: a run at batch b takes its step j at the lr of the plan's optimizer
 step (j x b) // global batch, so the warmup and the decay cover the same samples at every batch.
+
+Over 300 lines: one concept, the probe's contract (its options, what it runs and its answer),
+which the web process and every rank read together.
 """
 
 from __future__ import annotations

@@ -303,6 +303,11 @@ def request_json(request: core.PlanRequest) -> dict[str, Any]:
     return data
 
 
+def section_json(value: Any) -> Any:
+    """One section of a request (its packing, its resume, ...) as the request gives it."""
+    return _json_of(value)
+
+
 def _json_of(value: Any) -> Any:
     # A curve and a probe's numbers are written as the request gives them, not as records.
     if isinstance(value, ThroughputCurve):

@@ -19,7 +19,7 @@ from typing import Any
 from app.core.exports.parts.export_types import ExportInput
 from app.core.records.plan_request import LearningRateSpec, NodeGroup, PlanRequest
 from app.core.request.dataset import dataset_json
-from app.core.request.parse import curve_json, lr_scaling_json
+from app.core.request.parse import curve_json, lr_scaling_json, section_json
 
 # Reads the check's output (argv[1]), prints what it found and exits 1 unless it passed. The
 # node without rank 0 sees no result: the node that has it decides.
@@ -82,6 +82,8 @@ def plan_json(request: PlanRequest) -> dict[str, Any]:
         "global_batch_tokens": request.global_batch_tokens,
         "micro_batch_tokens": request.micro_batch_tokens,
         "loss_normalization": request.loss_normalization.value,
+        "packing": section_json(request.packing) if request.packing else None,
+        "resume": section_json(request.resume) if request.resume else None,
     }
     return {k: v for k, v in data.items() if v is not None}
 

@@ -19,6 +19,9 @@ teacher: a fixed network of its own shape (seed + 1) on its own inputs gives the
 check targets are no function of the inputs it could learn, so its loss would not fall).
 `label_noise` adds Gaussian noise of that standard deviation to the training targets (a fixed
 draw per sample), which raises the gradient noise; the held-out targets stay clean.
+
+Over 300 lines: one concept, the runs of one probe from their schedule over the ranks to their
+curves; its pieces that stand alone (gradients, updates, seeds, the noise reading) are apart.
 """
 
 from __future__ import annotations
