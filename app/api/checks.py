@@ -20,7 +20,6 @@ from app.contract.jobs import Job, JobStatus
 from app.core.errors.domain import Unavailable
 from app.core.errors.problems import domain_problem, problem_body
 from app.schemas.check_examples import CHECK_EXAMPLES
-from app.schemas.finished_checks import FINISHED_CHECKS
 from app.schemas.checks import (
     CheckJobOut,
     CheckListOut,
@@ -28,6 +27,7 @@ from app.schemas.checks import (
     StatusQuery,
     job_json,
 )
+from app.schemas.finished_checks import FINISHED_CHECKS
 from app.schemas.host import CheckModelsOut, HostOut
 from app.worker.service.service import CheckService, no_such_check, queue_full, shutting_down
 

@@ -1,5 +1,8 @@
 """The answers of GET /v1/checks/{id} that Swagger shows: real finished checks, written by
-`python -m tests.support.finished_checks` (do not edit by hand)."""
+`python -m tests.support.finished_checks` (do not edit by hand).
+
+Over 300 lines: data, three servers' answers whole.
+"""
 
 # ruff: noqa: E501  (the server's sentences, as it wrote them)
 
