@@ -18,6 +18,7 @@ same run, see bench/profile_checks.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +143,22 @@ LARGE_REQUEST: dict[str, Any] = {
 
 # 4 replicas, accumulation 2, 20 optimizer steps over two epochs: every run-level control runs.
 RUN_REQUEST: dict[str, Any] = CHECK_EXAMPLES["run"]["value"]
+
+
+@contextlib.contextmanager
+def warm_worker(folder: str, processes: int = 4) -> Iterator[httpx.Client]:
+    """A worker server on CPU with `processes` warm ranks, its jobs under `folder`: its client."""
+    env = {
+        "BATCHPLAN_WORKER_ENABLED": "true",
+        "BATCHPLAN_PROCESSES_PER_HOST": str(processes),
+        "BATCHPLAN_JOBS_DB": str(Path(folder) / "jobs.sqlite3"),
+        "BATCHPLAN_LOG_LEVEL": "warning",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    with serve(env, limit_s=120) as server:
+        server.client.timeout = httpx.Timeout(60)
+        server.wait_warm(processes, timeout=600)
+        yield server.client
 
 
 def cold_torchrun(

@@ -23,11 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 from _common import machine_line, verdict
-from bench_checks import check_over_http
-
-from tests.support.servers import serve
+from bench_checks import check_over_http, warm_worker
 
 TARGET_S = 1.0
 PLAN: dict[str, Any] = {
@@ -60,25 +57,14 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     print(machine_line())
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {
-            "BATCHPLAN_WORKER_ENABLED": "true",
-            "BATCHPLAN_PROCESSES_PER_HOST": "4",
-            "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
-            "BATCHPLAN_LOG_LEVEL": "warning",
-            "CUDA_VISIBLE_DEVICES": "",
-        }
-        with serve(env, limit_s=120) as server:
-            client = server.client
-            client.timeout = httpx.Timeout(60)
-            server.wait_warm(4, timeout=600)
-            for body in BODIES.values():
-                check_over_http(client, body)  # not counted: the first imports transformers
-            times: dict[str, list[float]] = {name: [] for name in BODIES}
-            for _ in range(args.runs):
-                for name, body in BODIES.items():
-                    elapsed, _answer = check_over_http(client, body)
-                    times[name].append(elapsed)
+    with tempfile.TemporaryDirectory() as tmp, warm_worker(tmp) as client:
+        for body in BODIES.values():
+            check_over_http(client, body)  # not counted: the first imports transformers
+        times: dict[str, list[float]] = {name: [] for name in BODIES}
+        for _ in range(args.runs):
+            for name, body in BODIES.items():
+                elapsed, _answer = check_over_http(client, body)
+                times[name].append(elapsed)
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, median in medians.items():
         print(

@@ -23,12 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import httpx
 from _common import machine_line, verdict
-from bench_checks import check_over_http
+from bench_checks import check_over_http, warm_worker
 
 from app.schemas.check_examples import CHECK_EXAMPLES
-from tests.support.servers import serve
 
 TARGET_S = 1.0
 
@@ -43,27 +41,16 @@ def main() -> int:
     resume: dict[str, Any] = CHECK_EXAMPLES["resume"]["value"]
     run = {key: value for key, value in resume.items() if key != "resume"}
     print(machine_line())
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {
-            "BATCHPLAN_WORKER_ENABLED": "true",
-            "BATCHPLAN_PROCESSES_PER_HOST": "4",
-            "BATCHPLAN_JOBS_DB": str(Path(tmp) / "jobs.sqlite3"),
-            "BATCHPLAN_LOG_LEVEL": "warning",
-            "CUDA_VISIBLE_DEVICES": "",
-        }
-        with serve(env, limit_s=120) as server:
-            client = server.client
-            client.timeout = httpx.Timeout(60)
-            server.wait_warm(4, timeout=600)
-            for body in (run, resume):
-                check_over_http(client, body)  # not counted: the first of each forms its groups
-            times: dict[str, list[float]] = {"run": [], "resume": []}
-            result: dict[str, Any] = {}
-            for _ in range(args.runs):
-                for name, body in (("run", run), ("resume", resume)):
-                    elapsed, answer = check_over_http(client, body)
-                    times[name].append(elapsed)
-                    result = answer if name == "resume" else result
+    with tempfile.TemporaryDirectory() as tmp, warm_worker(tmp) as client:
+        for body in (run, resume):
+            check_over_http(client, body)  # not counted: the first of each forms its groups
+        times: dict[str, list[float]] = {"run": [], "resume": []}
+        result: dict[str, Any] = {}
+        for _ in range(args.runs):
+            for name, body in (("run", run), ("resume", resume)):
+                elapsed, answer = check_over_http(client, body)
+                times[name].append(elapsed)
+                result = answer if name == "resume" else result
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratio = medians["resume"] / medians["run"]
     laps = result.get("timings_s", {})
