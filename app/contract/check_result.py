@@ -21,6 +21,7 @@ from app.contract.equivalence import Equivalence
 from app.contract.kinds.lr_scaling import LrScalingResult
 from app.contract.kinds.resume import ResumeOutcome
 from app.contract.kinds.run import RunOutcome
+from app.contract.kinds.stream import StreamOutcome
 from app.contract.kinds.throughput import Throughput
 from app.contract.micro_batch_search import MicroBatchSearch
 from app.contract.noise_scale import NoiseScaleReport
@@ -67,13 +68,21 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class ControlOutcome:
-    """A deliberately wrong setup's gradient against the single-process one."""
+    """A deliberately wrong setup's gradient against the single-process one.
+
+    A control whose collective hung (some ranks waited for peers that never came, ended by its
+    timeout) has no gradient: rel_l2 and max_abs_diff are None, hung and detected True."""
 
     name: str
     description: str
-    rel_l2: float
-    max_abs_diff: float
+    rel_l2: float | None  # None when the control hung
+    max_abs_diff: float | None  # None when the control hung
     detected: bool
+    hung: bool = False  # last field, with a default: stored results still decode
+
+    @classmethod
+    def hung_outcome(cls, name: str, description: str) -> ControlOutcome:
+        return cls(name, description, None, None, detected=True, hung=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,7 @@ class CheckResult:
     resume: ResumeOutcome | None = None  # the checkpoint and the replicas the run went on with
     throughput: Throughput | None = None  # one replica's micro-step timed at each micro-batch
     lr_scaling: LrScalingResult | None = None  # an lr-scaling probe
+    stream: StreamOutcome | None = None  # a stream plan's epoch, read through the real splitter
 
     derived: ClassVar[tuple[str, ...]] = (
         "passed",
@@ -137,7 +147,8 @@ class CheckResult:
     def passed(self) -> bool:
         first_step = self.gradient_matches and self.controls_detected and self.ddp_equivalence.equivalent
         resumed = self.resume is None or self.resume.matches
-        return first_step and (self.run is None or self.run.trajectory_matches) and resumed
+        streamed = self.stream is None or self.stream.matches_plan
+        return first_step and (self.run is None or self.run.trajectory_matches) and resumed and streamed
 
     def with_run(
         self,

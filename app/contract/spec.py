@@ -14,6 +14,7 @@ from typing import Any
 
 from app.contract.check_options import DEFAULT_BACKEND, DEFAULT_DTYPE, Backend, CheckWorkload, DType
 from app.contract.kinds.lr_scaling import LrScalingSpec
+from app.contract.kinds.stream import StreamCheck
 from app.contract.kinds.throughput import ThroughputOptions
 from app.contract.mesh_spec import mesh_sizes
 from app.contract.model_registry import SYNTHETIC
@@ -71,6 +72,7 @@ class CheckSpec:
     throughput: ThroughputOptions | None = None  # one replica's micro-step timed at each size, after
     lr_scaling: LrScalingSpec | None = None  # an lr-scaling probe after the first step
     packing: PackingSpec | None = None  # the plan's packed rows or token budget (tokens workload)
+    stream: StreamCheck | None = None  # a stream plan: its epoch read through the real splitter
 
     def micro_batch_sizes(self) -> list[int]:
         sizes: list[int] = []
@@ -90,15 +92,6 @@ class CheckSpec:
         return Fraction(dp * micro_batch_size, G) if self.loss_reduction == "mean" else Fraction(dp, G)
 
 
-def _refuse_a_stream(plan: Plan) -> None:
-    if plan.stream is not None:
-        raise SpecError(
-            "a check runs a map-style dataset through the plan's sampler; a stream plan (dataset kind "
-            "stream) is not checked: its split is counted by the plan's `stream` (docs/streams.md)",
-            "/plan/dataset/kind",
-        )
-
-
 def spec_from_plan(
     plan: Plan,
     *,
@@ -109,7 +102,8 @@ def spec_from_plan(
 ) -> CheckSpec:
     """The first optimizer step of `plan`. Without a dataset the epoch is exactly one global
     batch, shuffled with the check's seed."""
-    _refuse_a_stream(plan)
+    if plan.stream is not None:
+        dataset = None  # no sampler reads a stream: its epoch is the stream kind's (kinds/stream.py)
     data = dataset or DatasetSpec(num_samples=plan.global_batch_size, shuffle=True, seed=seed)
     dp, G, g = plan.data_parallel_size, plan.global_batch_size, plan.gradient_accumulation_steps
     slices = tuple(

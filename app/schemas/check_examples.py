@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.schemas.examples import h100_and_a100
-from app.schemas.kinds import lr_scaling, resume, run, throughput
+from app.schemas.kinds import lr_scaling, resume, run, stream, throughput
 
 CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
     "even": {
@@ -77,4 +77,5 @@ CHECK_EXAMPLES: dict[str, dict[str, Any]] = {
     },
     **throughput.EXAMPLES,
     **lr_scaling.EXAMPLES,
+    **stream.EXAMPLES,
 }

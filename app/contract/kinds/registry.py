@@ -8,6 +8,7 @@ from app.contract.kinds.lr_scaling import LrScalingPart
 from app.contract.kinds.part import RequestPart
 from app.contract.kinds.resume import ResumePart
 from app.contract.kinds.run import RunPart
+from app.contract.kinds.stream import StreamPart
 from app.contract.kinds.throughput import ThroughputPart
 
 REQUEST_PARTS: tuple[RequestPart, ...] = (
@@ -15,4 +16,5 @@ REQUEST_PARTS: tuple[RequestPart, ...] = (
     ResumePart(),
     ThroughputPart(),
     LrScalingPart(),
+    StreamPart(),
 )

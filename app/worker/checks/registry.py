@@ -16,11 +16,13 @@ from app.worker.checks.packed_check import PackedTokenStep
 from app.worker.checks.resume.check import ResumeRun
 from app.worker.checks.run.check import DdpRun
 from app.worker.checks.run.mesh import MeshRun
+from app.worker.checks.stream_check import StreamStep
 from app.worker.checks.throughput_check import ThroughputMeasure
 from app.worker.checks.token_check import TokenStep
 
 KINDS: tuple[CheckKind[Any], ...] = (
-    MeshStep(),  # step: the plan's mesh,
+    StreamStep(),  # step: a stream plan's epoch,
+    MeshStep(),  # the plan's mesh,
     PackedTokenStep(),  # the tokens workload on a packed plan,
     TokenStep(),  # the tokens workload,
     DdpStep(),  # else DDP replicas
