@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from app.contract.kinds.part import RequestPart, Trained
 from app.contract.spec_error import SpecError
+from app.contract.targets import missing_module
 from app.core.records.stream import StreamSpec
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 # reads differently: a check spawns at most this many worker processes at once, so a 2-core
 # host is not swamped (a job's 8 workers x 64 ranks is checked on fewer).
 MAX_CHECK_LOADER_WORKERS = 16
+# The library each splitter's check reads through (rank_worker's reader is torch's own).
+LIBRARIES = {"hf_datasets": "datasets", "webdataset": "webdataset"}
 # Every sample's id is listed, gathered on rank 0 and compared: a check reads a small stream.
 MAX_CHECK_STREAM_SAMPLES = 65_536
 
@@ -42,7 +45,7 @@ class StreamPart(RequestPart):
     """A stream plan's check: the stream's own epoch in place of the sampler's, on one process
     per data-parallel rank; what it cannot run alongside is refused at its field."""
 
-    option: ClassVar[str] = "stream"  # the plan's dataset decides it: no option of its own
+    option: ClassVar[str] = "plan"  # no option of its own: the plan's dataset is a stream
 
     def apply(self, request: CheckRequest, trained: Trained, spec: CheckSpec) -> CheckSpec:
         dataset = trained.request.dataset
@@ -50,6 +53,14 @@ class StreamPart(RequestPart):
         if stream is None:
             return spec
         _refuse_with_a_stream(request, spec)
+        library = LIBRARIES.get(stream.splitter or "")
+        if library is not None and missing_module(library) is not None:
+            raise SpecError(
+                f"this server's worker cannot check a stream split by {stream.splitter}: {library!r} is not "
+                f"installed here (pip install {library}, the version the project's dev dependencies pin); "
+                'splitter "rank_worker" needs torch alone',
+                "/plan/dataset/splitter",
+            )
         readers = spec.data_parallel_size * stream.num_workers
         if readers > MAX_CHECK_LOADER_WORKERS:
             fits = MAX_CHECK_LOADER_WORKERS // spec.data_parallel_size
