@@ -228,7 +228,7 @@ def test_a_stream_plans_resume_is_refused_with_the_tools_words(
     assert splitter != "hf_datasets" or "huggingface/datasets#7447" in problem["detail"]
 
 
-def test_a_check_of_a_stream_plan_is_refused_at_the_dataset(tmp_path: Path) -> None:
+def test_a_check_of_a_stream_plan_is_accepted_and_its_limits_refused_at_the_dataset(tmp_path: Path) -> None:
     from support.fake_runner import FakeRunner
 
     from app.main import create_app
@@ -236,6 +236,8 @@ def test_a_check_of_a_stream_plan_is_refused_at_the_dataset(tmp_path: Path) -> N
 
     settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
     with TestClient(create_app(settings, runner=FakeRunner()), raise_server_exceptions=False) as client:
-        response = client.post("/v1/checks", json={"plan": _with()})
-    assert response.status_code == 422, response.text
-    assert response.json()["errors"][0]["pointer"] == "/plan/dataset/kind"
+        accepted = client.post("/v1/checks", json={"plan": _with()})
+        too_many = client.post("/v1/checks", json={"plan": _with(num_workers=8)})
+    assert accepted.status_code == 202, accepted.text
+    assert too_many.status_code == 422, too_many.text
+    assert too_many.json()["errors"][0]["pointer"] == "/plan/dataset/num_workers"
