@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import accumulate, chain, islice
+from itertools import accumulate, chain, count, islice
 from typing import Any, ClassVar
 
 import torch
@@ -109,6 +109,7 @@ class StreamStep:
     def controls(self, ctx: Context, state: _Epoch) -> None:
         stream, rank, world = _stream(ctx.spec), ctx.group.rank, ctx.group.world
         data = stream.dataset
+        readings: list[str] = []
         for name in CONTROLS:
             reason = _not_applicable(name, data, world)
             if reason is not None:
@@ -125,7 +126,9 @@ class StreamStep:
                 else:
                     state.missed.append(name)
             else:
-                state.mistaken[name] = _epoch(stream, rank, world, name)[0]
+                readings.append(name)
+        if readings:
+            state.mistaken = dict(zip(readings, _epochs(stream, rank, world, readings), strict=True))
 
     def measure(self, ctx: Context, state: _Epoch) -> bool:
         return False
@@ -200,14 +203,61 @@ def _epoch(
     own = _read(
         _dataset(data, rank, world, mistake), stream.micro_batch_sizes[rank], data.num_workers, rank, world
     )
-    everyone: list[list[Ids]] = [[] for _ in range(world)]
+    return _trained(stream, _gathered(own, world))
+
+
+def _epochs(stream: StreamCheck, rank: int, world: int, mistakes: list[str]) -> list[list[list[Ids]]]:
+    """`_epoch` of each mistaken reading, read in one DataLoader pass (`_Readings`)."""
+    data = stream.dataset
+    readings = _Readings([_dataset(data, rank, world, m) for m in mistakes], stream.micro_batch_sizes[rank])
+    own = _read(readings, None, data.num_workers, rank, world)
+    mine = readings.delivered(own)
+    everyone = _gathered(mine, world)
+    return [_trained(stream, [x[i] for x in everyone])[0] for i in range(len(mistakes))]
+
+
+def _gathered(own: Any, world: int) -> list[Any]:
+    everyone: list[Any] = [None] * world
     dist.all_gather_object(everyone, own)
+    return everyone
+
+
+def _trained(stream: StreamCheck, everyone: list[list[Ids]]) -> tuple[list[list[Ids]], list[int]]:
     counts = [len(x) for x in everyone]
+    data = stream.dataset
     trained = [
         _policy(x, counts, data.end_of_epoch, stream.micro_batch_sizes[r], stream.accumulation)
         for r, x in enumerate(everyone)
     ]
     return trained, counts
+
+
+class _Readings(TorchIterable[tuple[int, int, int, Ids]]):
+    """Several readings of the stream in one DataLoader pass, so a check starts its workers once
+    for all its controls: each worker iterates every reading's dataset in turn (the splitters
+    see the worker's real worker info) and cuts its micro-batches as the DataLoader's fetcher
+    does an IterableDataset's (b samples at a time, the last short), each tagged with its
+    reading, its number within the worker's reading, and the worker. `delivered` puts each
+    reading's back in the DataLoader's delivery order: round k, batch k of every worker that has
+    one, in worker order."""
+
+    def __init__(self, datasets: list[Any], b: int) -> None:
+        self.datasets, self.b = datasets, b
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, Ids]]:
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        for reading, dataset in enumerate(self.datasets):
+            samples = iter(dataset)
+            for k in count():
+                batch = _ids(list(islice(samples, self.b)))
+                if not batch:
+                    break
+                yield reading, k, worker, batch
+
+    def delivered(self, items: list[Any]) -> list[list[Ids]]:
+        ordered = sorted(items, key=lambda item: (item[0], item[1], item[2]))
+        return [[item[3] for item in ordered if item[0] == r] for r in range(len(self.datasets))]
 
 
 def _policy(own: list[Ids], counts: list[int], policy: str, b: int, g: int) -> list[Ids]:
@@ -248,14 +298,21 @@ def _loader_env(rank: int, world: int) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _read(dataset: Any, b: int, workers: int, rank: int, world: int) -> list[Ids]:
+def _read(dataset: Any, b: int | None, workers: int, rank: int, world: int) -> list[Any]:
+    """The DataLoader's delivery: micro-batches of b ids, or (b None) the items as `_Readings`
+    cut them."""
     # fork: a worker starts from the rank's memory in milliseconds, the dataset already built
     context = "fork" if workers else None
+    collate = _ids if b is not None else _as_is
     loader = DataLoader(
-        dataset, batch_size=b, num_workers=workers, collate_fn=_ids, multiprocessing_context=context
+        dataset, batch_size=b, num_workers=workers, collate_fn=collate, multiprocessing_context=context
     )
     with _loader_env(rank, world):
         return list(loader)
+
+
+def _as_is(item: Any) -> Any:
+    return item
 
 
 def _ids(examples: list[Any]) -> Ids:
