@@ -63,20 +63,20 @@ StreamResultField = Annotated[
 
 EXAMPLES: dict[str, dict[str, Any]] = {
     "stream": {
-        "summary": "A stream over 4 ranks with 2 DataLoader workers each (WebDataset's split)",
+        "summary": "A stream over 2 ranks with 2 DataLoader workers each (WebDataset's split)",
         "description": "Every rank reads the stream through real DataLoader worker processes and "
         "WebDataset's split_by_node and split_by_worker, records the samples it trains, and holds "
         "every step's gradient to the single-process mean over the same samples; the result's "
         "`stream` says what each rank trained against the plan.",
         "value": {
             "plan": {
-                "topology": {"num_nodes": 1, "gpus_per_node": 4},
-                "global_batch_size": 32,
+                "topology": {"num_nodes": 1, "gpus_per_node": 2},
+                "global_batch_size": 16,
                 "micro_batch_size": 8,
                 "dataset": {
                     "kind": "stream",
-                    "num_samples": 256,
-                    "num_shards": 16,
+                    "num_samples": 128,
+                    "num_shards": 8,
                     "splitter": "webdataset",
                     "num_workers": 2,
                 },
