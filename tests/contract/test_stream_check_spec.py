@@ -47,6 +47,10 @@ def test_what_a_stream_check_cannot_run_is_refused_at_its_field(monkeypatch: pyt
     assert err.pointer == "/plan/dataset/num_workers" and "num_workers 4" in str(err)
     err = refused({**body(), "steps": 3})
     assert err.pointer == "/steps"
+    short = body(num_samples=24, num_shards=4, end_of_epoch="steps")  # 1 micro-batch a rank, of a step's 2
+    short["plan"]["global_batch_size"] = 64
+    err = refused(short)
+    assert err.pointer == "/plan/dataset/num_samples" and "no optimizer step" in str(err)
     monkeypatch.setitem(stream_kind.LIBRARIES, "webdataset", "no_such_stream_library")
     err = refused(body())
     assert err.pointer == "/plan/dataset/splitter" and "'no_such_stream_library' is not installed" in str(err)

@@ -77,6 +77,13 @@ class StreamPart(RequestPart):
                 f"samples (num_samples {MAX_CHECK_STREAM_SAMPLES}), not {total}",
                 "/plan/dataset/num_samples",
             )
+        planned = trained.plan.stream
+        if planned is not None and planned.optimizer_steps_per_epoch == 0:
+            raise SpecError(
+                "a stream check trains one pass of the stream, which fills no optimizer step here: give "
+                "more samples or a smaller global batch",
+                "/plan/dataset/num_samples",
+            )
         micro = tuple(spec.micro_batch_sizes())
         return replace(spec, stream=StreamCheck(stream, micro, spec.gradient_accumulation_steps))
 
