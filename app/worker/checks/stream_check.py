@@ -38,10 +38,13 @@ from app.core.split.stream.layout import shard_sizes
 from app.worker.checks import equivalence
 from app.worker.checks.kind import Context, Laps, Stage
 from app.worker.checks.result_parts import DETECTION_FACTOR, TOLERANCE, Measured, judged_result
-from app.worker.training.gradients import Batch, compare, ddp_gradient, reference_gradient
+from app.worker.training.gradients import Batch, compare, ddp_gradient, mean_gradient, weighted_gradients
 from app.worker.training.hang import HANG_TIMEOUT_S, hangs
+from app.worker.training.sync_batch_norm import forward_is_collective
 
 Ids = tuple[int, ...]
+# Steps whose gradients one all-reduce carries (a steps x parameters tensor).
+STEPS_PER_ALL_REDUCE = 32
 
 # The controls in the order they run, each with what it does wrong.
 CONTROLS: dict[str, str] = {
@@ -68,6 +71,7 @@ class _Epoch:
     delivered: list[int] = field(default_factory=list)  # every rank's micro-batches before it
     grads: list[torch.Tensor] = field(default_factory=list)
     references: list[torch.Tensor] = field(default_factory=list)
+    single: torch.nn.Module | None = None  # rank 0's one-process model (SyncBatchNorm as BatchNorm)
     mistaken: dict[str, list[list[Ids]]] = field(default_factory=dict)
     hung: list[str] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)  # a hang that did not come
@@ -99,12 +103,24 @@ class StreamStep:
         ctx.timer.lap("read")
         g, rank = stream.accumulation, ctx.group.rank
         feed = ctx.feed(ctx.workload)
+        steps: list[list[Batch]] = []
         for k in range(len(state.trained[rank]) // g):
             total = sum(len(m) for ranks in state.trained for m in ranks[k * g : (k + 1) * g])
-            mine = state.trained[rank][k * g : (k + 1) * g]
-            grad = ddp_gradient(state.model, [_scaled(m, total, ctx.spec) for m in mine], feed)
-            if ctx.leader:
-                state.grads.append(grad)
+            steps.append([_scaled(m, total, ctx.spec) for m in state.trained[rank][k * g : (k + 1) * g]])
+        # The first step as the job runs it, under DDP; the rest from one backward per
+        # micro-batch and one all-reduce per chunk of steps: a step's gradient is linear in its
+        # micro-batches' loss scales, so this is the sum DDP's hooks make, without a collective
+        # a step (weighted_gradients; not for a forward that makes collectives of its own).
+        grads = [ddp_gradient(state.model, steps[0], feed)] if steps else []
+        rest = steps[1:]
+        if forward_is_collective(state.model.module):
+            grads += [ddp_gradient(state.model, step, feed) for step in rest]
+        else:
+            for chunk in range(0, len(rest), STEPS_PER_ALL_REDUCE):
+                grads += weighted_gradients(
+                    state.model.module, rest[chunk : chunk + STEPS_PER_ALL_REDUCE], feed
+                )
+        state.grads = grads if ctx.leader else []
 
     def controls(self, ctx: Context, state: _Epoch) -> None:
         stream, rank, world = _stream(ctx.spec), ctx.group.rank, ctx.group.world
@@ -135,7 +151,8 @@ class StreamStep:
 
     def reference(self, ctx: Context, state: _Epoch) -> None:
         g = _stream(ctx.spec).accumulation
-        state.references = [_step_gradient(ctx, state.trained, k, g) for k in range(len(state.grads))]
+        state.single = ctx.workload.single_process_module(ctx.dtype, ctx.device)
+        state.references = [_step_gradient(ctx, state, state.trained, k, g) for k in range(len(state.grads))]
 
     def result(self, ctx: Context, state: _Epoch, prior: CheckResult | None) -> CheckResult:
         spec, stream = ctx.spec, _stream(ctx.spec)
@@ -184,10 +201,16 @@ def _scaled(micro: Ids, total: int, spec: CheckSpec) -> Batch:
     return (list(micro), dp / total, "sum")
 
 
-def _step_gradient(ctx: Context, trained: list[list[Ids]], k: int, g: int) -> torch.Tensor:
-    """Rank 0 alone: the mean loss over every sample the ranks train in step k."""
+def _step_gradient(ctx: Context, state: _Epoch, trained: list[list[Ids]], k: int, g: int) -> torch.Tensor:
+    """Rank 0 alone: the mean loss over every sample the ranks train in step k, on one process
+    (the initial weights: no step changes them)."""
     step = [i for ranks in trained for m in ranks[k * g : (k + 1) * g] for i in m]
-    return reference_gradient(ctx.workload, step, ctx.dtype, ctx.device)
+    return _mean_gradient(ctx, state, step)
+
+
+def _mean_gradient(ctx: Context, state: _Epoch, samples: list[int]) -> torch.Tensor:
+    assert state.single is not None
+    return mean_gradient(state.single, ctx.workload, [samples], ctx.dtype, ctx.device)
 
 
 # ---- reading the stream: the splitter's real dataset, the DataLoader's real workers
@@ -467,13 +490,13 @@ def _judged_control(
     for k in range(min(planned_steps, read_steps)):
         if _step_samples(state.trained, k, g) == _step_samples(trained, k, g):
             continue
-        max_abs, rel = compare(_step_gradient(ctx, trained, k, g), state.references[k])
+        max_abs, rel = compare(_step_gradient(ctx, state, trained, k, g), state.references[k])
         worst = (max_abs, rel) if worst is None or rel > worst[1] else worst
     if worst is None and planned_steps != read_steps:
         read = [i for ranks in trained for m in ranks[: read_steps * g] for i in m]
         planned = [i for ranks in state.trained for m in ranks[: planned_steps * g] for i in m]
-        reference = reference_gradient(ctx.workload, planned, ctx.dtype, ctx.device)
-        gradient = reference_gradient(ctx.workload, read, ctx.dtype, ctx.device) if read else 0 * reference
+        reference = _mean_gradient(ctx, state, planned)
+        gradient = _mean_gradient(ctx, state, read) if read else 0 * reference
         worst = compare(gradient, reference)
     if worst is None:
         return None
