@@ -55,9 +55,9 @@ CONTROLS: dict[str, str] = {
     "no_end_of_epoch_policy": "unequal micro-batch counts and no end-of-epoch policy: the first rank to run "
     "dry leaves the others in the all-reduce (datasets#6437, torchtitan#1618)",
 }
+SAME_SAMPLES = "on this plan the mistake trains the same samples in every step"
 # `datasets` splits a node's shards over its DataLoader workers itself (_iter_pytorch), from
 # the DataLoader's worker info: a loop cannot leave that split out or index it wrongly.
-SAME_SAMPLES = "on this plan the mistake trains the same samples in every step"
 _HF_OWN_WORKER_SPLIT = "datasets splits a node's shards over its DataLoader workers itself (_iter_pytorch)"
 
 
@@ -172,9 +172,7 @@ class StreamStep:
         for name, trained in state.mistaken.items():
             outcome = _judged_control(ctx, state, name, trained, DETECTION_FACTOR * tolerance)
             if outcome is None:
-                skipped.append(
-                    SkippedControl(name, "on this plan the mistake trains the same samples in every step")
-                )
+                skipped.append(SkippedControl(name, SAME_SAMPLES))
             else:
                 outcomes.append(outcome)
         order = list(CONTROLS)
