@@ -14,6 +14,7 @@ draw of documents, and the gradients of all of them are compared at once (concat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
@@ -22,11 +23,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from app.contract.check_result import CheckResult, SkippedControl
+from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
 from app.contract.packed import PACKED_STEPS
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks.controls import Control, partition
 from app.worker.checks.kind import Context, Laps, Stage
+from app.worker.checks.packed_lr import lr_rescaled_outcome
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.checks.token_check import Counts, Scale, TokenControl, changes_gradient
 from app.worker.training.gradients import Batch, ddp_gradient, weighted_gradients
@@ -113,6 +115,7 @@ class _Packed:
     control_grads: list[tuple[Control, torch.Tensor | None]] = field(default_factory=list)  # None: hung
     skipped: list[SkippedControl] = field(default_factory=list)
     reference: torch.Tensor | None = None
+    run_control: ControlOutcome | SkippedControl | None = None  # lr_rescaled_per_batch, on rank 0
 
 
 class PackedTokenStep:
@@ -206,6 +209,7 @@ class PackedTokenStep:
         state.reference = torch.cat(
             [state.workload.reference_gradient(s, ctx.dtype, ctx.device) for s in range(PACKED_STEPS)]
         )
+        state.run_control = lr_rescaled_outcome(ctx.spec, state.workload, state.counts)
 
     def result(self, ctx: Context, state: _Packed, prior: CheckResult | None) -> CheckResult:
         assert state.grad is not None and state.reference is not None
@@ -218,7 +222,12 @@ class PackedTokenStep:
             False,
             ctx.spec.micro_batch_sizes(),
         )
-        return judged_result(ctx.spec, ctx.group, state.workload.name, measured)
+        result = judged_result(ctx.spec, ctx.group, state.workload.name, measured)
+        run = state.run_control
+        if isinstance(run, ControlOutcome):
+            return dataclasses.replace(result, controls=(*result.controls, run))
+        assert run is not None
+        return dataclasses.replace(result, controls_skipped=(*result.controls_skipped, run))
 
 
 def _exact(dp: int, n: int) -> Scale:

@@ -34,15 +34,18 @@ BUDGET = {
 }
 
 
-SYNC = "sync_every_micro_batch"
+SYNC, LR = "sync_every_micro_batch", "lr_rescaled_per_batch"
 
 
 def _passes_with_every_control(result: dict[str, Any], unequal_micro_batches: bool) -> None:
+    """Every control detected; the hang only where ranks run unequal micro-batch counts (it is
+    skipped otherwise), and the run-level lr rescaling after the step's controls."""
     assert result["workload"] == "tokens" and result["processes"] == 4
     assert result["rel_l2"] <= result["tolerance"], result
-    assert [c["name"] for c in result["controls"]] == CONTROLS + ([SYNC] if unequal_micro_batches else [])
+    hangs = [SYNC] if unequal_micro_batches else []
+    assert [c["name"] for c in result["controls"]] == CONTROLS + hangs + [LR]
     assert all(c["detected"] for c in result["controls"]), result["controls"]
-    assert [c["hung"] for c in result["controls"]] == [False] * len(CONTROLS) + [True] * unequal_micro_batches
+    assert [c["name"] for c in result["controls"] if c["hung"]] == hangs
     skipped = [c["name"] for c in result["controls_skipped"]]
     assert skipped == ([] if unequal_micro_batches else [SYNC]) and result["passed"]
 
@@ -62,7 +65,8 @@ def test_a_token_budget_with_unequal_micro_batches_per_rank_passes(default_worke
     # gradient to compare.
     result = check_result(default_worker, {"plan": BUDGET})
     _passes_with_every_control(result, unequal_micro_batches=True)
-    assert result["controls"][-1]["rel_l2"] is None and result["controls"][-1]["max_abs_diff"] is None
+    hung = result["controls"][-2]
+    assert hung["rel_l2"] is None and hung["max_abs_diff"] is None
     # The warm ranks, whose throwaway group timed out, serve the next check as before.
     assert check_result(default_worker, {"plan": ROWS if _has_transformers() else BUDGET})["passed"]
 
@@ -95,6 +99,18 @@ def test_no_document_sees_another_in_its_row() -> None:
     assert torch.allclose(packed, alone, rtol=0, atol=1e-12)  # up to the running sum's rounding
     # The running mean over the whole row (the tokens check's model) lets documents leak.
     assert not torch.allclose(TinyLanguageModel.forward(model, row["input_ids"]), alone)
+
+
+def test_the_lr_rescaling_is_skipped_only_where_every_micro_batch_holds_the_same_targets() -> None:
+    from app.worker.checks.packed_lr import harmless_because
+
+    spec = dataclasses.replace(
+        build_spec(check_request({"plan": BUDGET})), global_batch_size=4, gradient_accumulation_steps=1
+    )
+    # (targets, targets + documents): 2 documents a micro-batch, 4 a step, the global batch.
+    assert "lr multiplier is 1" in (harmless_because(spec, [{0: [(6, 8)], 1: [(6, 8)]}]) or "")
+    assert harmless_because(spec, [{0: [(6, 8)], 1: [(5, 7)]}]) is None  # unequal targets
+    assert harmless_because(spec, [{0: [(6, 9)], 1: [(6, 8)]}]) is None  # 5 samples: lr x 5/4
 
 
 def test_a_control_that_changes_no_gradient_is_skipped_with_its_reason() -> None:
