@@ -3,7 +3,8 @@ lengths, packed into rows (through transformers' DataCollatorWithFlattening) or 
 micro-batches up to the token budget, so that ranks hold unequal targets and, under a budget,
 run unequal numbers of micro-batches; every step's DDP gradient against the single-process
 mean over every valid target of the step, with the normalisation mistakes as controls, and
-an all-reduce per micro-batch on unequal counts, which hangs (hang.py detects it).
+an all-reduce per micro-batch on unequal counts, which hangs (hang.py detects it), and, over
+the steps trained one after another, DeepSpeed's lr rescaling (packed_lr.py).
 
 Each rank sums its per-target losses over every micro-batch of the step, times
 data_parallel_size / N with N the step's targets all-reduced before the first backward; all but
