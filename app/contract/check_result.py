@@ -68,6 +68,7 @@ class Comparison:
 @dataclass(frozen=True, slots=True)
 class ControlOutcome:
     """A deliberately wrong setup's gradient against the single-process one.
+
     A control whose collective hung (some ranks waited for peers that never came, ended by its
     timeout) has no gradient: rel_l2 and max_abs_diff are None, hung and detected True."""
 

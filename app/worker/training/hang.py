@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
-# A rank on this 2-core host needs well under a second to reach the collective, so 2 s separates
-# a hang from a slow peer.
+# A rank on a 2-core host needs well under a second to reach the collective: 2 s separates a
+# hang from a slow peer.
 HANG_TIMEOUT_S = 2.0
 
 
