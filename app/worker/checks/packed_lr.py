@@ -1,13 +1,18 @@
 """The packed check's run-level control `lr_rescaled_per_batch`: DeepSpeed's dynamic batching
 (PR 7104, deepspeed 0.19.8 variable_batch_size_and_lr.py) keeps each micro-batch's mean loss,
 divided by the engine's accumulation steps and averaged by DDP, and instead scales each step's
-lr by the samples the step holds over the configured batch (its linear rule). Over the check's
+lr by how much the step holds over the configured batch (its linear rule). Over the check's
 seeded steps, trained one after another with plain SGD from the same weights, its parameters
 are held against the run whose every step takes the mean over the step's valid targets.
 
+The step's size is its tokens over the plan's tokens_per_step (global_batch_size x
+sequence_length), as the issue states the mistake. DeepSpeed 0.19.8 itself counts sequences,
+but the check's steps each hold the plan's samples (a budget fills micro-batches, not steps),
+so a multiplier of samples would be 1 here and leave only the micro-batch means to detect.
+
 The two runs agree only where every micro-batch of every step holds as many targets as every
-other and each step its planned samples; everywhere else the lr multiplier rescales the whole
-step but cannot re-weigh the targets within it, and DeepSpeed counts samples, not targets.
+other and each step the plan's tokens; everywhere else the lr multiplier rescales the whole step
+but cannot re-weigh the targets within it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import torch
 
 from app.contract.check_result import ControlOutcome, SkippedControl
 from app.contract.spec import CheckSpec
-from app.core.records.plan_request import PackingMode
 from app.worker.checks.controls import Control
 from app.worker.checks.result_parts import DETECTION_FACTOR, TOLERANCE
 from app.worker.checks.token_check import Counts, Scale, changes_gradient
@@ -29,27 +33,27 @@ from app.worker.training.synthetic_model import backward
 LR_RESCALED_PER_BATCH = Control(
     "lr_rescaled_per_batch",
     "each micro-batch's mean loss over its own targets, divided by the accumulation steps and "
-    "averaged over the ranks, with each step's lr scaled by its samples over the global batch "
-    "(DeepSpeed's dynamic batching, PR 7104: it counts samples, not targets)",
+    "averaged over the ranks, with each step's lr scaled by its tokens over the plan's tokens per "
+    "step (DeepSpeed's dynamic batching, PR 7104: the lr rescaled instead of the loss weighted)",
 )
 _HARMLESS = (
     "every micro-batch of every step holds the same number of targets and every step the plan's "
-    "samples: the lr multiplier is 1 and each micro-batch's mean weighs its targets as the step's does"
+    "tokens: the lr multiplier is 1 and each micro-batch's mean weighs its targets as the step's does"
 )
 RUN_LR = 0.1  # plain SGD: the update is the lr times the gradient, so the runs differ by their weights
 
 
-def _samples(spec: CheckSpec, counts: Counts) -> int:
-    """The samples DeepSpeed counts in a step: its documents under a budget, its rows when packed."""
-    if spec.packing is not None and spec.packing.mode is PackingMode.ROWS:
-        return spec.global_batch_size
-    return sum(c[1] - c[0] for batches in counts.values() for c in batches)
+def _tokens(counts: Counts) -> int:
+    """The step's tokens: every position of every micro-batch (its targets and its documents' first
+    positions)."""
+    return sum(c[1] for batches in counts.values() for c in batches)
 
 
 def rescaled(spec: CheckSpec, counts: Counts) -> Scale:
     """The step's multiplier of each micro-batch's target sum before DDP's average: its mean over
     its targets, over the accumulation steps, times the step's lr multiplier."""
-    multiplier = Fraction(_samples(spec, counts), spec.global_batch_size)
+    assert spec.sequence_length is not None
+    multiplier = Fraction(_tokens(counts), spec.global_batch_size * spec.sequence_length)
     g = spec.gradient_accumulation_steps
 
     def scale(r: int, k: int, step_counts: Counts) -> Fraction:

@@ -107,10 +107,10 @@ def test_the_lr_rescaling_is_skipped_only_where_every_micro_batch_holds_the_same
     spec = dataclasses.replace(
         build_spec(check_request({"plan": BUDGET})), global_batch_size=4, gradient_accumulation_steps=1
     )
-    # (targets, targets + documents): 2 documents a micro-batch, 4 a step, the global batch.
-    assert "lr multiplier is 1" in (harmless_because(spec, [{0: [(6, 8)], 1: [(6, 8)]}]) or "")
-    assert harmless_because(spec, [{0: [(6, 8)], 1: [(5, 7)]}]) is None  # unequal targets
-    assert harmless_because(spec, [{0: [(6, 9)], 1: [(6, 8)]}]) is None  # 5 samples: lr x 5/4
+    # (targets, tokens) per micro-batch: 64 tokens a step, the plan's 4 x 16.
+    assert "lr multiplier is 1" in (harmless_because(spec, [{0: [(30, 32)], 1: [(30, 32)]}]) or "")
+    assert harmless_because(spec, [{0: [(30, 32)], 1: [(29, 32)]}]) is None  # unequal targets
+    assert harmless_because(spec, [{0: [(30, 33)], 1: [(30, 32)]}]) is None  # 65 tokens: lr x 65/64
 
 
 def test_a_control_that_changes_no_gradient_is_skipped_with_its_reason() -> None:
