@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from support.bodies import curve_group, node_groups
 
-from app.core.exports.parts.export_types import ExportInput
+from app.core.exports.parts.export_types import ExportInput, ExportOptions
 from app.core.exports.registry import export
 from app.core.planner import plan
+from app.ports import free_port
 from app.schemas.plan_requests import PlanRequestIn
 
 EVEN = {
@@ -120,6 +122,62 @@ def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) ->
         assert proc.returncode == 0, f"{name}:\n{out}"
         assert "step 3 loss" in out and "done: 3 optimizer steps" in out, out
         assert "terminate called" not in out, out
+        assert "PLACEHOLDERS in use: build_model, build_dataset, loss_fn" in out, out
+
+
+FACTORY = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+def build(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(24, 4, generator=g)
+    return nn.Linear(4, 2), TensorDataset(x, (x.sum(1) > 0).long()), nn.functional.cross_entropy
+"""
+
+
+@pytest.mark.slow
+def test_a_factorys_skeleton_trains_saves_its_end_and_says_when_started_on_a_finished_run(
+    tmp_path: Path,
+) -> None:
+    # 24 samples, 12 a step, 2 epochs: 4 steps, none of them a multiple of --checkpoint-every.
+    body = {**EVEN, "dataset": {"num_samples": 24, "epochs": 2}}
+    request = PlanRequestIn.model_validate(body).to_core()
+    options = ExportOptions(model_factory="tinyfactory:build")
+    (tmp_path / "train.py").write_text(export("python", ExportInput(request, plan(request), options)).text)
+    (tmp_path / "tinyfactory.py").write_text(FACTORY)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    run = ["--standalone", "--nproc-per-node", "2", "train.py", "--log-every", "1"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", *run],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    out = _finish(first)
+    assert first.returncode == 0 and "done: 4 optimizer steps" in out and "PLACEHOLDERS" not in out, out
+    (checkpoint,) = tmp_path.glob("checkpoint-*.pt")
+    assert torch.load(checkpoint, weights_only=False)["step"] == 4
+    # Started again (one process is enough to read a checkpoint): it says so and trains nothing.
+    alone = {**env, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(free_port())}  # fmt: skip
+    again = subprocess.run(
+        [sys.executable, "train.py"],
+        env=alone,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "holds a finished run (4 optimizer steps, epoch 2): nothing to train" in again.stdout, again.stdout
+    assert "step 5" not in again.stdout
 
 
 def test_skeletons_proportional_sampler_reads_the_workers_indices() -> None:
