@@ -14,7 +14,9 @@ them (verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
 held-out batch far beyond them; a dataset's samples reshuffled every pass with the check's
-seed, its held-out batch set aside from a seeded permutation first. The built-in model learns a
+seed, its held-out batch set aside from a seeded permutation first, or, where the factory
+gives a referee (app.worker.training.referee), the referee's held-out set, by whose metric the
+runs are then judged. The built-in model learns a
 teacher: a fixed network of its own shape (seed + 1) on its own inputs gives the targets (its
 check targets are no function of the inputs it could learn, so its loss would not fall).
 `label_noise` adds Gaussian noise of that standard deviation to the training targets (a fixed
