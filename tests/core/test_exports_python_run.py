@@ -47,10 +47,16 @@ CURVES = {
 }
 
 
-def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[str]:
+def _start(
+    body: dict[str, Any],
+    tmp_path: Path,
+    name: str,
+    options: ExportOptions | None = None,
+    args: tuple[str, ...] = ("--max-steps", "3"),
+) -> subprocess.Popen[str]:
     request = PlanRequestIn.model_validate(body).to_core()
     script = tmp_path / f"{name}.py"
-    script.write_text(export("python", ExportInput(request, plan(request))).text)
+    script.write_text(export("python", ExportInput(request, plan(request), options or ExportOptions())).text)
     # A package named `app` that refuses to load comes first on the path: the skeleton is a file
     # users copy, and must run without this project (and beside their own `app`).
     shadow = tmp_path / "shadow" / "app"
@@ -71,8 +77,7 @@ def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[
             "--nproc-per-node",
             "2",
             str(script),
-            "--max-steps",
-            "3",
+            *args,
             "--log-every",
             "1",
         ],
@@ -100,31 +105,6 @@ def _finish(proc: subprocess.Popen[str]) -> str:
         _kill(proc)
 
 
-@pytest.mark.slow
-def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) -> None:
-    # Both plans at once: each torchrun spends most of its time importing torch. The ranks
-    # once aborted at exit ("terminate called without an active exception") in about one run
-    # in three, when the group was torn down with DDP still holding it: this test ran each plan
-    # three times then; now once (6 torchruns cost 60 CPU-s of CI's two cores), beside the
-    # other runs of the same skeleton under torchrun that fail on a non-zero exit
-    # (test_recipe_runs.py's python cases, the token and mesh skeletons).
-    plans = (("even", EVEN), ("uneven", UNEVEN), ("curves", CURVES))
-    runs = {name: _start(body, tmp_path, name) for name, body in plans}
-    outputs = {}
-    try:
-        for name, proc in runs.items():
-            outputs[name] = _finish(proc)
-    finally:
-        for proc in runs.values():
-            _kill(proc)
-    for name, proc in runs.items():
-        out = outputs[name]
-        assert proc.returncode == 0, f"{name}:\n{out}"
-        assert "step 3 loss" in out and "done: 3 optimizer steps" in out, out
-        assert "terminate called" not in out, out
-        assert "PLACEHOLDERS in use: build_model, build_dataset, loss_fn" in out, out
-
-
 FACTORY = """
 import torch
 from torch import nn
@@ -136,47 +116,52 @@ def build(seed=0):
     x = torch.randn(24, 4, generator=g)
     return nn.Linear(4, 2), TensorDataset(x, (x.sum(1) > 0).long()), nn.functional.cross_entropy
 """
+# The even plan trains a factory's model (export --model-factory) to the end of its epochs: 24
+# samples, 12 a step, 2 epochs, 4 steps, none a multiple of --checkpoint-every.
+FACTORY_PLAN = {**EVEN, "dataset": {"num_samples": 24, "epochs": 2}}
 
 
 @pytest.mark.slow
-def test_a_factorys_skeleton_trains_saves_its_end_and_says_when_started_on_a_finished_run(
-    tmp_path: Path,
-) -> None:
-    # 24 samples, 12 a step, 2 epochs: 4 steps, none of them a multiple of --checkpoint-every.
-    body = {**EVEN, "dataset": {"num_samples": 24, "epochs": 2}}
-    request = PlanRequestIn.model_validate(body).to_core()
-    options = ExportOptions(model_factory="tinyfactory:build")
-    (tmp_path / "train.py").write_text(export("python", ExportInput(request, plan(request), options)).text)
-    (tmp_path / "tinyfactory.py").write_text(FACTORY)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    run = ["--standalone", "--nproc-per-node", "2", "train.py", "--log-every", "1"]
-    first = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", *run],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    out = _finish(first)
-    assert first.returncode == 0 and "done: 4 optimizer steps" in out and "PLACEHOLDERS" not in out, out
-    (checkpoint,) = tmp_path.glob("checkpoint-*.pt")
-    assert torch.load(checkpoint, weights_only=False)["step"] == 4
-    # Started again (one process is enough to read a checkpoint): it says so and trains nothing.
-    alone = {**env, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-             "MASTER_PORT": str(free_port())}  # fmt: skip
+def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) -> None:
+    # The plans at once: each torchrun spends most of its time importing torch. The ranks
+    # once aborted at exit ("terminate called without an active exception") in about one run
+    # in three, when the group was torn down with DDP still holding it: this test ran each plan
+    # three times then; now once (6 torchruns cost 60 CPU-s of CI's two cores), beside the
+    # other runs of the same skeleton under torchrun that fail on a non-zero exit
+    # (test_recipe_runs.py's python cases, the token and mesh skeletons).
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "tinyfactory.py").write_text(FACTORY)
+    factory = ExportOptions(model_factory="tinyfactory:build")
+    runs = {
+        "even": _start(FACTORY_PLAN, tmp_path, "even", factory, ("--checkpoint", "even.pt")),
+        "uneven": _start(UNEVEN, tmp_path, "uneven"),
+        "curves": _start(CURVES, tmp_path, "curves"),
+    }
+    outputs = {}
+    try:
+        for name, proc in runs.items():
+            outputs[name] = _finish(proc)
+    finally:
+        for proc in runs.values():
+            _kill(proc)
+    for name, proc in runs.items():
+        out = outputs[name]
+        assert proc.returncode == 0, f"{name}:\n{out}"
+        assert "terminate called" not in out, out
+        steps = 4 if name == "even" else 3
+        assert f"step {steps} loss" in out and f"done: {steps} optimizer steps" in out, out
+        placeholders = "PLACEHOLDERS in use: build_model, build_dataset, loss_fn" in out
+        assert placeholders == (name != "even"), out  # the factory's model, data and loss are no stand-ins
+    # The end of the run was saved; started again (one process reads it), it says so and exits.
+    assert torch.load(tmp_path / "even.pt", weights_only=False)["step"] == 4
+    alone = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env = {**os.environ, **alone, "MASTER_PORT": str(free_port()), "PYTHONPATH": str(tmp_path / "shadow")}
+    command = [sys.executable, "even.py", "--checkpoint", "even.pt"]
     again = subprocess.run(
-        [sys.executable, "train.py"],
-        env=alone,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
     )
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "holds a finished run (4 optimizer steps, epoch 2): nothing to train" in again.stdout, again.stdout
+    assert "even.pt holds a finished run (4 optimizer steps, epoch 2): nothing to train" in again.stdout
     assert "step 5" not in again.stdout
 
 
