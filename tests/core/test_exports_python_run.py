@@ -13,7 +13,7 @@ import pytest
 import torch
 from support.bodies import curve_group, node_groups
 
-from app.core.exports.parts.export_types import ExportInput, ExportOptions
+from app.core.exports.parts.export_types import ExportInput, ExportOptions, ExportUnsupported
 from app.core.exports.registry import export
 from app.core.planner import plan
 from app.ports import free_port
@@ -195,3 +195,21 @@ def test_skeleton_refuses_a_world_size_that_cannot_keep_the_global_batch(tmp_pat
     out = _finish(proc)
     assert proc.returncode != 0
     assert "this plan keeps its global batch of 9 on [1, 3] processes, not 2" in out
+
+
+def test_a_factory_is_refused_where_no_loop_trains_it() -> None:
+    """A format that writes no model, and a python export whose plan writes its own loop, refuse
+    the factory at the option rather than dropping it."""
+    factory = ExportOptions(model_factory="mypkg.models:build")
+    even = PlanRequestIn.model_validate(EVEN).to_core()
+    mesh = PlanRequestIn.model_validate({**EVEN, "parallelism": {"tensor": 2}}).to_core()
+    for fmt, request in (("deepspeed", even), ("python", mesh)):
+        with pytest.raises(ExportUnsupported) as refused:
+            export(fmt, ExportInput(request, plan(request), factory))
+        assert (
+            refused.value.pointer == "/query/model_factory" and "mypkg.models:build" in refused.value.detail
+        )
+    assert (
+        'MODEL_FACTORY = "mypkg.models:build"'
+        in export("python", ExportInput(even, plan(even), factory)).text
+    )

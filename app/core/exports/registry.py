@@ -97,7 +97,8 @@ def _refusing_factory(name: str, exporter: Exporter) -> Exporter:
             raise ExportUnsupported(
                 f"model_factory: the {name} export writes no model, so it cannot use "
                 f"{x.options.model_factory}; the python export builds its loop around it, and the "
-                "torchrun, slurm and kubernetes exports' preflight checks it"
+                "torchrun, slurm and kubernetes exports' preflight checks it",
+                pointer="/query/model_factory",
             )
         return exporter(x)
 

@@ -124,5 +124,6 @@ def model_source(x: ExportInput, mesh_or_packed: bool) -> str:
             f"model_factory {factory}: the python export builds a factory's model "
             f"into its plain DDP loop only, and {why}; export without model_factory and put your "
             "model, data and loss into the skeleton's build_model(), build_dataset() and loss_fn()",
+            pointer="/query/model_factory",
         )
     return _FACTORY.replace("__FACTORY__", py_literal(factory))
