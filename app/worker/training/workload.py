@@ -7,8 +7,8 @@ A registered factory is a callable `package.module:factory` that returns
 where `dataset[i]` is an `(input, target)` pair and `loss_fn(output, target)` is the mean
 loss over a batch's samples (as torch's losses are by default). A factory that takes a
 `seed` keyword gets the check's seed; either way the global RNG is seeded with it first.
-The check builds batches with `default_collate`, so the model is called as `model(input)`.
-The lr-scaling probe judges by the optional referee (app.worker.training.referee).
+The check builds batches with `default_collate`, so the model is called as `model(input)`;
+the lr-scaling probe judges by the optional referee (app.worker.training.referee).
 
 Hugging Face style: `dataset[i]` may be a dict of tensors (`input_ids`, `attention_mask`,
 `labels`, ...); the model is then called as `model(**batch)` and `loss_fn(outputs,
@@ -221,9 +221,9 @@ class Registered(Workload):
         except Exception as err:
             raise FactoryError(f"{target} raised {type(err).__name__}: {err}") from err
         if not (isinstance(built, tuple | list) and len(built) in (3, 4)):
-            raise FactoryError(f"{target}: return (model, dataset, loss_fn[, referee]), not {built!r:.30}")
+            shape = "(model, dataset, loss_fn), or with its referee fourth"
+            raise FactoryError(f"{target} must return {shape}; it returned {type(built).__name__}")
         model, dataset, loss_fn = built[:3]
-        referee = referee_of(target, built[3]) if len(built) == 4 else None
         if not isinstance(model, nn.Module):
             raise FactoryError(f"{target}: the model is a {type(model).__name__}, not a torch.nn.Module")
         if loss_fn is not None and not callable(loss_fn):
@@ -239,7 +239,7 @@ class Registered(Workload):
         # batch norm or dropout, the very fixes the findings recommend.
         self.template = model
         self._size = int(size)
-        self.referee = referee
+        self.referee = referee_of(target, built[3]) if len(built) == 4 else None
 
     @property
     def dataset_size(self) -> int | None:
