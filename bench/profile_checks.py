@@ -317,19 +317,35 @@ def _ratio(samples: dict[str, list[float]], draws: int = 2000) -> str:
 
 
 def _agreement(answers: dict[str, dict[str, Any]]) -> str:
-    """Whether the deterministic fields both trees answer are equal; a field only one tree has
-    (a later revision's new field, null where the case does not ask for it) is named apart."""
-    base, this = answers["base"], answers["this"]
-    shared = base.keys() & this.keys()
-    differ = sorted(k for k in shared if base[k] != this[k])
+    """Whether the deterministic fields both trees answer are equal, at every depth; a field only
+    one tree has (a later revision's new field, at the top or inside a record such as a
+    control's) is named apart with its values, and left out of the comparison."""
+    differ: list[str] = []
+    only: dict[str, list[str]] = {"base": [], "this": []}
+    _walk(answers["base"], answers["this"], "", differ, only)
+    shared = answers["base"].keys() & answers["this"].keys()
     verdict = f"all {len(shared)} shared fields equal"
     if differ:
-        verdict = f"answers DIFFERENT in {', '.join(differ)}"
-    for label, only in (("base", base.keys() - this.keys()), ("this", this.keys() - base.keys())):
-        if only:
-            values = ", ".join(f"{k}={answers[label][k]!r}" for k in sorted(only))
-            verdict += f"; only {label} has {values}"
+        verdict = f"answers DIFFERENT in {', '.join(sorted(set(differ)))}"
+    for label, paths in only.items():
+        if paths:
+            verdict += f"; only {label} has {', '.join(sorted(set(paths)))}"
     return verdict
+
+
+def _walk(base: Any, this: Any, path: str, differ: list[str], only: dict[str, list[str]]) -> None:
+    if isinstance(base, dict) and isinstance(this, dict):
+        for key in base.keys() - this.keys():
+            only["base"].append(f"{path}{key}={base[key]!r}")
+        for key in this.keys() - base.keys():
+            only["this"].append(f"{path}{key}={this[key]!r}")
+        for key in base.keys() & this.keys():
+            _walk(base[key], this[key], f"{path}{key}.", differ, only)
+    elif isinstance(base, list) and isinstance(this, list) and len(base) == len(this):
+        for b, t in zip(base, this, strict=True):
+            _walk(b, t, f"{path}[].", differ, only)
+    elif base != this:
+        differ.append(path.rstrip(".") or "the answer")
 
 
 def main() -> int:

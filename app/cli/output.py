@@ -164,7 +164,8 @@ def _control_lines(result: Json) -> list[str]:
     lines = []
     for c in result.get("controls", []):
         seen = "detected" if c.get("detected") else "MISSED"
-        lines.append(f"  {seen:<9} {c['name']:<28} rel_l2 {c['rel_l2']:<10.3g} {c.get('description', '')}")
+        error = "hung (detected)" if c.get("hung") else f"rel_l2 {c['rel_l2']:<10.3g}"
+        lines.append(f"  {seen:<9} {c['name']:<28} {error} {c.get('description', '')}")
     skipped = result.get("controls_skipped")
     if not isinstance(skipped, list):  # a worker from before the reasons: the names alone
         skipped = [{"name": name} for name in result.get("controls_not_applicable") or []]

@@ -67,13 +67,21 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class ControlOutcome:
-    """A deliberately wrong setup's gradient against the single-process one."""
+    """A deliberately wrong setup's gradient against the single-process one.
+
+    A control whose collective hung (some ranks waited for peers that never came, ended by its
+    timeout) has no gradient: rel_l2 and max_abs_diff are None, hung and detected True."""
 
     name: str
     description: str
-    rel_l2: float
-    max_abs_diff: float
+    rel_l2: float | None  # None when the control hung
+    max_abs_diff: float | None  # None when the control hung
     detected: bool
+    hung: bool = False  # last field, with a default: stored results still decode
+
+    @classmethod
+    def hung_outcome(cls, name: str, description: str) -> ControlOutcome:
+        return cls(name, description, None, None, detected=True, hung=True)
 
 
 @dataclass(frozen=True, slots=True)

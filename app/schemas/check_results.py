@@ -25,12 +25,18 @@ from app.schemas.kinds.throughput import ThroughputResultField
 class ControlOut(BaseModel):
     name: str
     description: str = ""
-    rel_l2: float = Field(
-        description="Relative L2 error of the wrong setup's gradient; for a run-level control, of its "
-        "parameters after the run's last step against the reference run's."
+    rel_l2: float | None = Field(
+        description="Relative L2 error of the wrong setup's gradient; for a "
+        "run-level control, of its parameters after the run's last step against the reference run's; "
+        "null when the control hung."
     )
     max_abs_diff: float | None = None
-    detected: bool = Field(description="Its error is far above the tolerance.")
+    detected: bool = Field(description="Its error is far above the tolerance, or it hung.")
+    hung: bool = Field(
+        False,
+        description="The control's collective hung (ranks waited for peers that "
+        "never came) and its timeout ended it: detected, with no gradient to compare.",
+    )
 
 
 class ControlSkippedOut(BaseModel):

@@ -176,10 +176,30 @@ def test_bad_packing_is_a_problem_naming_the_field(
 PACKED = {**BASE, "packing": {"mode": "rows"}}
 
 
-@pytest.mark.parametrize("fmt", ["megatron", "torchtitan"])
-def test_an_export_of_a_packed_plan_is_refused_at_packing(client: TestClient, fmt: str) -> None:
-    # Only python and hf-trainer write packed rows yet: a padded loop would train another plan.
-    assert_field_error(client.post(f"/v1/plans/export/{fmt}", json=PACKED), "/packing")
+def test_an_export_of_a_packed_plan_is_refused_at_packing(client: TestClient) -> None:
+    # deepspeed does not write packed rows yet: a padded loop would train another plan.
+    assert_field_error(client.post("/v1/plans/export/deepspeed", json=PACKED), "/packing")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "written"),
+    [
+        (
+            "megatron",
+            "--calculate-per-token-loss\n  --reset-position-ids\n  --reset-attention-mask\n  --eod-mask-loss",
+        ),
+        ("torchtitan", "torchtitan#2318"),  # the plan is pure DDP: its replicate averages
+    ],
+)
+def test_megatron_and_torchtitan_write_packed_rows_and_refuse_a_budget(
+    client: TestClient, fmt: str, written: str
+) -> None:
+    response = client.post(f"/v1/plans/export/{fmt}", json=PACKED)
+    assert response.status_code == 200, response.text
+    assert written in response.text
+    budget = {**PACKED, "packing": {"mode": "token_budget", "max_tokens_per_micro_batch": 1024}}
+    problem = assert_field_error(client.post(f"/v1/plans/export/{fmt}", json=budget), "/packing/mode")
+    assert "no token-budget batching" in str(problem)
 
 
 def test_the_hf_trainer_export_writes_packed_rows_and_refuses_a_budget(client: TestClient) -> None:

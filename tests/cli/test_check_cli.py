@@ -198,6 +198,7 @@ def test_a_check_lists_the_controls_that_ran_and_those_skipped_with_why(
         "controls": [
             {"name": "sum_without_scaling", "rel_l2": 7.0, "detected": True, "description": "sums"},
             {"name": "no_distributed_sampler", "rel_l2": 1e-12, "detected": False, "description": "same"},
+            {"name": "sync_every_micro_batch", "rel_l2": None, "detected": True, "hung": True},
         ],
         "controls_skipped": [
             {"name": "unweighted_mean", "reason": "every replica has the same micro-batch"},
@@ -212,12 +213,14 @@ def test_a_check_lists_the_controls_that_ran_and_those_skipped_with_why(
     assert [line.split()[:2] for line in controls] == [
         ["detected", "sum_without_scaling"],
         ["MISSED", "no_distributed_sampler"],
+        ["detected", "sync_every_micro_batch"],
         ["skipped", "unweighted_mean"],
         ["skipped", "whole_global_batch"],
     ]
     assert "rel_l2 7 " in controls[0] and "rel_l2 1e-12 " in controls[1]
-    assert controls[2].endswith("unweighted_mean              every replica has the same micro-batch")
-    assert controls[3].endswith("one micro-step per replica")
+    assert "hung (detected)" in controls[2]  # a hung control has no rel_l2
+    assert controls[3].endswith("unweighted_mean              every replica has the same micro-batch")
+    assert controls[4].endswith("one micro-step per replica")
     # A result from a worker without the reasons: the names, and that they did not apply.
     del result["controls_skipped"]
     show_check(job, as_json=False)

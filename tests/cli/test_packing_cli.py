@@ -35,7 +35,7 @@ def test_refusals_name_the_flags_typed(run: Invoke) -> None:
     assert out.exit_code == 2 and "try --max-tokens-per-micro-batch 512" in out.stderr, out.stderr
     out = run("plan", *LM, "--packing", "rows")
     assert out.exit_code == 2 and "give --loss-normalization token" in out.stderr, out.stderr
-    out = run("export", "megatron", *LM, *TOKEN, "--packing", "rows")
-    assert out.exit_code == 2 and "megatron export does not yet write packed rows" in out.stderr, out.stderr
+    out = run("export", "deepspeed", *LM, *TOKEN, "--packing", "rows")
+    assert out.exit_code == 2 and "deepspeed export does not yet write packed rows" in out.stderr, out.stderr
     out = run("export", "python", *LM, *TOKEN, "--packing", "rows")
     assert out.exit_code == 0 and 'PACKING = "rows"' in out.stdout, out.stderr

@@ -12,6 +12,7 @@ import dataclasses
 from app.core.errors.domain import PlanError
 from app.core.exports.parts.common import comment, num_nodes, require_even, summary, uniform_gpus_per_node
 from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
+from app.core.exports.parts.packed_tools import megatron_packed
 from app.core.exports.parts.training import OptimizerSettings, optimizer_settings, run_length
 from app.core.learning_rate.schedule import schedule
 from app.core.records.plan import LearningRatePlan
@@ -129,6 +130,9 @@ def megatron_args(x: ExportInput) -> tuple[list[tuple[str, ...]], list[str]]:
         )
     if x.request.loss_normalization.value == "token":
         args.append(("--calculate-per-token-loss",))
+    packed_args, packed_notes = megatron_packed(x)
+    args += packed_args
+    notes += packed_notes
     lr, o = p.learning_rate, optimizer_settings(x)
     if lr is not None and o is not None:
         args += _optimizer_args(x, o)

@@ -22,6 +22,7 @@ from app.core.exports.parts.export_types import (
     ExportUnsupported,
 )
 from app.core.exports.parts.hf_trainer_packed import require_rows
+from app.core.exports.parts.packed_tools import refuse_budget
 from app.core.exports.python_skeleton import export_python
 from app.core.exports.slurm import export_slurm
 from app.core.exports.torchrun import export_torchrun
@@ -118,6 +119,8 @@ def plan_and_export(fmt: str, request: PlanRequest, options: ExportOptions) -> E
     exporter = EXPORTERS[fmt]
     if request.packing is not None and fmt == "hf-trainer":
         require_rows(request)  # before planning: no suggestion makes the Trainer run a budget
+    elif request.packing is not None and fmt in ("megatron", "torchtitan"):
+        refuse_budget(fmt, request)  # before planning, as the Trainer's
     elif request.packing is not None and fmt != "python":
         # The other formats write padded rows with equal micro-batches a rank; written for a packed
         # plan, they would train another loop than the one planned.

@@ -13,6 +13,7 @@ import math
 
 from app.core.exports.parts.common import comment, require_even, summary
 from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
+from app.core.exports.parts.packed_tools import torchtitan_packed_notes
 from app.core.exports.parts.training import optimizer_settings, run_length, warmup_field
 from app.core.records.plan import LearningRatePlan
 
@@ -105,6 +106,7 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
         "torchtitan divides each step's summed token loss by its global valid-token count, "
         "whatever the plan's loss_normalization"
     )
+    notes += torchtitan_packed_notes(x)
     lr, o = p.learning_rate, optimizer_settings(x)
     if lr is not None and o is not None:
         if o.name not in _OPTIMIZERS or o.betas is None:

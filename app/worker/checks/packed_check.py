@@ -2,7 +2,9 @@
 lengths, packed into rows (through transformers' DataCollatorWithFlattening) or filled into
 micro-batches up to the token budget, so that ranks hold unequal targets and, under a budget,
 run unequal numbers of micro-batches; every step's DDP gradient against the single-process
-mean over every valid target of the step, with the normalisation mistakes as controls.
+mean over every valid target of the step, with the normalisation mistakes as controls, and
+an all-reduce per micro-batch on unequal counts, which hangs (hang.py detects it), and, over
+the steps trained one after another, DeepSpeed's lr rescaling (packed_lr.py).
 
 Each rank sums its per-target losses over every micro-batch of the step, times
 data_parallel_size / N with N the step's targets all-reduced before the first backward; all but
@@ -13,6 +15,7 @@ draw of documents, and the gradients of all of them are compared at once (concat
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import ClassVar
@@ -21,14 +24,16 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from app.contract.check_result import CheckResult, SkippedControl
+from app.contract.check_result import CheckResult, ControlOutcome, SkippedControl
 from app.contract.packed import PACKED_STEPS
 from app.contract.spec import CheckSpec, replica_range
 from app.worker.checks.controls import Control, partition
 from app.worker.checks.kind import Context, Laps, Stage
+from app.worker.checks.packed_lr import lr_rescaled_outcome
 from app.worker.checks.result_parts import Measured, judged_result
 from app.worker.checks.token_check import Counts, Scale, TokenControl, changes_gradient
 from app.worker.training.gradients import Batch, ddp_gradient, weighted_gradients
+from app.worker.training.hang import HANG_TIMEOUT_S, hangs
 from app.worker.training.packed_model import PackedWorkload, documents, refuse_packed, targets
 
 
@@ -88,6 +93,17 @@ PACKED_CONTROLS = (
 )
 
 
+SYNC_EVERY_MICRO_BATCH = Control(
+    "sync_every_micro_batch",
+    "an all-reduce after every micro-batch's backward (no no_sync) while ranks run unequal numbers "
+    "of micro-batches: the rank that runs out first leaves the others waiting in the all-reduce",
+)
+_SYNC_HARMLESS = (
+    "every rank runs the same number of micro-batches in every step: each all-reduce meets every "
+    "peer, and the averaged micro-batch gradients add up to the step's (slower, not wrong)"
+)
+
+
 @dataclass
 class _Packed:
     workload: PackedWorkload
@@ -97,9 +113,10 @@ class _Packed:
     counts: list[Counts]  # per step: replica -> (targets, targets + documents) per micro-batch
     global_targets: list[int] = field(default_factory=list)
     grad: torch.Tensor | None = None
-    control_grads: list[tuple[Control, torch.Tensor]] = field(default_factory=list)
+    control_grads: list[tuple[Control, torch.Tensor | None]] = field(default_factory=list)  # None: hung
     skipped: list[SkippedControl] = field(default_factory=list)
     reference: torch.Tensor | None = None
+    run_control: ControlOutcome | SkippedControl | None = None  # lr_rescaled_per_batch, on rank 0
 
 
 class PackedTokenStep:
@@ -161,6 +178,30 @@ class PackedTokenStep:
         state.control_grads = [
             (c, torch.cat([grads[i] for grads in per_step])) for i, c in enumerate(applicable)
         ]
+        self._sync_every_micro_batch(ctx, state)
+
+    def _sync_every_micro_batch(self, ctx: Context, state: _Packed) -> None:
+        """The mistaken loop's collectives in the first step whose ranks run unequal micro-batch
+        counts: one all-reduce of the gradient's size after each of the rank's micro-batches, on a
+        throwaway group whose timeout ends the wait of the ranks left behind."""
+        world, dp = ctx.group.world, ctx.spec.data_parallel_size
+        per_rank = [
+            [sum(len(counts[r]) for r in replica_range(p, world, dp)) for p in range(world)]
+            for counts in state.counts
+        ]
+        unequal = next((s for s, ranks in enumerate(per_rank) if len(set(ranks)) > 1), None)
+        if unequal is None:
+            state.skipped.append(SkippedControl(SYNC_EVERY_MICRO_BATCH.name, _SYNC_HARMLESS))
+            return
+        size = sum(p.numel() for p in state.module.parameters())
+
+        def step(group: dist.ProcessGroup) -> None:
+            for _ in range(per_rank[unequal][ctx.group.rank]):
+                dist.all_reduce(torch.zeros(size), group=group)
+
+        hung = hangs(step, HANG_TIMEOUT_S)
+        # A loop that did not hang met every peer each time: its averages add up to the plan's step.
+        state.control_grads.append((SYNC_EVERY_MICRO_BATCH, None if hung else state.grad))
 
     def measure(self, ctx: Context, state: _Packed) -> bool:
         return False
@@ -169,6 +210,7 @@ class PackedTokenStep:
         state.reference = torch.cat(
             [state.workload.reference_gradient(s, ctx.dtype, ctx.device) for s in range(PACKED_STEPS)]
         )
+        state.run_control = lr_rescaled_outcome(ctx.spec, state.workload, state.counts)
 
     def result(self, ctx: Context, state: _Packed, prior: CheckResult | None) -> CheckResult:
         assert state.grad is not None and state.reference is not None
@@ -181,7 +223,12 @@ class PackedTokenStep:
             False,
             ctx.spec.micro_batch_sizes(),
         )
-        return judged_result(ctx.spec, ctx.group, state.workload.name, measured)
+        result = judged_result(ctx.spec, ctx.group, state.workload.name, measured)
+        run = state.run_control
+        if isinstance(run, ControlOutcome):
+            return dataclasses.replace(result, controls=(*result.controls, run))
+        assert run is not None
+        return dataclasses.replace(result, controls_skipped=(*result.controls_skipped, run))
 
 
 def _exact(dp: int, n: int) -> Scale:

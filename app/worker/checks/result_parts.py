@@ -69,12 +69,15 @@ def check_layout(spec: CheckSpec, micro_batch_sizes: Sequence[int], replicas_per
 
 
 def judged_controls(
-    runs: Iterable[tuple[Control, torch.Tensor]], reference: torch.Tensor, tolerance: float
+    runs: Iterable[tuple[Control, torch.Tensor | None]], reference: torch.Tensor, tolerance: float
 ) -> tuple[ControlOutcome, ...]:
     """Each control's gradient against the reference: detected when it misses by
-    DETECTION_FACTOR times the tolerance."""
+    DETECTION_FACTOR times the tolerance. A None gradient: the control's collective hung."""
     outcomes = []
     for control, gradient in runs:
+        if gradient is None:
+            outcomes.append(ControlOutcome.hung_outcome(control.name, control.description))
+            continue
         max_abs, rel = compare(gradient, reference)
         detected = rel > DETECTION_FACTOR * tolerance
         outcomes.append(ControlOutcome(control.name, control.description, rel, max_abs, detected))
@@ -87,7 +90,7 @@ class Measured:
 
     gradient: torch.Tensor  # the plan's step
     reference: torch.Tensor  # one process, the mean loss over the global batch
-    controls: Sequence[tuple[Control, torch.Tensor]]  # each control that ran, and its step
+    controls: Sequence[tuple[Control, torch.Tensor | None]]  # each control that ran, its step (None: hung)
     skipped: Sequence[SkippedControl]
     findings: list[Finding]  # equivalence findings
     sampler_checked: bool

@@ -13,6 +13,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
+# A rank on a 2-core host needs well under a second to reach the collective: 2 s separates a
+# hang from a slow peer.
+HANG_TIMEOUT_S = 2.0
+
 
 def hangs(step: Callable[[ProcessGroup], None], timeout_s: float) -> bool:
     """Run `step(group)` on every rank of the check against a throwaway gloo group made for it

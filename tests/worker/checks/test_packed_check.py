@@ -34,17 +34,25 @@ BUDGET = {
 }
 
 
-def _passes_with_every_control(result: dict[str, Any]) -> None:
+SYNC, LR = "sync_every_micro_batch", "lr_rescaled_per_batch"
+
+
+def _passes_with_every_control(result: dict[str, Any], unequal_micro_batches: bool) -> None:
+    """Every control detected; the hang only where ranks run unequal micro-batch counts (it is
+    skipped otherwise), and the run-level lr rescaling after the step's controls."""
     assert result["workload"] == "tokens" and result["processes"] == 4
     assert result["rel_l2"] <= result["tolerance"], result
-    assert [c["name"] for c in result["controls"]] == CONTROLS
+    hangs = [SYNC] if unequal_micro_batches else []
+    assert [c["name"] for c in result["controls"]] == CONTROLS + hangs + [LR]
     assert all(c["detected"] for c in result["controls"]), result["controls"]
-    assert result["controls_skipped"] == [] and result["passed"]
+    assert [c["name"] for c in result["controls"] if c["hung"]] == hangs
+    skipped = [c["name"] for c in result["controls_skipped"]]
+    assert skipped == ([] if unequal_micro_batches else [SYNC]) and result["passed"]
 
 
 def test_packed_rows_pass_and_every_control_is_detected(default_worker: TestClient) -> None:
     pytest.importorskip("transformers")
-    _passes_with_every_control(check_result(default_worker, {"plan": ROWS}))
+    _passes_with_every_control(check_result(default_worker, {"plan": ROWS}), unequal_micro_batches=False)
 
 
 def test_a_token_budget_with_unequal_micro_batches_per_rank_passes(default_worker: TestClient) -> None:
@@ -53,8 +61,13 @@ def test_a_token_budget_with_unequal_micro_batches_per_rank_passes(default_worke
         batches = [step_micro_batches(spec, step, r) for r in range(4)]
         assert len({len(b) for b in batches}) > 1
         assert len({sum(targets(m) for m in b) for b in batches}) > 1
-    _passes_with_every_control(check_result(default_worker, {"plan": BUDGET}))
-    # The warm ranks serve the next check as before.
+    # An all-reduce per micro-batch hangs on the unequal counts: detected by its timeout, with no
+    # gradient to compare.
+    result = check_result(default_worker, {"plan": BUDGET})
+    _passes_with_every_control(result, unequal_micro_batches=True)
+    hung = result["controls"][-2]
+    assert hung["rel_l2"] is None and hung["max_abs_diff"] is None
+    # The warm ranks, whose throwaway group timed out, serve the next check as before.
     assert check_result(default_worker, {"plan": ROWS if _has_transformers() else BUDGET})["passed"]
 
 
@@ -86,6 +99,18 @@ def test_no_document_sees_another_in_its_row() -> None:
     assert torch.allclose(packed, alone, rtol=0, atol=1e-12)  # up to the running sum's rounding
     # The running mean over the whole row (the tokens check's model) lets documents leak.
     assert not torch.allclose(TinyLanguageModel.forward(model, row["input_ids"]), alone)
+
+
+def test_the_lr_rescaling_is_skipped_only_where_every_micro_batch_holds_the_same_targets() -> None:
+    from app.worker.checks.packed_lr import harmless_because
+
+    spec = dataclasses.replace(
+        build_spec(check_request({"plan": BUDGET})), global_batch_size=4, gradient_accumulation_steps=1
+    )
+    # (targets, tokens) per micro-batch: 64 tokens a step, the plan's 4 x 16.
+    assert "lr multiplier is 1" in (harmless_because(spec, [{0: [(30, 32)], 1: [(30, 32)]}]) or "")
+    assert harmless_because(spec, [{0: [(30, 32)], 1: [(29, 32)]}]) is None  # unequal targets
+    assert harmless_because(spec, [{0: [(30, 33)], 1: [(30, 32)]}]) is None  # 65 tokens: lr x 65/64
 
 
 def test_a_control_that_changes_no_gradient_is_skipped_with_its_reason() -> None:
