@@ -52,6 +52,7 @@ run bench/bench_models.py
 run bench/bench_throughput.py
 run bench/bench_mixed_curves.py
 run bench/bench_lr_scaling.py
+run bench/bench_lr_truth.py
 run bench/bench_probe_lane.py
 run bench/bench_soak.py --faults "${SOAK_FAULTS:-12}"
 if [[ -n "$base" ]]; then

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -145,6 +145,37 @@ class CheckFlags:
             rich_help_panel=PROBE,
         ),
     ] = None
+    lr_epochs: Annotated[
+        float | None,
+        typer.Option(
+            help="An lr-scaling probe over EPOCHS passes of the plan's dataset (instead of --lr-scaling).",
+            rich_help_panel=PROBE,
+        ),
+    ] = None
+    lr_seeds: Annotated[
+        int | None,
+        typer.Option(
+            help="The probe's seeds, each rule against its seed's base run (default 3). Without "
+            "--lr-scaling or --lr-epochs, a probe of the plan's whole run.",
+            rich_help_panel=PROBE,
+        ),
+    ] = None
+    lr_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            help="How far above the base run's final loss a rule may end and hold (default 0.05 relative, "
+            "0.02 nats). Without --lr-scaling or --lr-epochs, a probe of the plan's whole run.",
+            rich_help_panel=PROBE,
+        ),
+    ] = None
+    lr_tolerance_unit: Annotated[
+        Literal["relative", "nats"] | None,
+        typer.Option(
+            help="relative (a loss falling towards zero) or nats (a cross-entropy; the tokens workload's "
+            "default). Without --lr-scaling or --lr-epochs, a probe of the plan's whole run.",
+            rich_help_panel=PROBE,
+        ),
+    ] = None
 
 
 def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
@@ -170,10 +201,17 @@ def check_body(request: Path | None, flags: PlanFlags, run: CheckFlags) -> Json:
     if run.fit_micro_batch or run.fit_memory_bytes is not None:
         fit = {"memory_bytes": run.fit_memory_bytes, "safety_margin": run.safety_margin}
         _merge(body, "fit_micro_batch", fit, always=True)
-    if run.lr_scaling is not None:
+    probe = {
+        "samples": run.lr_scaling,
+        "epochs": run.lr_epochs,
+        "seeds": run.lr_seeds,
+        "tolerance": run.lr_tolerance,
+        "tolerance_unit": run.lr_tolerance_unit,
+    }
+    # Any of these asks for a probe; with neither length, it trains the plan's whole run.
+    if any(value is not None for value in probe.values()):
         rules = None if run.lr_rules is None else [r.strip() for r in run.lr_rules.split(",") if r.strip()]
-        probe = {"samples": run.lr_scaling, "rules": rules, "label_noise": run.label_noise}
-        _merge(body, "lr_scaling", probe)
+        _merge(body, "lr_scaling", {**probe, "rules": rules, "label_noise": run.label_noise}, always=True)
     return body
 
 

@@ -35,8 +35,12 @@ def lr_scaling_lines(result: Json) -> list[str]:
     base, G = probe["base"], probe["global_batch_size"]
     noise = probe["noise_scale"]
     start, end = noise.get("start"), noise.get("end")
+    metric = probe.get("metric_name")
+    judge = (
+        "held-out loss" if metric is None else f"judged by the factory's {metric}, held-out loss beside it"
+    )
     lines = [
-        f"lr scaling over {probe['samples']:,} samples, {probe.get('seeds', 1)} seed(s) (held-out loss; a "
+        f"lr scaling over {probe['samples']:,} samples, {probe.get('seeds', 1)} seed(s) ({judge}; a "
         f"rule holds within {_tolerance(probe)} of the base run in every seed; ratio: the seeds' mean):",
         f"  {'run':<8} {'batch':>8} {'lr':>10} {'final loss':>12} {'ratio':>8}  verdict",
         f"  {'base':<8} {base['batch_size']:>8,} {base['lr']:>10.4g} {_loss(base['curve'][-1]['loss']):>12}",
@@ -44,6 +48,8 @@ def lr_scaling_lines(result: Json) -> list[str]:
     for run in probe["rules"]:
         ratio = run["final_loss_ratio"]
         mark = _mark(run)
+        if run.get("metric") is not None:
+            mark = f"{metric} {run['metric']:.4g} (base {_loss(base.get('metric'))}): {mark}"
         if run["rule"] in probe.get("tied_for_best", ())[1:]:
             mark += ", tied for best"
         if run["rule"] == probe["best_rule"]:

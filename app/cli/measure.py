@@ -97,7 +97,18 @@ COLD_RANKS = (
 NOT_MEASURED = Without(
     "resume_step", "resume_samples", "resume_replicas", "lr_scaling_result", "lr_scaling_check"
 )
-NOT_MEASURED_CHECK = Without("resume_at", "noise_steps", "noise_lr", "lr_scaling", "lr_rules", "label_noise")
+NOT_MEASURED_CHECK = Without(
+    "resume_at",
+    "noise_steps",
+    "noise_lr",
+    "lr_scaling",
+    "lr_rules",
+    "label_noise",
+    "lr_epochs",
+    "lr_seeds",
+    "lr_tolerance",
+    "lr_tolerance_unit",
+)
 
 
 # A typer command: each parameter is one of its options.

@@ -370,7 +370,11 @@ class ExportFlags:
     ] = None
     model_factory: Annotated[
         str | None,
-        typer.Option(help="The model the preflight trains (package.module:factory).", rich_help_panel=OUTPUT),
+        typer.Option(
+            help="Your model (package.module:factory): the python skeleton builds its loop around it; "
+            "the launchers' preflight checks it.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None
     setup: Annotated[
         str | None,

@@ -139,7 +139,7 @@ def show_check(job: Json, as_json: bool) -> int:
             f"max abs diff {result['max_abs_diff']:.3g}",
             f"  {result['backend']} on {result['device']}: {result['processes']} processes for "
             f"{result['data_parallel_size']} replicas ({result['replicas_per_process']} per process), "
-            f"workload {result.get('workload') or 'synthetic'}",
+            f"workload {_workload(result)}",
             *(line for lines in KIND_LINES for line in lines(result)),
             "controls (wrong setups the check must tell apart):",
             *_control_lines(result),
@@ -175,6 +175,13 @@ def _control_lines(result: Json) -> list[str]:
     if not lines:
         lines.append("  (none applies to this plan)")
     return lines
+
+
+def _workload(result: Json) -> str:
+    """What the check trained: a factory's `module:function` or registered name, else the
+    built-in workload (synthetic, tokens)."""
+    model = result.get("model")
+    return str(model) if model and model != "synthetic" else str(result.get("workload") or "synthetic")
 
 
 def _model_lines(result: Json) -> list[str]:

@@ -69,8 +69,9 @@ class ExportOptionsIn(BaseModel):
         None,
         max_length=256,
         pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$",
-        description="The preflight trains this `package.module:factory` (see the check models) "
-        "instead of the built-in model.",
+        description="Your `package.module:factory` (see the check models): the python export builds "
+        "its loop around it (its model, dataset and loss); the preflight trains it instead of the "
+        "built-in model. Formats that write no model refuse it.",
         examples=["app.worker.example_models:mlp"],
     )
     setup: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\r\n]+$")] | None = Field(

@@ -18,6 +18,7 @@ def test_a_factory_that_breaks_equivalence_fails_and_says_why(run: Invoke) -> No
     out = run("check", *PLAN, "--model-factory", f"{EXAMPLES}:dropout_mlp", "--noise-steps", "0")
     assert out.exit_code == 1, out.stderr
     assert "not DDP-equivalent at this split: dropout" in out.stdout
+    assert f"workload {EXAMPLES}:dropout_mlp" in out.stdout  # the model it ran, not "synthetic"
     assert "fix: run the check with dropout off" in out.stdout
 
 

@@ -37,6 +37,7 @@ CASES = {
     "check, the batch": ["check", "--num-nodes", "2", "-b", "1000", "-m", "32"],
     "check, the resume step": ["check", *TWO_GPUS, "--steps", "8", *RESUME_AT_19, "--base-lr", "0.1"],
     "check, the probe's samples": ["check", *TWO_GPUS, *PROBE_LR, "--lr-scaling", "8"],
+    "check, the probe's seeds": ["check", *TWO_GPUS, *PROBE_LR, "--lr-scaling", "4096", "--lr-seeds", "99"],
     "measure, the batch": ["measure", "--num-nodes", "2", "-b", "1000", "-m", "32"],
 }
 

@@ -67,7 +67,7 @@ PLANS: dict[str, tuple[dict[str, Any], ExportOptions, tuple[str, ...]]] = {
             preflight_steps=3,
             setup="source /venv/bin/activate",
         ),
-        LAUNCHERS,
+        (*LAUNCHERS, "python"),
     ),
 }
 CASES = [(plan, fmt) for plan, (_, _, formats) in PLANS.items() for fmt in formats]

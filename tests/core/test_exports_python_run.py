@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from support.bodies import curve_group, node_groups
 
-from app.core.exports.parts.export_types import ExportInput
+from app.core.exports.parts.export_types import ExportInput, ExportOptions, ExportUnsupported
 from app.core.exports.registry import export
 from app.core.planner import plan
+from app.ports import free_port
 from app.schemas.plan_requests import PlanRequestIn
 
 EVEN = {
@@ -45,10 +47,16 @@ CURVES = {
 }
 
 
-def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[str]:
+def _start(
+    body: dict[str, Any],
+    tmp_path: Path,
+    name: str,
+    options: ExportOptions | None = None,
+    args: tuple[str, ...] = ("--max-steps", "3"),
+) -> subprocess.Popen[str]:
     request = PlanRequestIn.model_validate(body).to_core()
     script = tmp_path / f"{name}.py"
-    script.write_text(export("python", ExportInput(request, plan(request))).text)
+    script.write_text(export("python", ExportInput(request, plan(request), options or ExportOptions())).text)
     # A package named `app` that refuses to load comes first on the path: the skeleton is a file
     # users copy, and must run without this project (and beside their own `app`).
     shadow = tmp_path / "shadow" / "app"
@@ -69,8 +77,7 @@ def _start(body: dict[str, Any], tmp_path: Path, name: str) -> subprocess.Popen[
             "--nproc-per-node",
             "2",
             str(script),
-            "--max-steps",
-            "3",
+            *args,
             "--log-every",
             "1",
         ],
@@ -98,16 +105,38 @@ def _finish(proc: subprocess.Popen[str]) -> str:
         _kill(proc)
 
 
+FACTORY = """
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+def build(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(24, 4, generator=g)
+    return nn.Linear(4, 2), TensorDataset(x, (x.sum(1) > 0).long()), nn.functional.cross_entropy
+"""
+# The even plan trains a factory's model (export --model-factory) to the end of its epochs: 24
+# samples, 12 a step, 2 epochs, 4 steps, none a multiple of --checkpoint-every.
+FACTORY_PLAN = {**EVEN, "dataset": {"num_samples": 24, "epochs": 2}}
+
+
 @pytest.mark.slow
 def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) -> None:
-    # Both plans at once: each torchrun spends most of its time importing torch. The ranks
+    # The plans at once: each torchrun spends most of its time importing torch. The ranks
     # once aborted at exit ("terminate called without an active exception") in about one run
     # in three, when the group was torn down with DDP still holding it: this test ran each plan
     # three times then; now once (6 torchruns cost 60 CPU-s of CI's two cores), beside the
     # other runs of the same skeleton under torchrun that fail on a non-zero exit
     # (test_recipe_runs.py's python cases, the token and mesh skeletons).
-    plans = (("even", EVEN), ("uneven", UNEVEN), ("curves", CURVES))
-    runs = {name: _start(body, tmp_path, name) for name, body in plans}
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "tinyfactory.py").write_text(FACTORY)
+    factory = ExportOptions(model_factory="tinyfactory:build")
+    runs = {
+        "even": _start(FACTORY_PLAN, tmp_path, "even", factory, ("--checkpoint", "even.pt")),
+        "uneven": _start(UNEVEN, tmp_path, "uneven"),
+        "curves": _start(CURVES, tmp_path, "curves"),
+    }
     outputs = {}
     try:
         for name, proc in runs.items():
@@ -118,8 +147,22 @@ def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) ->
     for name, proc in runs.items():
         out = outputs[name]
         assert proc.returncode == 0, f"{name}:\n{out}"
-        assert "step 3 loss" in out and "done: 3 optimizer steps" in out, out
         assert "terminate called" not in out, out
+        steps = 4 if name == "even" else 3
+        assert f"step {steps} loss" in out and f"done: {steps} optimizer steps" in out, out
+        placeholders = "PLACEHOLDERS in use: build_model, build_dataset, loss_fn" in out
+        assert placeholders == (name != "even"), out  # the factory's model, data and loss are no stand-ins
+    # The end of the run was saved; started again (one process reads it), it says so and exits.
+    assert torch.load(tmp_path / "even.pt", weights_only=False)["step"] == 4
+    alone = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env = {**os.environ, **alone, "MASTER_PORT": str(free_port()), "PYTHONPATH": str(tmp_path / "shadow")}
+    command = [sys.executable, "even.py", "--checkpoint", "even.pt"]
+    again = subprocess.run(
+        command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "even.pt holds a finished run (4 optimizer steps, epoch 2): nothing to train" in again.stdout
+    assert "step 5" not in again.stdout
 
 
 def test_skeletons_proportional_sampler_reads_the_workers_indices() -> None:
@@ -152,3 +195,21 @@ def test_skeleton_refuses_a_world_size_that_cannot_keep_the_global_batch(tmp_pat
     out = _finish(proc)
     assert proc.returncode != 0
     assert "this plan keeps its global batch of 9 on [1, 3] processes, not 2" in out
+
+
+def test_a_factory_is_refused_where_no_loop_trains_it() -> None:
+    """A format that writes no model, and a python export whose plan writes its own loop, refuse
+    the factory at the option rather than dropping it."""
+    factory = ExportOptions(model_factory="mypkg.models:build")
+    even = PlanRequestIn.model_validate(EVEN).to_core()
+    mesh = PlanRequestIn.model_validate({**EVEN, "parallelism": {"tensor": 2}}).to_core()
+    for fmt, request in (("deepspeed", even), ("python", mesh)):
+        with pytest.raises(ExportUnsupported) as refused:
+            export(fmt, ExportInput(request, plan(request), factory))
+        assert (
+            refused.value.pointer == "/query/model_factory" and "mypkg.models:build" in refused.value.detail
+        )
+    assert (
+        'MODEL_FACTORY = "mypkg.models:build"'
+        in export("python", ExportInput(even, plan(even), factory)).text
+    )

@@ -290,6 +290,7 @@ class ProbeBase:
     curve: tuple[LossPoint, ...]  # the first seed's
     last_interval_fall: float | None  # relative fall of its loss over the last interval
     final_losses: tuple[float | None, ...]  # each seed's
+    metric: float | None = None  # the factory's metric at its end, the mean over seeds (its referee)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +299,8 @@ class ProbeRule:
     seed's base run's (the mean over seeds; None: a seed diverged) and its spread, the outcome
     against the probe's tolerance (`borderline` where seeds fall on both sides of it), and
     whether a seed was still falling at the end (its last interval's fall beyond the base
-    run's)."""
+    run's). Where the factory gives a referee, `seed_ratios`, the spread and the outcome are its
+    metric's, with `final_loss_ratio` beside them."""
 
     rule: str
     lr: float
@@ -310,6 +312,8 @@ class ProbeRule:
     seed_ratios: tuple[float | None, ...]
     ratio_spread: float | None  # the seeds' standard deviation (0 with one seed)
     outcome: str  # "holds", "fails" or "borderline"
+    metric: float | None = None  # the factory's metric at its end, the mean over seeds
+    metric_ratio: float | None = None  # the mean of seed_ratios where the metric judges
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,3 +354,6 @@ class LrScalingResult:
     could_change: tuple[str, ...]  # rules still falling whose outcome a longer probe could change
     settling_samples: int | None  # the length that would settle them (None: nothing to settle)
     verdict: str
+    # The factory's metric that judged (its referee: docs/your-own-model.md); None: the held-out loss.
+    metric_name: str | None = None
+    higher_is_better: bool | None = None

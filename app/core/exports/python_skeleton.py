@@ -17,6 +17,7 @@ from app.core.exports.parts.recipe_code import (
 )
 from app.core.exports.parts.training import optimizer_sentence
 from app.core.exports.python_source.mesh_skeleton import export_mesh_python, needs_mesh
+from app.core.exports.python_source.model_source import model_source
 from app.core.exports.python_source.packed_skeleton import export_packed_python
 from app.core.exports.python_source.proportional_sampler import (
     EVEN_SAMPLER_BODY,
@@ -33,7 +34,8 @@ __SUMMARY__
 
 Launch one process per GPU with torchrun (see the torchrun export for multi-node), e.g.
     torchrun --nproc-per-node __NPROC__ __SCRIPT__
-Replace build_dataset() and build_model(). To try the loop first on CPU with a toy model and
+Replace the placeholders build_dataset(), build_model() and loss_fn() (or export with
+--model-factory package.module:function). To try the loop first on CPU with a toy model and
 data set (gloo backend): BATCHPLAN_TOY=1 torchrun --nproc-per-node __WORLD__ __SCRIPT__ --max-steps 2
 
 Restarted (by torchrun's elastic agent, or by hand) on another number of processes that keeps the
@@ -54,7 +56,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler__TENSOR_DATASET__
 __SAMPLER__
 # ---- the plan: change it by planning again, not by hand --------------------------------
 DATA_PARALLEL_SIZE = __WORLD__  # the plan's processes; other sizes: ELASTIC_TABLE below
@@ -79,38 +81,7 @@ __LR_FUNCTION__
 TOY = os.environ.get("BATCHPLAN_TOY") == "1"
 
 
-def build_dataset() -> Dataset:
-    if TOY and LOSS_NORMALIZATION == "token":
-        # Token sequences of 8 with 1 to 8 valid tokens; the rest is padding the loss ignores.
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(1, 16, (4 * GLOBAL_BATCH_SIZE, 8), generator=generator)
-        lengths = torch.randint(1, 9, (len(ids), 1), generator=generator)
-        labels = torch.where(torch.arange(8) < lengths, ids.roll(-1, dims=1), IGNORE_INDEX)
-        return TensorDataset(ids, labels)
-    if TOY:
-        generator = torch.Generator().manual_seed(0)
-        x = torch.randn(4 * GLOBAL_BATCH_SIZE, 8, generator=generator)
-        y = x @ torch.randn(8, 1, generator=generator) + 0.1 * torch.randn(len(x), 1, generator=generator)
-        return TensorDataset(x, y)
-    raise NotImplementedError("build_dataset(): return your training Dataset (or set BATCHPLAN_TOY=1)")
-
-
-def build_model() -> nn.Module:
-    if TOY and LOSS_NORMALIZATION == "token":
-        return nn.Sequential(nn.Embedding(16, 8), nn.Linear(8, 16))
-    if TOY:
-        return nn.Linear(8, 1)
-    raise NotImplementedError("build_model(): return your model (or set BATCHPLAN_TOY=1)")
-
-
-def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    if LOSS_NORMALIZATION == "token":
-        # Summed over valid tokens: with_loss_scales divides by the step's global count.
-        return nn.functional.cross_entropy(
-            output.flatten(0, -2), target.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
-    # The plan's loss scales assume this reduction.
-    return nn.functional.mse_loss(output, target, reduction=LOSS_REDUCTION)
+__MODEL__
 
 
 def with_loss_scales(loader, loss_scale, accumulation: int, world: int, device: torch.device):
@@ -163,6 +134,18 @@ __DEVICE__
     scheduler = __SCHEDULER__
     saved = load_checkpoint(args.checkpoint, net, optimizer, scheduler)
     step, epoch, skip_steps = (saved["step"], saved["epoch"], saved["step_in_epoch"]) if saved else (0, 0, 0)
+    if saved and ((args.epochs and epoch >= args.epochs) or (args.max_steps and step >= args.max_steps)):
+        # Started again on a finished run: training nothing without a word looked like a hang.
+        if rank == 0:
+            print(f"{args.checkpoint} holds a finished run ({step} optimizer steps, epoch {epoch}): nothing "
+                  "to train; raise --max-steps/--epochs to go on, or give another --checkpoint", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
+    stand_ins = [f.__name__ for f in (build_model, build_dataset, loss_fn) if hasattr(f, "placeholder")]
+    if rank == 0 and stand_ins:
+        print(f"PLACEHOLDERS in use: {', '.join(stand_ins)} (this skeleton's toy stand-ins): replace them "
+              "with your model, data and loss, or export with --model-factory", flush=True)
     if rank == 0:
         print(f"world size {world}: micro-batch {micro_batch_size} x accumulation {accumulation} x {world} "
               f"= global batch {GLOBAL_BATCH_SIZE}", flush=True)
@@ -180,6 +163,7 @@ __DEVICE__
     loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
 
     seen = []  # the size of every micro-batch this rank trained on
+    saved_at = step  # the step of the last checkpoint (the one resumed from, or none yet)
     while (not args.epochs or epoch < args.epochs) and not (args.max_steps and step >= args.max_steps):
         sampler.set_epoch(epoch)  # reshuffles; without it every epoch repeats the first order
         # The samples of the steps a checkpoint took in this epoch are skipped (resume only).
@@ -221,9 +205,15 @@ __DEVICE__
                 position = {"step": step, "epoch": epoch + last, "step_in_epoch": 0 if last else taken,
                             "data_parallel_size": world}
                 save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
+                saved_at = step
             if done:
                 break
         epoch, skip_steps = epoch + 1, 0
+    if rank == 0 and args.checkpoint_every and saved_at != step:
+        # The end of the run is saved too, whatever --checkpoint-every: a finished run restarted
+        # from an earlier step would train its last steps again.
+        position = {"step": step, "epoch": epoch, "step_in_epoch": 0, "data_parallel_size": world}
+        save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
     if rank == 0:
         print(f"done: {step} optimizer steps", flush=True)
     print(f"rank {rank}/{world}: {step} optimizer steps, {len(seen)} micro-batches of sizes "
@@ -238,6 +228,7 @@ if __name__ == "__main__":
 
 def export_python(x: ExportInput) -> Export:
     p = x.plan
+    model = model_source(x, x.request.packing is not None or needs_mesh(x))
     if x.request.packing is not None:
         return export_packed_python(x)
     if needs_mesh(x):
@@ -275,5 +266,7 @@ def export_python(x: ExportInput) -> Export:
         "__OPTIMIZER_CALL__": optimizer_call(x, "params"),
         "__SCHEDULER__": scheduler_call(x, "optimizer"),
         "__FREED__": "model, net, optimizer, scheduler, loader, sampler",
+        "__MODEL__": model,
+        "__TENSOR_DATASET__": "" if x.options.model_factory else ", TensorDataset",  # the toy's
     }
     return render_skeleton(_SKELETON, x, fields)

@@ -14,7 +14,13 @@ from app.core.exports.hf_trainer import export_hf_trainer
 from app.core.exports.kubernetes import export_kubernetes
 from app.core.exports.lightning import export_lightning
 from app.core.exports.megatron import export_megatron
-from app.core.exports.parts.export_types import Export, Exporter, ExportInput, ExportOptions
+from app.core.exports.parts.export_types import (
+    Export,
+    Exporter,
+    ExportInput,
+    ExportOptions,
+    ExportUnsupported,
+)
 from app.core.exports.parts.hf_trainer_packed import require_rows
 from app.core.exports.parts.packed_tools import refuse_budget
 from app.core.exports.python_skeleton import export_python
@@ -80,8 +86,29 @@ def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
     return run
 
 
+# The formats that use a model factory: the launchers' preflight and the python skeleton.
+_TRAIN_A_FACTORY = frozenset({"torchrun", "slurm", "kubernetes", "python"})
+
+
+def _refusing_factory(name: str, exporter: Exporter) -> Exporter:
+    """`exporter`, which writes no model: a factory given to it is refused, not dropped."""
+
+    def run(x: ExportInput) -> Export:
+        if x.options.model_factory is not None and name not in _TRAIN_A_FACTORY:
+            raise ExportUnsupported(
+                f"model_factory: the {name} export writes no model, so it cannot use "
+                f"{x.options.model_factory}; the python export builds its loop around it, and the "
+                "torchrun, slurm and kubernetes exports' preflight checks it",
+                pointer="/query/model_factory",
+            )
+        return exporter(x)
+
+    return run
+
+
 EXPORTERS: dict[str, Exporter] = {
-    name: _suggesting_what_exports(_refusing_streams(name, f)) for name, f in _FORMATS.items()
+    name: _suggesting_what_exports(_refusing_factory(name, _refusing_streams(name, f)))
+    for name, f in _FORMATS.items()
 }
 
 

@@ -100,6 +100,11 @@ class ProbeBaseOut(BaseModel):
         description="How far its held-out loss fell over the last interval, relative (negative: rose)."
     )
     final_losses: list[float | None] = Field(description="Each seed's final held-out loss.")
+    metric: float | None = Field(
+        None,
+        description="Where the model's factory gives a referee: its metric on the factory's held-out set "
+        "at the end, the mean over seeds; else null.",
+    )
 
 
 class ProbeRuleOut(BaseModel):
@@ -118,12 +123,24 @@ class ProbeRuleOut(BaseModel):
         description="A seed fell faster than its base run over the last interval by more than half the "
         "tolerance: its outcome was not settled when the probe stopped."
     )
-    seed_ratios: list[float | None] = Field(description="Each seed's final loss over its base run's.")
+    seed_ratios: list[float | None] = Field(
+        description="Each seed's final loss over its base run's; where the factory's metric judges "
+        "(metric_name), its metric over its base run's."
+    )
     ratio_spread: float | None = Field(
         description="The seeds' standard deviation of that ratio (0 with one seed; null when one diverged)."
     )
     outcome: Literal["holds", "fails", "borderline"] = Field(
-        description="holds: every seed within the tolerance; fails: none; borderline: seeds on both sides."
+        description="holds: every seed within the tolerance; fails: none; borderline: seeds on both sides "
+        "(by the factory's metric where it gives one)."
+    )
+    metric: float | None = Field(
+        None,
+        description="Where the factory gives a referee: its metric on the factory's held-out set at the "
+        "end, the mean over seeds; else null.",
+    )
+    metric_ratio: float | None = Field(
+        None, description="The mean of seed_ratios where the factory's metric judges; else null."
     )
 
 
@@ -157,7 +174,10 @@ class LrScalingOut(BaseModel):
     label_noise: float = Field(description="The built-in model's target noise the probe trained with.")
     base: ProbeBaseOut
     rules: list[ProbeRuleOut]
-    best_rule: str = Field(description="The rule with the lowest mean final_loss_ratio.")
+    best_rule: str = Field(
+        description="The rule with the lowest mean final_loss_ratio (with a factory's metric: the best "
+        "metric_ratio)."
+    )
     tied_for_best: list[str] = Field(
         description="best_rule and every rule it does not beat in every seed: only best_rule where it is "
         "best beyond the seeds' spread."
@@ -183,6 +203,17 @@ class LrScalingOut(BaseModel):
         "The verdict names the likely cause when they disagree."
     )
     verdict: str
+    metric_name: str | None = Field(
+        None,
+        description="The metric that judged: a factory's referee (its held-out set and metric, "
+        "docs/your-own-model.md), the held-out loss beside it; null: judged by the held-out loss.",
+        examples=["accuracy"],
+    )
+    higher_is_better: bool | None = Field(
+        None,
+        description="The metric's direction (a rule holds within the tolerance below the base run's "
+        "where higher is better); null without a metric.",
+    )
 
 
 # The fields of CheckRequestIn and CheckResultOut, one line each there.

@@ -2,12 +2,13 @@
 
 A registered factory is a callable `package.module:factory` that returns
 
-    (model: torch.nn.Module, dataset: torch.utils.data.Dataset, loss_fn)
+    (model: torch.nn.Module, dataset: torch.utils.data.Dataset, loss_fn[, referee])
 
 where `dataset[i]` is an `(input, target)` pair and `loss_fn(output, target)` is the mean
 loss over a batch's samples (as torch's losses are by default). A factory that takes a
 `seed` keyword gets the check's seed; either way the global RNG is seeded with it first.
-The check builds batches with `default_collate`, so the model is called as `model(input)`.
+The check builds batches with `default_collate`, so the model is called as `model(input)`;
+the lr-scaling probe judges by the optional referee (app.worker.training.referee).
 
 Hugging Face style: `dataset[i]` may be a dict of tensors (`input_ids`, `attention_mask`,
 `labels`, ...); the model is then called as `model(**batch)` and `loss_fn(outputs,
@@ -35,6 +36,7 @@ from torch.utils.data import Dataset
 
 from app.contract.model_registry import SYNTHETIC
 from app.contract.targets import FactoryError, resolve
+from app.worker.training.referee import Referee, referee_of
 from app.worker.training.samplers import index_tensor
 from app.worker.training.sync_batch_norm import as_batch_norm, training_sync_batch_norms
 from app.worker.training.synthetic_model import batch_loss, build_model, half_squared_error, synthetic_batch
@@ -127,6 +129,7 @@ class Workload(ABC):
         self.seed = seed
         self.dataset = dataset
         self.loss_fn = loss_fn
+        self.referee: Referee | None = None  # a factory's held-out set and metric
 
     @property
     def dataset_size(self) -> int | None:
@@ -217,11 +220,10 @@ class Registered(Workload):
             built = factory(seed=seed) if takes_seed else factory()
         except Exception as err:
             raise FactoryError(f"{target} raised {type(err).__name__}: {err}") from err
-        if not (isinstance(built, tuple | list) and len(built) == 3):
-            raise FactoryError(
-                f"{target} must return (model, dataset, loss_fn); it returned {type(built).__name__}"
-            )
-        model, dataset, loss_fn = built
+        if not (isinstance(built, tuple | list) and len(built) in (3, 4)):
+            shape = "(model, dataset, loss_fn), or with its referee fourth"
+            raise FactoryError(f"{target} must return {shape}; it returned {type(built).__name__}")
+        model, dataset, loss_fn = built[:3]
         if not isinstance(model, nn.Module):
             raise FactoryError(f"{target}: the model is a {type(model).__name__}, not a torch.nn.Module")
         if loss_fn is not None and not callable(loss_fn):
@@ -237,6 +239,7 @@ class Registered(Workload):
         # batch norm or dropout, the very fixes the findings recommend.
         self.template = model
         self._size = int(size)
+        self.referee = referee_of(target, built[3]) if len(built) == 4 else None
 
     @property
     def dataset_size(self) -> int | None:

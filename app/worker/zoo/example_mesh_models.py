@@ -25,7 +25,8 @@ from app.worker.zoo.example_models import mlp
 
 def mesh_mlp(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module]:
     """The small classifier (Linear, GELU, Linear), split by `parallelize` below."""
-    return mlp(seed)
+    model, dataset, loss, _ = mlp(seed)
+    return model, dataset, loss
 
 
 def parallelize(model: nn.Module, mesh: DeviceMesh) -> nn.Module:

@@ -5,7 +5,8 @@
 `tiny_language_model` is the tokens workload's own model (app.worker.training.token_model), to
 register for `"workload": "tokens"` checks.
 
-Each returns `(model, dataset, loss_fn)` as `app.worker.training.workload` describes. `quadratic` has a
+Each returns `(model, dataset, loss_fn)` as `app.worker.training.workload` describes (`mlp` with
+its referee, a held-out set and accuracy: app.worker.training.referee). `quadratic` has a
 gradient noise scale known in closed form; the others each show one way a model stops being
 DDP-equivalent.
 """
@@ -43,10 +44,29 @@ def _loss() -> nn.Module:
     return nn.CrossEntropyLoss()
 
 
-def mlp(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module]:
-    """A small classifier with nothing that breaks DDP equivalence."""
+def _held_out(seed: int, samples: int = 1024) -> TensorDataset:
+    """Samples of `_classification(seed)`'s task that it never draws: the same teacher, the
+    inputs after its own."""
+    generator = torch.Generator().manual_seed(seed)
+    torch.randn(SAMPLES, FEATURES, generator=generator)  # the training inputs, passed over
+    teacher = torch.randn(FEATURES, CLASSES, generator=generator)
+    x = torch.randn(samples, FEATURES, generator=generator)
+    return TensorDataset(x, (x @ teacher).argmax(dim=1))
+
+
+def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The fraction of the batch whose highest logit is its class."""
+    return (outputs.argmax(dim=1) == targets).double().mean()
+
+
+def mlp(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module, dict[str, Any]]:
+    """A small classifier with nothing that breaks DDP equivalence.
+
+    Its referee (a held-out set of its task, and accuracy) is what the lr-scaling probe judges
+    it by."""
     model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, CLASSES))
-    return model, _classification(seed), _loss()
+    referee = {"held_out": _held_out(seed), "metric": accuracy, "higher_is_better": True}
+    return model, _classification(seed), _loss(), referee
 
 
 def batchnorm_mlp(seed: int = 0) -> tuple[nn.Module, Dataset[Any], nn.Module]:

@@ -14,7 +14,9 @@ them (verdict.py).
 
 The sample stream: the built-in model's samples in index order (any index is a sample), its
 held-out batch far beyond them; a dataset's samples reshuffled every pass with the check's
-seed, its held-out batch set aside from a seeded permutation first. The built-in model learns a
+seed, its held-out batch set aside from a seeded permutation first, or, where the factory
+gives a referee (app.worker.training.referee), the referee's held-out set, by whose metric the
+runs are then judged. The built-in model learns a
 teacher: a fixed network of its own shape (seed + 1) on its own inputs gives the targets (its
 check targets are no function of the inputs it could learn, so its loss would not fall).
 `label_noise` adds Gaussian noise of that standard deviation to the training targets (a fixed
@@ -44,12 +46,13 @@ from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
 from app.worker.checks.lr_scaling.gradients import gradient_of
 from app.worker.checks.lr_scaling.updates import Update
-from app.worker.checks.lr_scaling.verdict import LossCurve, judge
+from app.worker.checks.lr_scaling.verdict import Judged, LossCurve, judge
 from app.worker.checks.run.check import run_workload
 from app.worker.training.synthetic_model import OUTPUTS, build_model
-from app.worker.training.workload import SyntheticWorkload, Workload
+from app.worker.training.workload import SyntheticWorkload, Workload, collate, model_code, to_device
 
 HELD_OUT = 1024  # samples in the held-out batch (at most a fifth of a dataset)
+REFEREE_HELD_OUT = 4096  # a factory's own held-out set: its first samples, at most these
 _HELD_OUT_AT = 1 << 29  # the built-in model's held-out indices start here
 _NOISE_AT = 1 << 28  # and those its noise scale is measured on
 _NOISE_GROUPS, _NOISE_REPEATS = 8, 16  # small batches per big one, big batches per estimate
@@ -118,6 +121,11 @@ class Stream:
         if size is None:
             self.held_out = list(range(_HELD_OUT_AT, _HELD_OUT_AT + HELD_OUT))
             self.train: list[int] | None = None
+        elif work.referee is not None:  # the factory's own held-out set: every sample trains
+            self.held_out = list(range(min(work.referee.size, REFEREE_HELD_OUT)))
+            self.train = torch.randperm(
+                size, generator=torch.Generator().manual_seed(seed + 104_729)
+            ).tolist()
         else:
             order = torch.randperm(size, generator=torch.Generator().manual_seed(seed + 104_729)).tolist()
             kept = min(HELD_OUT, max(1, size // 5))
@@ -154,6 +162,7 @@ class _Probe:
     stream: Stream
     mine: list[tuple[int, int]]  # (seed, index into runs()) of the runs this rank trains
     curves: dict[tuple[int, int], LossCurve] = field(default_factory=dict)
+    metrics: dict[tuple[int, int], float | None] = field(default_factory=dict)  # final, by the referee
     noise: tuple[float | None, float | None, float | None] = (None, None, None)
     gathered: list[Any] | None = None
 
@@ -199,8 +208,9 @@ class LrScalingProbe(AfterKind[_Probe]):
     def plan(self, ctx: Context, state: _Probe) -> None:
         everything = runs(state.probe)
         for k, i in state.mine:
-            state.curves[(k, i)] = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
-        payload = (state.curves, state.noise)
+            curve, metric = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
+            state.curves[(k, i)], state.metrics[(k, i)] = curve, metric
+        payload = (state.curves, state.noise, state.metrics)
         gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
         dist.gather_object(payload, gathered, dst=0)
         state.gathered = gathered
@@ -208,17 +218,22 @@ class LrScalingProbe(AfterKind[_Probe]):
     def result(self, ctx: Context, state: _Probe, prior: CheckResult | None) -> CheckResult:
         assert prior is not None and state.gathered is not None
         curves: dict[tuple[int, int], LossCurve] = {}
+        metrics: dict[tuple[int, int], float | None] = {}
         noise: tuple[float | None, float | None, float | None] = (None, None, None)
-        for rank_curves, rank_noise in state.gathered:
+        for rank_curves, rank_noise, rank_metrics in state.gathered:
             curves.update(rank_curves)
+            metrics.update(rank_metrics)
             if rank_noise != (None, None, None):
                 noise = rank_noise
         everything = runs(state.probe)
-        trained = [
-            [(everything[i], curves[(k, i)]) for i in range(len(everything))]
-            for k in range(state.probe.seeds)
-        ]
-        found = judge(state.probe, trained, noise)
+        jobs = [[(k, i) for i in range(len(everything))] for k in range(state.probe.seeds)]
+        trained = [[(everything[i], curves[(k, i)]) for k, i in seed] for seed in jobs]
+        referee = state.work.referee
+        judged = None
+        if referee is not None:
+            finals = [[metrics[job] for job in seed] for seed in jobs]
+            judged = Judged(referee.name, referee.higher_is_better, finals)
+        found = judge(state.probe, trained, noise, judged)
         return replace(prior, lr_scaling=found)
 
     # ------------------------------------------------------------------------------ a run
@@ -233,19 +248,28 @@ class LrScalingProbe(AfterKind[_Probe]):
             y = y + state.probe.label_noise * label_noise(indices, ctx.spec.seed).to(y)
         return x, y
 
-    def _train(self, ctx: Context, state: _Probe, run: ProbeRunSpec, draw: int, *, noise: bool) -> LossCurve:
-        probe, work, stream = state.probe, state.work, state.stream
+    def _train(
+        self, ctx: Context, state: _Probe, run: ProbeRunSpec, draw: int, *, noise: bool
+    ) -> tuple[LossCurve, float | None]:
+        """The run's held-out loss curve, and its final metric where the factory gives a referee."""
+        probe, work = state.probe, state.work
         module = seeded_module(work, ctx, draw)
         # Aliases of the module's weights: the update writes them, the evaluation reads the module.
         params = [p.detach() for p in module.parameters() if p.requires_grad]
         gradient = gradient_of(work, module, params)
         update = Update(run.recipe, params)
-        held_x, held_y = self._batch(state, stream.held_out, ctx, noisy=False)
+        held_x, held_y = self._held_out(state, ctx)
 
         def held_out_loss() -> float | None:
             with torch.no_grad():
                 value = float(work.loss(module, held_x, held_y, "mean"))
             return value if math.isfinite(value) else None
+
+        def held_out_metric() -> float | None:
+            if work.referee is None or diverged:
+                return None
+            with torch.no_grad(), model_code():
+                return work.referee.score(work.forward(module, held_x), held_y)
 
         # The noise scale at the start, halfway (where the run spends its steps) and at the end.
         along: list[float | None] = [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
@@ -281,7 +305,16 @@ class LrScalingProbe(AfterKind[_Probe]):
             along += [None] * (2 - len(along))  # a run that diverged before halfway
             end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
             state.noise = (along[0], along[1], end)
-        return curve
+        return curve, held_out_metric()
+
+    def _held_out(self, state: _Probe, ctx: Context) -> tuple[Any, Any]:
+        """The held-out batch: the factory's own held-out samples where it gives a referee."""
+        referee = state.work.referee
+        if referee is None:
+            return self._batch(state, state.stream.held_out, ctx, noisy=False)
+        with model_code():
+            x, y = collate([referee.held_out[i] for i in state.stream.held_out])
+        return to_device(x, ctx.device, ctx.dtype), to_device(y, ctx.device, ctx.dtype)
 
     def _batches(self, ctx: Context, state: _Probe, b: int, draw: int) -> Iterator[tuple[Any, Any]]:
         """Step j's batch, in order. Where a sample's inputs and targets are its own (the

@@ -24,18 +24,25 @@ class Seeded:
     outcome: str  # "holds", "fails" or "borderline"
 
 
-def passes(probe: LrScalingSpec, final: float | None, base: float | None) -> bool:
-    """Whether one seed's run ends within the tolerance of its base run, in the tolerance's unit."""
+def passes(probe: LrScalingSpec, final: float | None, base: float | None, higher: bool = False) -> bool:
+    """Whether one seed's run ends within the tolerance of its base run, in the tolerance's unit
+    (nats: absolute, in the metric's own units where a factory's metric judges); `higher`: a
+    metric that is better higher (accuracy), which may end at most the tolerance below."""
     if final is None or not base:
         return False
+    if higher:
+        floor = base - probe.tolerance if probe.tolerance_unit == "nats" else base * (1 - probe.tolerance)
+        return final >= floor
     if probe.tolerance_unit == "nats":
         return final - base <= probe.tolerance
     return final / base <= 1 + probe.tolerance
 
 
-def over_seeds(probe: LrScalingSpec, finals: list[float | None], bases: list[float | None]) -> Seeded:
+def over_seeds(
+    probe: LrScalingSpec, finals: list[float | None], bases: list[float | None], higher: bool = False
+) -> Seeded:
     ratios = tuple(None if f is None or not b else f / b for f, b in zip(finals, bases, strict=True))
-    held = [passes(probe, f, b) for f, b in zip(finals, bases, strict=True)]
+    held = [passes(probe, f, b, higher) for f, b in zip(finals, bases, strict=True)]
     outcome = "holds" if all(held) else "fails" if not any(held) else "borderline"
     finite = [r for r in ratios if r is not None]
     if len(finite) < len(ratios):
@@ -52,17 +59,24 @@ def relative_threshold(probe: LrScalingSpec, base_final: float | None) -> float:
     return probe.tolerance / 2
 
 
-def best_of(rules: list[ProbeRule]) -> tuple[str, tuple[str, ...]]:
-    """The rule with the lowest mean ratio, and every rule it does not beat in every seed (a
-    seed that diverged loses to one that did not)."""
-    finite = [r for r in rules if r.final_loss_ratio is not None]
+def judged_ratio(rule: ProbeRule) -> float | None:
+    """The mean ratio the verdict judges by: the metric's where a factory's metric judges."""
+    return rule.metric_ratio if rule.metric is not None else rule.final_loss_ratio
+
+
+def best_of(rules: list[ProbeRule], higher: bool = False) -> tuple[str, tuple[str, ...]]:
+    """The rule with the best mean ratio (the lowest; the highest for a metric better higher),
+    and every rule it does not beat in every seed (a seed that diverged loses to one that did
+    not)."""
+    sign = -1.0 if higher else 1.0
+    finite = [r for r in rules if judged_ratio(r) is not None]
     if not finite:
         return rules[0].rule, tuple(r.rule for r in rules)
-    best = min(finite, key=lambda r: r.final_loss_ratio or 0.0)
+    best = min(finite, key=lambda r: sign * (judged_ratio(r) or 0.0))
 
     def beaten(other: ProbeRule) -> bool:
         return all(
-            mine is not None and (theirs is None or mine < theirs)
+            mine is not None and (theirs is None or sign * mine < sign * theirs)
             for mine, theirs in zip(best.seed_ratios, other.seed_ratios, strict=True)
         )
 

@@ -8,6 +8,9 @@ The regime reads the global batch against the B_noise used: below B_noise / 4, w
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import dataclass
+
 from app.contract.kinds.lr_scaling import (
     LossPoint,
     LrScalingResult,
@@ -83,11 +86,32 @@ def settling(
 Trained = list[list[tuple[ProbeRunSpec, LossCurve]]]  # per seed: the base run first, then the rules
 
 
-def _rule(probe: LrScalingSpec, i: int, trained: Trained, bases: list[LossCurve]) -> ProbeRule:
-    """Rule i's runs over the seeds, each against its seed's base run."""
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The factory's referee's say: its metric's name, its direction, and every run's final
+    value on the factory's held-out set (per seed: the base run first, then the rules)."""
+
+    name: str
+    higher_is_better: bool
+    finals: list[list[float | None]]
+
+    def mean(self, i: int) -> float | None:
+        values = [seed[i] for seed in self.finals]
+        return None if any(v is None for v in values) else statistics.fmean(v or 0.0 for v in values)
+
+
+def _rule(
+    probe: LrScalingSpec, i: int, trained: Trained, bases: list[LossCurve], judged: Judged | None
+) -> ProbeRule:
+    """Rule i's runs over the seeds, each against its seed's base run: by the held-out loss, or
+    by the factory's metric with the loss beside it."""
     run, curve = trained[0][i]
     curves = [seed[i][1] for seed in trained]
-    seeded = over_seeds(probe, [c[-1][1] for c in curves], [c[-1][1] for c in bases])
+    by_loss = over_seeds(probe, [c[-1][1] for c in curves], [c[-1][1] for c in bases])
+    seeded = by_loss
+    if judged is not None:
+        finals, base_finals = [s[i] for s in judged.finals], [s[0] for s in judged.finals]
+        seeded = over_seeds(probe, finals, base_finals, judged.higher_is_better)
     falls = [last_interval_fall(c) for c in curves]
     falling = any(
         still_falling(fall, last_interval_fall(base), relative_threshold(probe, base[-1][1]))
@@ -97,25 +121,31 @@ def _rule(probe: LrScalingSpec, i: int, trained: Trained, bases: list[LossCurve]
         rule=run.rule,
         lr=run.recipe.lr,
         curve=_points(curve),
-        final_loss_ratio=seeded.mean,
+        final_loss_ratio=by_loss.mean,
         holds=seeded.outcome == "holds",
         last_interval_fall=falls[0],
         still_falling=falling,
         seed_ratios=seeded.ratios,
         ratio_spread=seeded.spread,
         outcome=seeded.outcome,
+        metric=None if judged is None else judged.mean(i),
+        metric_ratio=None if judged is None else seeded.mean,
     )
 
 
 def judge(
-    probe: LrScalingSpec, trained: Trained, noise: tuple[float | None, float | None, float | None]
+    probe: LrScalingSpec,
+    trained: Trained,
+    noise: tuple[float | None, float | None, float | None],
+    judged: Judged | None = None,
 ) -> LrScalingResult:
-    """The result from every seed's runs (each seed's base run first)."""
+    """The result from every seed's runs (each seed's base run first), judged by the held-out
+    loss or, with `judged`, by the factory's metric."""
     base_run, base_curve = trained[0][0]
     bases = [seed[0][1] for seed in trained]
     base_finals = tuple(c[-1][1] for c in bases)
-    rules = [_rule(probe, i, trained, bases) for i in range(1, len(trained[0]))]
-    best, tied = best_of(rules)
+    rules = [_rule(probe, i, trained, bases, judged) for i in range(1, len(trained[0]))]
+    best, tied = best_of(rules, judged is not None and judged.higher_is_better)
     changing, longer = settling(probe, base_run.batch_size, rules, best)
     plan_holds = next(r.holds for r in rules if r.rule == probe.plan_rule)
     G, b = probe.global_batch_size, base_run.batch_size
@@ -123,16 +153,19 @@ def judge(
     found = regime(G, used_value(noise_scale))
     agree = agrees(noise_scale, rules)
     base_fall = last_interval_fall(base_curve)
+    words = noise_words(noise_scale, G, found)
+    head = (
+        verdict(probe, b, rules, best, words)
+        if judged is None
+        else metric_verdict(probe, b, rules, best, judged) + "; " + words
+    )
     sentence = (
-        verdict(probe, b, rules, best, noise_words(noise_scale, G, found))
-        + disagreement(noise_scale, rules, agree)
-        + _seeds(probe, rules, tied)
+        head + disagreement(noise_scale, rules, agree) + _seeds(probe, rules, tied)
         + _unsettled(rules, changing, longer, base_fall)
         if all(base_finals)
-        else f"the base run ({b:,} at lr {base_run.recipe.lr:.4g}) diverges over {probe.samples:,} samples"
-        f"{' in a seed' if probe.seeds > 1 else ''}, so no rule can be held against it: lower base_lr "
-        "(or probe fewer samples) and probe again"
-    )
+        else _base_diverged(probe, base_run)
+    )  # fmt: skip
+    base_metric = None if judged is None else judged.mean(0)
     return LrScalingResult(
         samples=probe.samples,
         global_batch_size=G,
@@ -141,7 +174,7 @@ def judge(
         tolerance_unit=probe.tolerance_unit,
         seeds=probe.seeds,
         label_noise=probe.label_noise,
-        base=ProbeBase(b, base_run.recipe.lr, _points(base_curve), base_fall, base_finals),
+        base=ProbeBase(b, base_run.recipe.lr, _points(base_curve), base_fall, base_finals, base_metric),
         rules=tuple(rules),
         best_rule=best,
         tied_for_best=tied,
@@ -153,6 +186,16 @@ def judge(
         could_change=changing,
         settling_samples=longer,
         verdict=sentence,
+        metric_name=None if judged is None else judged.name,
+        higher_is_better=None if judged is None else judged.higher_is_better,
+    )
+
+
+def _base_diverged(probe: LrScalingSpec, base: ProbeRunSpec) -> str:
+    return (
+        f"the base run ({base.batch_size:,} at lr {base.recipe.lr:.4g}) diverges over {probe.samples:,} "
+        f"samples{' in a seed' if probe.seeds > 1 else ''}, so no rule can be held against it: lower "
+        "base_lr (or probe fewer samples) and probe again"
     )
 
 
@@ -229,3 +272,22 @@ def verdict(probe: LrScalingSpec, b: int, rules: list[ProbeRule], best: str, noi
         )
     others = [_standing(r) for r in rules if r.rule != best]
     return "; ".join([head, *others, noise])
+
+
+def metric_verdict(probe: LrScalingSpec, b: int, rules: list[ProbeRule], best: str, judged: Judged) -> str:
+    """The sentence where the factory's metric judges: each rule's metric against the base
+    run's, its outcome, and its held-out loss ratio beside it."""
+    base = judged.mean(0)
+    direction = "higher" if judged.higher_is_better else "lower"
+    head = (
+        f"at {probe.global_batch_size:,}, by the factory's {judged.name} on its held-out set ({direction} is "
+        f"better, tolerance {tolerance_words(probe)}), against the {b:,}-sample run's "
+        f"{'?' if base is None else f'{base:.4g}'} over {probe.samples:,} samples: best {best}"
+    )
+
+    def standing(r: ProbeRule) -> str:
+        value = "diverges" if r.metric is None else f"{r.metric:.4g}"
+        loss = "" if r.final_loss_ratio is None else f", held-out loss x{r.final_loss_ratio:.3g}"
+        return f"{r.rule} (lr {r.lr:.4g}) {value}: {r.outcome}{loss}"
+
+    return "; ".join([head, *(standing(r) for r in rules)])

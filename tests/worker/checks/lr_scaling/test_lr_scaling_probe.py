@@ -18,7 +18,7 @@ from app.contract.request import CheckOptions, CheckRequest, build_spec
 from app.core.request.parse import plan_request
 from app.schemas.lr_scaling_in import LrScalingIn
 from app.worker.checks.lr_scaling.probe import share
-from app.worker.checks.lr_scaling.verdict import judge, regime
+from app.worker.checks.lr_scaling.verdict import Judged, judge, regime
 
 LR = {"base_lr": 0.01, "base_batch_size": 16, "rule": "linear", "warmup_steps": 2}
 PLAN = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 64, "learning_rate": LR}
@@ -133,6 +133,21 @@ def test_a_registered_model_and_the_tokens_workload_are_probed(
     assert all([p["samples"] for p in c] == [0, 512, 1024] for c in curves)
     assert all(c[0]["loss"] == curves[0][0]["loss"] and c[-1]["loss"] is not None for c in curves)
     assert probe["base"]["curve"][-1]["loss"] < probe["base"]["curve"][0]["loss"]  # it learns
+    if "model" not in options:
+        assert probe["metric_name"] is None and probe["base"]["metric"] is None
+        return
+    # mlp's factory gives its referee: a held-out set of its task and accuracy, which judge.
+    assert (probe["metric_name"], probe["higher_is_better"]) == ("accuracy", True)
+    base = probe["base"]["metric"]
+    assert 0 < base <= 1 and "by the factory's accuracy" in probe["verdict"]
+    for run in probe["rules"]:
+        assert run["seed_ratios"] == [pytest.approx(run["metric"] / base)] == [run["metric_ratio"]]
+        assert run["outcome"] == ("holds" if run["metric"] >= 0.95 * base else "fails")
+        assert run["final_loss_ratio"] == pytest.approx(
+            run["curve"][-1]["loss"] / probe["base"]["curve"][-1]["loss"]
+        )
+    best = max(probe["rules"], key=lambda r: r["metric"])
+    assert probe["best_rule"] == best["rule"]
 
 
 @pytest.mark.parametrize(
@@ -182,6 +197,22 @@ def test_the_runs_are_shared_longest_first_over_the_ranks() -> None:
     every = sorted(job for rank in share(three, 8) for job in rank)
     assert every == [(k, i) for k in range(3) for i in range(4)]
     assert [jobs[0] for jobs in share(three, 2)] == [(0, 0), (1, 0)]  # the base runs first, apart
+
+
+def test_a_factorys_metric_judges_with_the_loss_beside_it() -> None:
+    """Accuracy within a point with 1.5x the loss holds; the lowest loss with 10 points less fails."""
+    probe = _spec(samples=4096, seeds=1)
+    runs = [
+        (run, [(0, 2.0), (4096, final)])
+        for run, final in zip([probe.base, *probe.runs], [1.0, 1.6, 1.02, 1.5], strict=True)
+    ]
+    judged = Judged("accuracy", True, [[0.90, 0.70, 0.80, 0.895]])
+    found = judge(probe, [runs], (100.0, 1000.0, 3000.0), judged)
+    none, sqrt, linear = found.rules
+    assert (sqrt.outcome, linear.outcome, none.outcome) == ("fails", "holds", "fails")
+    assert linear.final_loss_ratio == pytest.approx(1.5) and linear.metric == 0.895
+    assert found.best_rule == "linear" and found.plan_rule_holds and found.metric_name == "accuracy"
+    assert found.base.metric == 0.90 and "by the factory's accuracy" in found.verdict
 
 
 def test_the_verdict_names_the_best_rule_and_the_laggards() -> None:
