@@ -329,6 +329,7 @@ class ProbeNoise:
     used: str | None  # "middle", "end" or "start"; None: none was measurable
     batch_to_noise: float | None  # global batch / B_noise
     linear_overshoot: float | None  # McCandlish et al.: (B + B_noise) / (b + B_noise)
+    unmeasured: tuple[str, ...] = ()  # why a value is None: "end: ...", one line each
 
 
 @dataclass(frozen=True, slots=True)

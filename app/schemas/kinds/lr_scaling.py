@@ -157,6 +157,14 @@ class ProbeNoiseOut(BaseModel):
         description="McCandlish et al. 2018: how far linear scaling from the base batch overshoots the "
         "best lr, (B + B_noise) / (b + B_noise)."
     )
+    unmeasured: list[str] = Field(
+        default_factory=list,
+        description="Why a value above is null, one line each (`end: the mean gradient is within its own "
+        "noise ...`: near a minimum the estimate of |G|^2 falls to 0 or below).",
+        examples=[
+            ["end: the mean gradient is within its own noise (2,048 samples estimate |G|^2 at or below 0)"]
+        ],
+    )
 
 
 class LrScalingOut(BaseModel):

@@ -19,7 +19,12 @@ HOLDS_BELOW = 1.5  # an overshoot under this: the prediction is that linear hold
 OVERSHOOTS_FROM = 2.0  # from this on: that linear overshoots the best lr
 
 
-def read_noise(measured: tuple[float | None, float | None, float | None], G: int, b: int) -> ProbeNoise:
+NoiseAlong = tuple[float | None, float | None, float | None]  # start, middle, end
+WhyNot = tuple[str | None, str | None, str | None]  # why each is None, where it is
+PLACES = ("start", "middle", "end")
+
+
+def read_noise(measured: NoiseAlong, G: int, b: int, why: WhyNot = (None, None, None)) -> ProbeNoise:
     start, middle, end = measured
     used, value = next(
         ((name, v) for name, v in (("middle", middle), ("end", end), ("start", start)) if v is not None),
@@ -32,6 +37,11 @@ def read_noise(measured: tuple[float | None, float | None, float | None], G: int
         used=used,
         batch_to_noise=None if value is None else G / value,
         linear_overshoot=None if value is None else (G + value) / (b + value),
+        unmeasured=tuple(
+            f"{place}: {reason}"
+            for place, v, reason in zip(PLACES, measured, why, strict=True)
+            if v is None and reason
+        ),
     )
 
 
@@ -57,7 +67,8 @@ def noise_words(noise: ProbeNoise, G: int, found: str) -> str:
     """The verdict's clause on the noise scale: the value used, where along the run, the others."""
     value = used_value(noise)
     if value is None:
-        return "the noise scale could not be measured"
+        because = f" ({'; '.join(noise.unmeasured)})" if noise.unmeasured else ""
+        return f"the noise scale could not be measured{because}"
     others = [
         f"{v:,.3g} at the {name}"
         for name, v in (("start", noise.start), ("middle", noise.middle), ("end", noise.end))

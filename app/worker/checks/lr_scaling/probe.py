@@ -45,6 +45,7 @@ from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
 from app.worker.checks.lr_scaling.gradients import gradient_of
+from app.worker.checks.lr_scaling.noise_reading import NoiseAlong, WhyNot
 from app.worker.checks.lr_scaling.updates import Update
 from app.worker.checks.lr_scaling.verdict import Judged, LossCurve, judge
 from app.worker.checks.run.check import run_workload
@@ -163,7 +164,8 @@ class _Probe:
     mine: list[tuple[int, int]]  # (seed, index into runs()) of the runs this rank trains
     curves: dict[tuple[int, int], LossCurve] = field(default_factory=dict)
     metrics: dict[tuple[int, int], float | None] = field(default_factory=dict)  # final, by the referee
-    noise: tuple[float | None, float | None, float | None] = (None, None, None)
+    noise: NoiseAlong = (None, None, None)
+    noise_why: WhyNot = (None, None, None)  # why a noise value is None
     gathered: list[Any] | None = None
 
 
@@ -210,7 +212,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         for k, i in state.mine:
             curve, metric = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
             state.curves[(k, i)], state.metrics[(k, i)] = curve, metric
-        payload = (state.curves, state.noise, state.metrics)
+        payload = (state.curves, (state.noise, state.noise_why), state.metrics)
         gathered: list[Any] | None = [None] * ctx.group.world if ctx.leader else None
         dist.gather_object(payload, gathered, dst=0)
         state.gathered = gathered
@@ -219,12 +221,13 @@ class LrScalingProbe(AfterKind[_Probe]):
         assert prior is not None and state.gathered is not None
         curves: dict[tuple[int, int], LossCurve] = {}
         metrics: dict[tuple[int, int], float | None] = {}
-        noise: tuple[float | None, float | None, float | None] = (None, None, None)
-        for rank_curves, rank_noise, rank_metrics in state.gathered:
+        noise: NoiseAlong = (None, None, None)
+        why: WhyNot = (None, None, None)
+        for rank_curves, (rank_noise, rank_why), rank_metrics in state.gathered:
             curves.update(rank_curves)
             metrics.update(rank_metrics)
-            if rank_noise != (None, None, None):
-                noise = rank_noise
+            if rank_noise != (None, None, None) or rank_why != (None, None, None):
+                noise, why = rank_noise, rank_why
         everything = runs(state.probe)
         jobs = [[(k, i) for i in range(len(everything))] for k in range(state.probe.seeds)]
         trained = [[(everything[i], curves[(k, i)]) for k, i in seed] for seed in jobs]
@@ -233,7 +236,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         if referee is not None:
             finals = [[metrics[job] for job in seed] for seed in jobs]
             judged = Judged(referee.name, referee.higher_is_better, finals)
-        found = judge(state.probe, trained, noise, judged)
+        found = judge(state.probe, trained, noise, judged, why)
         return replace(prior, lr_scaling=found)
 
     # ------------------------------------------------------------------------------ a run
@@ -272,7 +275,9 @@ class LrScalingProbe(AfterKind[_Probe]):
                 return work.referee.score(work.forward(module, held_x), held_y)
 
         # The noise scale at the start, halfway (where the run spends its steps) and at the end.
-        along: list[float | None] = [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
+        along: list[tuple[float | None, str | None]] = (
+            [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
+        )
         halfway = probe.samples // 2
         b, G = run.batch_size, probe.global_batch_size
         curve: LossCurve = [(0, held_out_loss())]
@@ -302,9 +307,7 @@ class LrScalingProbe(AfterKind[_Probe]):
                     diverged = value is None
         curve += [(p, None) for p in points]  # after a divergence: no loss to show
         if noise:
-            along += [None] * (2 - len(along))  # a run that diverged before halfway
-            end = None if diverged else self._noise_scale(ctx, state, module, run.batch_size)
-            state.noise = (along[0], along[1], end)
+            self._noise_at_end(ctx, state, module, run.batch_size, along, diverged)
         return curve, held_out_metric()
 
     def _held_out(self, state: _Probe, ctx: Context) -> tuple[Any, Any]:
@@ -331,9 +334,28 @@ class LrScalingProbe(AfterKind[_Probe]):
             for k in range(count):
                 yield x[k * b : (k + 1) * b], y[k * b : (k + 1) * b]
 
-    def _noise_scale(self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int) -> float | None:
+    def _noise_at_end(
+        self,
+        ctx: Context,
+        state: _Probe,
+        module: torch.nn.Module,
+        small: int,
+        along: list[tuple[float | None, str | None]],
+        diverged: bool,
+    ) -> None:
+        """The base run's three noise scales (and why each missing one is missing) into `state`."""
+        gone = (None, "the base run diverged before it")
+        along += [gone] * (2 - len(along))  # a run that diverged before halfway
+        along.append(gone if diverged else self._noise_scale(ctx, state, module, small))
+        state.noise = (along[0][0], along[1][0], along[2][0])
+        state.noise_why = (along[0][1], along[1][1], along[2][1])
+
+    def _noise_scale(
+        self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int
+    ) -> tuple[float | None, str | None]:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
-        batch (8 to 256) and the big batch they make, averaged over repeats, then divided."""
+        batch (8 to 256) and the big batch they make, averaged over repeats, then divided; None
+        with the reason where the estimate cannot be divided."""
         small = max(8, min(small, 256))
         big = small * _NOISE_GROUPS
         indices = state.stream.noise_indices(big * _NOISE_REPEATS)
@@ -342,7 +364,7 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def _noise_of(
         self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int, indices: list[int]
-    ) -> float | None:
+    ) -> tuple[float | None, str | None]:
         params = [p for p in module.parameters() if p.requires_grad]
         big = small * _NOISE_GROUPS
 
@@ -361,4 +383,18 @@ class LrScalingProbe(AfterKind[_Probe]):
             estimate = step_estimate(smalls, squared_norm(chunk), big)
             sq += estimate.gradient_sq
             trace += estimate.trace
-        return trace / sq if sq > 0 and trace > 0 else None
+        if not (math.isfinite(sq) and math.isfinite(trace)):
+            return None, "its gradients are not finite"
+        if sq <= 0:
+            # The unbiased |G|^2 subtracts the noise from the big batch's squared norm: near a
+            # minimum the mean gradient is smaller than its noise, and the difference goes below 0.
+            return None, (
+                f"the mean gradient is within its own noise ({len(indices):,} samples estimate |G|^2 "
+                "at or below 0): the run is near a minimum, where B_noise grows beyond what they resolve"
+            )
+        if trace <= 0:
+            return (
+                None,
+                "the samples' gradients agree (tr(S) estimated at or below 0): there is no noise to measure",
+            )
+        return trace / sq, None

@@ -20,6 +20,8 @@ from app.contract.kinds.lr_scaling import (
     ProbeRunSpec,
 )
 from app.worker.checks.lr_scaling.noise_reading import (
+    NoiseAlong,
+    WhyNot,
     agrees,
     disagreement,
     noise_words,
@@ -136,8 +138,9 @@ def _rule(
 def judge(
     probe: LrScalingSpec,
     trained: Trained,
-    noise: tuple[float | None, float | None, float | None],
+    noise: NoiseAlong,
     judged: Judged | None = None,
+    why: WhyNot = (None, None, None),
 ) -> LrScalingResult:
     """The result from every seed's runs (each seed's base run first), judged by the held-out
     loss or, with `judged`, by the factory's metric."""
@@ -149,7 +152,7 @@ def judge(
     changing, longer = settling(probe, base_run.batch_size, rules, best)
     plan_holds = next(r.holds for r in rules if r.rule == probe.plan_rule)
     G, b = probe.global_batch_size, base_run.batch_size
-    noise_scale = read_noise(noise, G, b)
+    noise_scale = read_noise(noise, G, b, why)
     found = regime(G, used_value(noise_scale))
     agree = agrees(noise_scale, rules)
     base_fall = last_interval_fall(base_curve)

@@ -372,3 +372,20 @@ def test_the_noise_scale_is_read_halfway_and_a_prediction_the_measurement_refute
     agreeing = judge(probe, [runs], (None, None, 1000.0))  # the end's, where nothing else was measured
     assert agreeing.noise_scale.used == "end" and agreeing.prediction_agrees is True
     assert "disagree" not in agreeing.verdict
+
+
+def test_a_noise_scale_that_could_not_be_measured_says_why() -> None:
+    """Near a minimum the mean gradient is within its noise and the estimate of |G|^2 falls to 0
+    or below: the end's B_noise is null, and the result and the verdict say why instead of
+    leaving a bare null."""
+    probe = _spec(samples=4096, seeds=1)
+    ends = {"base": 1.0, "none": 1.02, "sqrt": 1.01, "linear": 1.0}
+    runs = [(run, [(0, 2.0), (4096, ends[run.rule])]) for run in (probe.base, *probe.runs)]
+    converged = "the mean gradient is within its own noise: the run is near a minimum"
+    found = judge(probe, [runs], (1.5, 40.0, None), None, (None, None, converged))
+    assert found.noise_scale.used == "middle" and found.noise_scale.end is None
+    assert found.noise_scale.unmeasured == (f"end: {converged}",)
+    diverged = judge(probe, [runs], (None, None, None), None, ("x", "the base run diverged before it", None))
+    assert diverged.noise_scale.unmeasured == ("start: x", "middle: the base run diverged before it")
+    words = "the noise scale could not be measured (start: x; middle: the base run diverged"
+    assert words in diverged.verdict
