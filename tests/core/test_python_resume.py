@@ -78,6 +78,12 @@ def test_the_fsdp_skeleton_resumes_its_sharded_checkpoint_on_another_mesh(tmp_pa
     assert "done: 12 optimizer steps" in log
     off = relative(torch.load(out), reference_params(plan))
     assert off < RUN_TOLERANCE, off
+    # The end of the run was saved (between two --checkpoint-every): started again, it says the
+    # run is finished and trains nothing.
+    code = finish(torchrun(second, env, tmp_path / "third.log", tmp_path), 120)
+    log = (tmp_path / "third.log").read_text()
+    assert code == 0, log[-4000:]
+    assert "holds a finished run (12 optimizer steps, epoch" in log and "done:" not in log, log[-4000:]
 
 
 def test_the_elastic_agent_restarts_the_run_on_half_the_world_and_it_is_the_same_run(tmp_path: Path) -> None:

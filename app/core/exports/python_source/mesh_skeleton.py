@@ -170,11 +170,18 @@ __DEVICE__
     loss_scale = dp * (micro if LOSS_REDUCTION == "mean" else 1) / GLOBAL_BATCH_SIZE
     print(f"rank {rank}: data-parallel rank {dp_rank} of {dp}, world size {world}: micro-batch {micro} x "
           f"accumulation {accumulation}, mesh {mesh}", flush=True)
-    if rank == 0 and saved:
+    # Started again on a finished run: training nothing without a word looked like a hang.
+    finished = bool(saved) and bool(
+        (args.epochs and epoch >= args.epochs) or (args.max_steps and steps >= args.max_steps)
+    )
+    if rank == 0 and finished:
+        print(f"{args.checkpoint} holds a finished run ({steps} optimizer steps, epoch {epoch}): nothing to "
+              "train; raise --max-steps/--epochs to go on, or give another --checkpoint", flush=True)
+    elif rank == 0 and saved:
         print(f"resumed at optimizer step {steps} (epoch {epoch}, step {skip} of it) from a checkpoint of "
               f"{saved['data_parallel_size']} data-parallel ranks on {dp}", flush=True)
 
-    done = bool(args.max_steps and steps >= args.max_steps)
+    done, saved_at = finished or bool(args.max_steps and steps >= args.max_steps), steps
     for epoch, taken, whole, micro_batches in optimizer_steps(
         loader, sampler, args.epochs, accumulation, epoch, skip
     ):
@@ -200,7 +207,13 @@ __DEVICE__
             position = {"step": steps, "epoch": epoch + last, "step_in_epoch": 0 if last else taken,
                         "data_parallel_size": dp}
             save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
-    if rank == 0:
+            saved_at = steps
+    if args.checkpoint_every and saved_at != steps:
+        # The end of the run is saved too (the epochs ran out between two checkpoints): a finished
+        # run restarted from an earlier step would train its last steps again.
+        position = {"step": steps, "epoch": args.epochs, "step_in_epoch": 0, "data_parallel_size": dp}
+        save_checkpoint(args.checkpoint, model, optimizer, scheduler, position)
+    if rank == 0 and not finished:
         print(f"done: {steps} optimizer steps", flush=True)
 __TEARDOWN__
 
