@@ -12,7 +12,6 @@ Over 300 lines: the three splitters' readers and their mistakes are one table of
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import multiprocessing
 import os
 import random
@@ -360,23 +359,22 @@ def _dataset(data: StreamSpec, rank: int, world: int, mistake: str | None) -> An
     return builders[data.splitter](data, rank, world, mistake)
 
 
-def _library(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        package = name.partition(".")[0]
-        raise ValueError(
-            f"this worker cannot check a stream split with {package!r}: it is not installed here "
-            f"(pip install {package}, the version the project's dev dependencies pin)"
-        ) from None
+def _missing(package: str) -> ValueError:
+    return ValueError(
+        f"this worker cannot check a stream split with {package!r}: it is not installed here "
+        f"(pip install {package}, the version the project's dev dependencies pin)"
+    )
 
 
 def _hf_datasets(data: StreamSpec, rank: int, world: int, mistake: str | None) -> Any:
     """`datasets`' own IterableDataset, in memory: num_samples shared out by to_iterable_dataset,
     a shard_samples list as generator shards; its shuffle (a shard permutation: buffer 1) and
     split_dataset_by_node."""
-    datasets = _library("datasets")
-    split_dataset_by_node = _library("datasets.distributed").split_dataset_by_node
+    try:
+        import datasets
+        from datasets.distributed import split_dataset_by_node
+    except ImportError:
+        raise _missing("datasets") from None
 
     shards = _shards(data)
     if data.shard_samples is None:
@@ -402,7 +400,10 @@ def _generate(shards: list[list[int]]) -> Iterator[dict[str, int]]:
 def _webdataset(data: StreamSpec, rank: int, world: int, mistake: str | None) -> Any:
     """WebDataset's pipeline over shard names: SimpleShardList (seeded when shuffled),
     split_by_node, split_by_worker, then each shard expanded to its samples."""
-    wds = _library("webdataset")
+    try:
+        import webdataset as wds
+    except ImportError:
+        raise _missing("webdataset") from None
     names = [f"shard-{i:06d}" for i in range(data.num_shards)]
     by_name = dict(zip(names, _shards(data), strict=True))
     seed = _own_seed(data, rank) if mistake == "unseeded_shuffle" else data.seed if data.shuffle else None
