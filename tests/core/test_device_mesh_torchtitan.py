@@ -31,6 +31,8 @@ from app.core.records.plan_request import Parallelism, PlanRequest, Topology
 
 pytestmark = [
     pytest.mark.slow,  # the probe builds 1,300-odd distinct layouts: 15-30 s on 2 cores
+    # ... and ten times that on two loaded cores: as long as the probe's own limit.
+    pytest.mark.timeout(600),
     pytest.mark.skipif(
         importlib.util.find_spec("torchtitan") is None, reason="torchtitan is not installed (consumers group)"
     ),

@@ -23,6 +23,7 @@ from app.core.exports.registry import export
 from app.core.planner import plan
 from app.core.records.plan import Plan
 from app.schemas.plan_requests import PlanRequestIn
+from app.worker.zoo.example_models import SAMPLES as EXAMPLE_SAMPLES
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -47,7 +48,12 @@ def body(topology: dict[str, Any], global_batch: int, **fields: Any) -> dict[str
     }
 
 
-EVEN_TWO_NODES = body({"num_nodes": 2, "gpus_per_node": 1}, 16, micro_batch_size=4)
+# Trained on the example factory's own data (export --model-factory): the plan is told its size,
+# as the skeleton refuses a dataset of another size than the plan's.
+EVEN_TWO_NODES = {
+    **body({"num_nodes": 2, "gpus_per_node": 1}, 16, micro_batch_size=4),
+    "dataset": {"num_samples": EXAMPLE_SAMPLES, "epochs": 1},
+}
 MIXED = body(
     {
         "node_groups": [

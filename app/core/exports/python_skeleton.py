@@ -69,6 +69,7 @@ LOSS_REDUCTION = __REDUCTION__
 LOSS_NORMALIZATION = __NORMALIZATION__
 IGNORE_INDEX = -100  # labels the token loss skips (padding), as torch's cross_entropy does
 SHUFFLE, SEED, DROP_LAST = __SHUFFLE__, __SEED__, __DROP_LAST__
+NUM_SAMPLES = __NUM_SAMPLES__  # the plan's dataset: its steps, warmup and decay follow from it
 EPOCHS = __EPOCHS__  # None: as many as TRAIN_STEPS takes
 TRAIN_STEPS = __TRAIN_STEPS__  # the run's optimizer steps; None: every step of EPOCHS
 LR = __LR__  # the peak; planned_lr(step) is every step's
@@ -158,6 +159,10 @@ __DEVICE__
               flush=True)
     model = DDP(net, device_ids=[local_rank] if device.type == "cuda" else None)
     dataset = build_dataset()
+    if NUM_SAMPLES is not None and len(dataset) != NUM_SAMPLES and not hasattr(build_dataset, "placeholder"):
+        # Trained on another size, the plan's steps and its lr schedule would end early or late.
+        raise SystemExit(f"build_dataset() gives {len(dataset):,} samples, the plan was made for "
+                         f"{NUM_SAMPLES:,}: plan again with --num-samples {len(dataset)}")
     sampler = make_sampler(dataset, rank, world)
     # The sampler owns drop_last; the DataLoader keeps every index it is given.
     loader = DataLoader(dataset, batch_size=micro_batch_size, sampler=sampler, drop_last=False)
@@ -257,6 +262,7 @@ def export_python(x: ExportInput) -> Export:
         "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
         "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
         "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
+        "__NUM_SAMPLES__": py_literal(x.request.dataset.num_samples if x.request.dataset else None),
         "__EPOCHS__": py_literal(epochs if epochs or train_steps else 1),
         "__TRAIN_STEPS__": py_literal(train_steps),
         "__LR__": py_literal(lr.lr),
