@@ -133,7 +133,9 @@ def test_under_torchrun_through_the_same_rank_program() -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, completed.stdout  # rank 0 alone prints the result
+    result = json.loads(lines[0])
     assert result["passed"] and result["processes"] == 2 and result["model"] == "tokens"
     assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
 
