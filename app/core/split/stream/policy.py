@@ -27,9 +27,9 @@ def micro_batches(worker_samples: tuple[int, ...], b: int) -> int:
     return sum(ceil_div(n, b) for n in worker_samples)
 
 
-def samples_in_first(worker_samples: tuple[int, ...], b: int, x: int) -> int:
-    """Samples in the first x micro-batches the DataLoader delivers (x at most their count)."""
-    counts = [ceil_div(n, b) for n in worker_samples]
+def taken_per_worker(counts: list[int], x: int) -> list[int]:
+    """Micro-batches each worker has delivered in the DataLoader's first x (x at most their sum),
+    the workers holding `counts` micro-batches each."""
     # k whole rounds deliver sum(min(c_w, k)) micro-batches: take as many as fit, level by level
     # of the workers' counts (between two levels each round delivers one per unfinished worker).
     k = done = 0
@@ -41,13 +41,34 @@ def samples_in_first(worker_samples: tuple[int, ...], b: int, x: int) -> int:
             if k < c:
                 break
     left = x - done  # round k's first `left` unfinished workers, in worker order
-    total = 0
-    for n, c in zip(worker_samples, counts, strict=True):
-        taken = min(c, k)
+    taken = []
+    for c in counts:
+        n = min(c, k)
         if left and c > k:
-            taken, left = taken + 1, left - 1
-        total += min(n, taken * b)
-    return total
+            n, left = n + 1, left - 1
+        taken.append(n)
+    return taken
+
+
+def samples_in_first(worker_samples: tuple[int, ...], b: int, x: int) -> int:
+    """Samples in the first x micro-batches the DataLoader delivers (x at most their count)."""
+    counts = [ceil_div(n, b) for n in worker_samples]
+    taken = taken_per_worker(counts, x)
+    return sum(min(n, t * b) for n, t in zip(worker_samples, taken, strict=True))
+
+
+def short_positions(worker_samples: tuple[int, ...], b: int) -> list[tuple[int, int, int]]:
+    """(place in the delivery order, worker, samples) of each worker's short last micro-batch."""
+    counts = [ceil_div(n, b) for n in worker_samples]
+    out = []
+    for w, (n, c) in enumerate(zip(worker_samples, counts, strict=True)):
+        if n % b:
+            k = (
+                c - 1
+            )  # its round: every worker's batches of earlier rounds, then the earlier workers still on
+            place = sum(min(v, k) for v in counts) + sum(1 for v in counts[:w] if v > k)
+            out.append((place, w, n % b))
+    return sorted(out)
 
 
 def micro_batches_run(counts: list[int], policy: EndOfEpoch) -> int:
