@@ -60,6 +60,7 @@ def test_a_stream_plan_answers_its_split_in_place_of_the_sampler(client: TestCli
             "micro_batch_size": 4,
             "worker_shards": [2, 2],
             "worker_samples": [512, 512],
+            "short_micro_batches": [],
         }
     ]
     assert stream["optimizer_steps_per_epoch"] == 128
@@ -188,7 +189,12 @@ def test_a_mixed_cluster_splits_by_its_replicas_micro_batches(client: TestClient
     spec = StreamSpec(len(shards), "hf_datasets", shard_samples=shards, num_workers=2)
     core = plan_stream(spec, 3, micro, answer["gradient_accumulation_steps"])
     assert answer["stream"]["rank_groups"] == [
-        {**asdict(g), "worker_shards": list(g.worker_shards), "worker_samples": list(g.worker_samples)}
+        {
+            **asdict(g),
+            "worker_shards": list(g.worker_shards),
+            "worker_samples": list(g.worker_samples),
+            "short_micro_batches": [asdict(s) for s in g.short_micro_batches],
+        }
         for g in core.rank_groups
     ]
 

@@ -119,6 +119,7 @@ def test_the_resumed_readers_deliver_the_later_global_batches_as_the_answer_says
         starts,
     )
     assert resume.same_global_batches is same
+    assert same or resume.suggestions == {"resume.data_parallel_size": [2]}  # the plan's own size is exact
     assert (after == before[at:]) is same, resume.why
     taken = {i for b in before[:at] for i in b}
     assert not taken & {i for b in after for i in b}  # no reader trains a consumed sample again

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from itertools import accumulate
+from operator import sub
 
 from app.core.errors.domain import InvalidValue
 from app.core.learning_rate.recipe_summary import lr_of
@@ -114,9 +115,14 @@ def _step(asked: ResumeSpec, stream: StreamPlan, accumulation: int) -> int:
     )
 
 
+def _fits(readers: int, micro: int, batch: int) -> list[int]:
+    """The data-parallel sizes that host the readers and split the global batch into micro-batches."""
+    return [d for d in divisors(readers) if readers // d <= MAX_WORKERS and batch % (d * micro) == 0]
+
+
 def _new_world(readers: int, replicas: int, micro: int, batch: int) -> tuple[int, int]:
     """(workers per rank, accumulation) of the resumed run: the same readers and global batch."""
-    fits = [d for d in divisors(readers) if readers // d <= MAX_WORKERS and batch % (d * micro) == 0]
+    fits = _fits(readers, micro, batch)
     if replicas in fits:
         return readers // replicas, batch // (replicas * micro)
     near = sorted(fits, key=lambda d: (abs(d - replicas), d))[:2]
@@ -130,13 +136,42 @@ def _new_world(readers: int, replicas: int, micro: int, batch: int) -> tuple[int
     )
 
 
-def _taken(counts: list[int], workers: int, x: int) -> list[int]:
-    """Each reader's micro-batches delivered in its rank's first x (x past the end: all)."""
-    out: list[int] = []
-    for r in range(0, len(counts), workers):
-        own = counts[r : r + workers]
-        out.extend(taken_per_worker(own, min(x, sum(own))))
-    return out
+def _verdict(counts: list[int], j: int, old: tuple[int, int, int], new: tuple[int, int]) -> str | None:
+    """Why the later global batches differ on the resumed ranks: in this epoch from step j, else
+    in a whole later one; None when every one is the same set."""
+    why = _difference(counts, j, old, new)
+    whole = _difference(counts, 0, old, new) if j else why
+    return f"in this epoch, {why}" if why else (f"in the epochs after this one, {whole}" if whole else None)
+
+
+def _exact_sizes(
+    counts: list[int], j: int, old: tuple[int, int, int], asked: int, micro: int, batch: int, tries: int
+) -> list[int]:
+    """The nearest two data-parallel sizes (of the `tries` nearest that fit) that resume exactly."""
+    readers = len(counts)
+    near = sorted((d for d in _fits(readers, micro, batch) if d != asked), key=lambda d: (abs(d - asked), d))
+    exact = [
+        d for d in near[:tries] if _verdict(counts, j, old, (readers // d, batch // (d * micro))) is None
+    ]
+    return sorted(exact[:2])
+
+
+class _Ranks:
+    """Each reader's micro-batches its rank's DataLoader has delivered after x, for ranks of
+    `workers` readers each; ranks of equal counts counted once (most are)."""
+
+    def __init__(self, counts: list[int], workers: int) -> None:
+        self.ranks = [tuple(counts[r : r + workers]) for r in range(0, len(counts), workers)]
+        self.seen: dict[tuple[tuple[int, ...], int], list[int]] = {}
+
+    def taken(self, x: int) -> list[int]:
+        out: list[int] = []
+        for own in self.ranks:
+            key = (own, x)
+            if key not in self.seen:
+                self.seen[key] = taken_per_worker(list(own), min(x, sum(own)))
+            out += self.seen[key]
+        return out
 
 
 def _difference(counts: list[int], j: int, old: tuple[int, int, int], new: tuple[int, int]) -> str | None:
@@ -144,13 +179,13 @@ def _difference(counts: list[int], j: int, old: tuple[int, int, int], new: tuple
     batches in a step than the plan's; None when every step is the same set.
     old: (workers, accumulation, the epoch's steps); new: (workers, accumulation)."""
     (K, a, S), (Kn, an) = old, new
-    done = _taken(counts, K, j * a)
-    rest = [c - d for c, d in zip(counts, done, strict=True)]
-    steps_new = min(sum(rest[r : r + Kn]) for r in range(0, len(rest), Kn)) // an
+    plans = _Ranks(counts, K)
+    done = plans.taken(j * a)
+    rest = list(map(sub, counts, done))
+    resumed = _Ranks(rest, Kn)
+    steps_new = min(sum(own) for own in resumed.ranks) // an
     for i in range(1, min(S - j, steps_new) + 1):
-        before = _taken(counts, K, (j + i) * a)
-        after = _taken(rest, Kn, i * an)
-        if any(b - d != t for b, d, t in zip(before, done, after, strict=True)):
+        if list(map(sub, plans.taken((j + i) * a), done)) != resumed.taken(i * an):
             return f"step {j + i - 1} of the epoch takes other micro-batches on the resumed ranks"
     if steps_new != S - j:
         return f"the epoch holds {j + steps_new} steps on the resumed ranks, {S} on the plan's"
@@ -213,7 +248,8 @@ def stream_resumed(request: PlanRequest, plan: Plan) -> Plan:
     replicas = asked.data_parallel_size or W
     Kn, an = _new_world(R, replicas, b, plan.global_batch_size)
     epoch, j = divmod(step, S)
-    if R * (2 * S - j) > MAX_READER_STEPS:
+    cost = R * (2 * S - j)
+    if cost > MAX_READER_STEPS:
         raise InvalidValue(
             f"a stream resume's verdict is counted reader by reader and step by step, up to "
             f"{MAX_READER_STEPS} readers x steps; this one is {R} x {2 * S - j}",
@@ -222,10 +258,10 @@ def stream_resumed(request: PlanRequest, plan: Plan) -> Plan:
     samples = _reader_samples(stream)
     counts = [ceil_div(n, b) for n in samples]
     K = R // W
-    done = _taken(counts, K, j * a)
-    why = _difference(counts, j, (K, a, S), (Kn, an))
-    whole = _difference(counts, 0, (K, a, S), (Kn, an)) if j else why
-    why = f"in this epoch, {why}" if why else (f"in the epochs after this one, {whole}" if whole else None)
+    done = _Ranks(counts, K).taken(j * a)
+    why = _verdict(counts, j, (K, a, S), (Kn, an))
+    tries = min(8, MAX_READER_STEPS // cost - 1)  # sizes tried for a suggestion, within the same bound
+    exact = _exact_sizes(counts, j, (K, a, S), replicas, b, plan.global_batch_size, tries) if why else []
     steps_after = min(sum(counts[r : r + Kn]) for r in range(0, R, Kn)) // an
     resume = ResumePlan(
         optimizer_step=step,
@@ -244,7 +280,7 @@ def stream_resumed(request: PlanRequest, plan: Plan) -> Plan:
         optimizer_steps_per_epoch_after=steps_after,
         same_global_batches=why is None,
         why=why,
-        suggestions={},
+        suggestions={"resume.data_parallel_size": exact} if exact else {},
         stream=StreamResume(R, Kn, _reader_groups(spec, epoch, R, samples, done, b)),
     )
     return dataclasses.replace(plan, resume=resume, explanation=(*plan.explanation, _sentence(resume)))

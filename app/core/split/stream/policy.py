@@ -19,6 +19,9 @@ the all-reduce):
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+
 from app.core.records.integers import ceil_div
 from app.core.records.stream import EndOfEpoch
 
@@ -58,16 +61,28 @@ def samples_in_first(worker_samples: tuple[int, ...], b: int, x: int) -> int:
 
 
 def short_positions(worker_samples: tuple[int, ...], b: int) -> list[tuple[int, int, int]]:
-    """(place in the delivery order, worker, samples) of each worker's short last micro-batch."""
+    """(place in the delivery order, worker, samples) of each worker's short last micro-batch.
+
+    Worker w's last batch comes in round k = c_w - 1, after every worker's batches of the rounds
+    before (sum of min(c_v, k)) and the earlier workers still on in round k (c_v >= c_w): counted
+    with the counts sorted and a Fenwick tree over them, O(workers x log workers)."""
     counts = [ceil_div(n, b) for n in worker_samples]
+    ordered = sorted(counts)
+    prefix = [0, *accumulate(ordered)]
+    rank = {v: i + 1 for i, v in enumerate(sorted(set(counts)))}
+    tree = [0] * (len(rank) + 1)  # earlier workers, by their count's rank
     out = []
     for w, (n, c) in enumerate(zip(worker_samples, counts, strict=True)):
         if n % b:
-            k = (
-                c - 1
-            )  # its round: every worker's batches of earlier rounds, then the earlier workers still on
-            place = sum(min(v, k) for v in counts) + sum(1 for v in counts[:w] if v > k)
-            out.append((place, w, n % b))
+            k = c - 1
+            below = bisect_left(ordered, k)
+            i, fewer = rank[c] - 1, 0  # earlier workers with a smaller count
+            while i > 0:
+                fewer, i = fewer + tree[i], i & (i - 1)
+            out.append((prefix[below] + k * (len(counts) - below) + w - fewer, w, n % b))
+        i = rank[c]
+        while i < len(tree):
+            tree[i], i = tree[i] + 1, i + (i & -i)
     return sorted(out)
 
 
