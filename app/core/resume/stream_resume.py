@@ -13,28 +13,29 @@ The epoch's global order: global batch t is every rank's micro-batches t x accum
 (t + 1) x accumulation - 1, as its DataLoader delivers them (round by round over its workers,
 a finished worker skipped: app.core.split.stream.policy); `consumed_samples` is the samples of
 the first global batches, the short micro-batches counted as they are. Whether the later global
-batches are the same sets is counted step by step: each step, each reader's micro-batches
-delivered in both runs (the rest of this epoch, and a whole epoch from its start: every later
-epoch's counts are the same, shard sizes being equal or in their own order).
+batches are the same sets is counted step by step (app.core.resume.stream_verdict): each step,
+each reader's micro-batches delivered in both runs (the rest of this epoch, and a whole epoch
+from its start: every later epoch's counts are the same, shard sizes being equal or in their
+own order).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from itertools import accumulate
-from operator import sub
 
 from app.core.errors.domain import InvalidValue
 from app.core.learning_rate.recipe_summary import lr_of
-from app.core.records.integers import ceil_div, divisors
+from app.core.records.integers import ceil_div
 from app.core.records.plan import Plan
 from app.core.records.plan_request import PlanRequest
 from app.core.records.resume import ReaderResumeGroup, ResumeGroup, ResumePlan, ResumeSpec, StreamResume
 from app.core.records.stream import StreamPlan, StreamSpec
 from app.core.request.limits import MAX_WORKERS
+from app.core.resume.stream_verdict import Delivery, exact_sizes, fits, verdict
 from app.core.split.stream.checks import refuse_resume
 from app.core.split.stream.layout import needs_order, shard_order, shard_sizes
-from app.core.split.stream.policy import samples_in_first, taken_per_worker
+from app.core.split.stream.policy import samples_in_first
 
 MAX_READER_STEPS = 1 << 20  # readers x the steps compared: what a resume's verdict costs
 _DP = "/resume/data_parallel_size"
@@ -115,17 +116,12 @@ def _step(asked: ResumeSpec, stream: StreamPlan, accumulation: int) -> int:
     )
 
 
-def _fits(readers: int, micro: int, batch: int) -> list[int]:
-    """The data-parallel sizes that host the readers and split the global batch into micro-batches."""
-    return [d for d in divisors(readers) if readers // d <= MAX_WORKERS and batch % (d * micro) == 0]
-
-
 def _new_world(readers: int, replicas: int, micro: int, batch: int) -> tuple[int, int]:
     """(workers per rank, accumulation) of the resumed run: the same readers and global batch."""
-    fits = _fits(readers, micro, batch)
-    if replicas in fits:
+    sizes = fits(readers, micro, batch)
+    if replicas in sizes:
         return readers // replicas, batch // (replicas * micro)
-    near = sorted(fits, key=lambda d: (abs(d - replicas), d))[:2]
+    near = sorted(sizes, key=lambda d: (abs(d - replicas), d))[:2]
     raise InvalidValue(
         f"a rank_worker stream resumes on ranks that host the plan's {readers} readers (its shards are "
         f"order[g::{readers}] for reader g) with its micro-batch of {micro} and global batch of {batch}: "
@@ -134,62 +130,6 @@ def _new_world(readers: int, replicas: int, micro: int, batch: int) -> tuple[int
         pointer=_DP,
         suggestions={"resume.data_parallel_size": sorted(near)},
     )
-
-
-def _verdict(counts: list[int], j: int, old: tuple[int, int, int], new: tuple[int, int]) -> str | None:
-    """Why the later global batches differ on the resumed ranks: in this epoch from step j, else
-    in a whole later one; None when every one is the same set."""
-    why = _difference(counts, j, old, new)
-    whole = _difference(counts, 0, old, new) if j else why
-    return f"in this epoch, {why}" if why else (f"in the epochs after this one, {whole}" if whole else None)
-
-
-def _exact_sizes(
-    counts: list[int], j: int, old: tuple[int, int, int], asked: int, micro: int, batch: int, tries: int
-) -> list[int]:
-    """The nearest two data-parallel sizes (of the `tries` nearest that fit) that resume exactly."""
-    readers = len(counts)
-    near = sorted((d for d in _fits(readers, micro, batch) if d != asked), key=lambda d: (abs(d - asked), d))
-    exact = [
-        d for d in near[:tries] if _verdict(counts, j, old, (readers // d, batch // (d * micro))) is None
-    ]
-    return sorted(exact[:2])
-
-
-class _Ranks:
-    """Each reader's micro-batches its rank's DataLoader has delivered after x, for ranks of
-    `workers` readers each; ranks of equal counts counted once (most are)."""
-
-    def __init__(self, counts: list[int], workers: int) -> None:
-        self.ranks = [tuple(counts[r : r + workers]) for r in range(0, len(counts), workers)]
-        self.seen: dict[tuple[tuple[int, ...], int], list[int]] = {}
-
-    def taken(self, x: int) -> list[int]:
-        out: list[int] = []
-        for own in self.ranks:
-            key = (own, x)
-            if key not in self.seen:
-                self.seen[key] = taken_per_worker(list(own), min(x, sum(own)))
-            out += self.seen[key]
-        return out
-
-
-def _difference(counts: list[int], j: int, old: tuple[int, int, int], new: tuple[int, int]) -> str | None:
-    """Where the resumed run, from the plan's step j of an epoch, first delivers other micro-
-    batches in a step than the plan's; None when every step is the same set.
-    old: (workers, accumulation, the epoch's steps); new: (workers, accumulation)."""
-    (K, a, S), (Kn, an) = old, new
-    plans = _Ranks(counts, K)
-    done = plans.taken(j * a)
-    rest = list(map(sub, counts, done))
-    resumed = _Ranks(rest, Kn)
-    steps_new = min(sum(own) for own in resumed.ranks) // an
-    for i in range(1, min(S - j, steps_new) + 1):
-        if list(map(sub, plans.taken((j + i) * a), done)) != resumed.taken(i * an):
-            return f"step {j + i - 1} of the epoch takes other micro-batches on the resumed ranks"
-    if steps_new != S - j:
-        return f"the epoch holds {j + steps_new} steps on the resumed ranks, {S} on the plan's"
-    return None
 
 
 def _reader_groups(
@@ -258,10 +198,10 @@ def stream_resumed(request: PlanRequest, plan: Plan) -> Plan:
     samples = _reader_samples(stream)
     counts = [ceil_div(n, b) for n in samples]
     K = R // W
-    done = _Ranks(counts, K).taken(j * a)
-    why = _verdict(counts, j, (K, a, S), (Kn, an))
+    done = Delivery(counts, K).taken(j * a)
+    why = verdict(counts, j, (K, a, S), (Kn, an))
     tries = min(8, MAX_READER_STEPS // cost - 1)  # sizes tried for a suggestion, within the same bound
-    exact = _exact_sizes(counts, j, (K, a, S), replicas, b, plan.global_batch_size, tries) if why else []
+    exact = exact_sizes(counts, j, (K, a, S), replicas, b, plan.global_batch_size, tries) if why else []
     steps_after = min(sum(counts[r : r + Kn]) for r in range(0, R, Kn)) // an
     resume = ResumePlan(
         optimizer_step=step,
@@ -283,7 +223,15 @@ def stream_resumed(request: PlanRequest, plan: Plan) -> Plan:
         suggestions={"resume.data_parallel_size": exact} if exact else {},
         stream=StreamResume(R, Kn, _reader_groups(spec, epoch, R, samples, done, b)),
     )
-    return dataclasses.replace(plan, resume=resume, explanation=(*plan.explanation, _sentence(resume)))
+    warnings = plan.warnings
+    if why is not None:
+        near = f" (exact on data_parallel_size {' or '.join(map(str, exact))})" if exact else ""
+        warnings += (
+            f"the resumed stream's later global batches differ from the uninterrupted run's: {why}{near}",
+        )
+    return dataclasses.replace(
+        plan, resume=resume, warnings=warnings, explanation=(*plan.explanation, _sentence(resume))
+    )
 
 
 def _sentence(resume: ResumePlan) -> str:
@@ -296,7 +244,8 @@ def _sentence(resume: ResumePlan) -> str:
     return (
         f"The stream resumes at optimizer step {resume.optimizer_step} (epoch {resume.epoch}, step "
         f"{resume.step_in_epoch} of it, {resume.consumed_samples} samples consumed) on "
-        f"{resume.data_parallel_size} ranks of {resume.stream.num_workers} DataLoader workers, which keep "
+        f"{resume.data_parallel_size} rank{'s' * (resume.data_parallel_size > 1)} of "
+        f"{resume.stream.num_workers} DataLoader workers each, which keep "
         f"the plan's {resume.stream.readers} readers: reader g = rank x {resume.stream.num_workers} + worker "
         f"reads the same shards and skips what it had delivered (resume.stream.reader_groups); {verdict}."
     )
