@@ -126,12 +126,14 @@ def test_fork_server_killed_mid_check_says_so_and_recovers(warm: Server) -> None
 
 def test_replaced_ranks_leave_no_open_files_behind(warm: Server) -> None:
     """Each replaced rank used to keep two pipe descriptors in the server (its process
-    object's status pipe) until the garbage collector found it, 15 s or more later."""
+    object's status pipe) until the garbage collector found it, 15 s or more later. Two
+    replacements leak four descriptors where that bug is back, past the one allowed for noise;
+    each costs a rank's start (its torch import), so no more than two."""
     server, pid = warm, warm.process.pid
     server.wait_warm(2)
     assert server.check({"plan": EVEN_2})["result"]["passed"]
     _, before = rss_and_fds(pid)
-    for _ in range(5):
+    for _ in range(2):
         victim = children(fork_server(pid) or 0)[0]
         os.kill(victim, signal.SIGKILL)
 
