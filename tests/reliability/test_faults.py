@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from support.installed import installed
 from support.polling import hold_ranks, wait_for
 from support.processes import session_processes
 from support.servers import Server, request, serve, worker_env
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 

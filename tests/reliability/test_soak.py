@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.installed import installed
 from support.soak import Soak, SoakPlan
 from support.soak_report import render
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 # Every fault kind once (bench/bench_soak.py repeats them): each extra one cost a rank's or a
 # server's start, CPU that proved nothing the first one had not. About 40-60 s on 2 cores.
