@@ -2,7 +2,7 @@
 
 Request metrics are labelled by route template (`/v1/checks/{check_id}`), never by path:
 anything no route matched is `unmatched`, so a scan of random URLs adds no series. The
-worker's queue depth, running checks and warm ranks are read from the service at scrape
+worker's queue depth, running checks, checks waited for and warm ranks are read from the service at scrape
 time (a custom collector), so they are never stale.
 """
 
@@ -37,13 +37,16 @@ class _WorkerCollector:
 
     @staticmethod
     def _families(service: Any) -> Iterator[GaugeMetricFamily]:
-        queued = running = warm = busy = size = 0
+        queued = running = waited = warm = busy = size = 0
         if service is not None:
-            queued, running = service.queue_depth(), service.running_count()
+            queued, running, waited = service.queue_depth(), service.running_count(), service.waiting_now()
             warm_ranks = service.runner.warm()
             warm, busy, size = len(warm_ranks), sum(1 for r in warm_ranks if r.busy), service.runner.size
         yield GaugeMetricFamily("batchplan_checks_queued", "Checks waiting in the queue", value=queued)
         yield GaugeMetricFamily("batchplan_checks_running", "Checks running now", value=running)
+        yield GaugeMetricFamily(
+            "batchplan_checks_waited_for", "Checks that a GET ?wait= request waits for now", value=waited
+        )
         yield GaugeMetricFamily("batchplan_warm_ranks", "Warm rank processes", value=warm)
         yield GaugeMetricFamily("batchplan_busy_ranks", "Warm rank processes running a check", value=busy)
         yield GaugeMetricFamily(

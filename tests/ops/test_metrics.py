@@ -87,6 +87,7 @@ def test_queue_depth_running_and_cancelled_checks(client: TestClient) -> None:
         value(families, "batchplan_checks_running") == 1 and value(families, "batchplan_checks_queued") == 1
     )
     assert value(families, "batchplan_busy_ranks") == 2
+    assert value(families, "batchplan_checks_waited_for") == 0
     cancelled_before = value(families, "batchplan_checks_total", status="cancelled", passed="none")
 
     assert client.delete(waiting).json()["status"] == "cancelled"  # never started: not counted as run

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,16 @@ def _blocker(port: int) -> dict[str, Any]:
     return job  # type: ignore[no-any-return]
 
 
+def _waited_for(port: int) -> float:
+    """The server's gauge of checks a GET ?wait= waits for: the waiting request has arrived."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("batchplan_checks_waited_for ")
+    )
+
+
 @pytest.mark.parametrize("target", ["uvicorn", "group"])
 def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tmp_path: Path) -> None:
     db = tmp_path / "jobs.sqlite3"
@@ -84,7 +95,7 @@ def test_sigterm_cancels_the_running_check_and_leaves_no_process(target: str, tm
         assert status == 202 and queued["status"] == "queued", queued
         waiting = ThreadPoolExecutor(1)
         waited = waiting.submit(_request, port, "GET", f"/v1/checks/{queued['id']}?wait=60", timeout=90)
-        time.sleep(0.5)
+        _wait(lambda: _waited_for(port) == 1, "the server holds the waiting request", 30, log)
         assert not waited.done()
 
         sent = time.monotonic()

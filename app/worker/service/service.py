@@ -89,8 +89,12 @@ class CheckService:
         return self._execution.stopping
 
     def waited_for(self) -> int:
-        """Jobs that some GET ?wait= waits for now."""
+        """Jobs with a GET ?wait= event, kept until each finishes."""
         return len(self._execution.waiters)
+
+    def waiting_now(self) -> int:
+        """Jobs that some GET ?wait= request waits for now."""
+        return self._execution.waiters.waiting()
 
     def queue_depth(self) -> int:
         return self._execution.queued()
@@ -188,7 +192,7 @@ class CheckService:
             # Recorded, perhaps not yet announced: wake any other waiter, leave no event.
             waiters.notify(job_id)
             return job
-        await waiters.wait(finished, wait_s)
+        await waiters.wait(job_id, finished, wait_s)
         return await self._read(job_id)
 
     async def _read(self, job_id: str) -> Job:

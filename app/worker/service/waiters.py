@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 
 
 class Waiters:
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
+        self._waiting: Counter[str] = Counter()  # requests waiting now, by job
         self._closed = False
 
     def register(self, job_id: str) -> asyncio.Event:
@@ -22,8 +24,12 @@ class Waiters:
         return event
 
     def __len__(self) -> int:
-        """How many jobs are waited for."""
+        """How many jobs have an event (kept until the job finishes, after a wait timed out too)."""
         return len(self._events)
+
+    def waiting(self) -> int:
+        """How many jobs a request waits for now."""
+        return len(self._waiting)
 
     def notify(self, job_id: str) -> None:
         """The job is recorded finished (or there is none): wake whoever waits for it."""
@@ -38,7 +44,12 @@ class Waiters:
             event.set()
         self._events.clear()
 
-    @staticmethod
-    async def wait(event: asyncio.Event, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
+    async def wait(self, job_id: str, event: asyncio.Event, seconds: float) -> None:
+        self._waiting[job_id] += 1
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), seconds)
+        finally:
+            self._waiting[job_id] -= 1
+            if not self._waiting[job_id]:
+                del self._waiting[job_id]
