@@ -70,15 +70,19 @@ _FORMATS: dict[str, Exporter] = {
 }
 
 
+# The formats that write a stream plan's splitter.
+_WRITE_A_STREAM = frozenset({"python"})
+
+
 def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
     """`exporter`, which writes a sampler's loader: a stream plan (no sampler, a splitter) is
     refused at the dataset's kind rather than exported as a map-style dataset."""
 
     def run(x: ExportInput) -> Export:
-        if x.plan.stream is not None:
-            raise InvalidValue(
-                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: build "
-                "the stream as the plan's `stream` says (docs/streams.md)",
+        if x.plan.stream is not None and name not in _WRITE_A_STREAM:
+            raise ExportUnsupported(
+                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: the "
+                "python export builds the stream as the plan's `stream` says (docs/streams.md)",
                 pointer="/dataset/kind",
             )
         return exporter(x)
