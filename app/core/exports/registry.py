@@ -71,7 +71,7 @@ _FORMATS: dict[str, Exporter] = {
 
 
 # The formats that write a stream plan's splitter.
-_WRITE_A_STREAM = frozenset({"python"})
+_WRITE_A_STREAM = frozenset({"python", "torchtitan"})
 
 
 def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
@@ -82,7 +82,8 @@ def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
         if x.plan.stream is not None and name not in _WRITE_A_STREAM:
             raise ExportUnsupported(
                 f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: the "
-                "python export builds the stream as the plan's `stream` says (docs/streams.md)",
+                "python export builds the stream as the plan's `stream` says, and the torchtitan export "
+                'writes its repeat and steps (end_of_epoch "steps"; docs/streams.md)',
                 pointer="/dataset/kind",
             )
         return exporter(x)
