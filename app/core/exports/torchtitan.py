@@ -82,7 +82,6 @@ def stream_tables(x: ExportInput, training: dict[str, object]) -> tuple[dict[str
             "torchtitan's loader splits its stream with datasets' split_dataset_by_node, not "
             f'{spec.splitter}: plan splitter "hf_datasets", or build the stream with the python export',
             pointer="/dataset/splitter",
-            suggestions={"dataset.splitter": ["hf_datasets"]},
         )
     if spec.end_of_epoch != "steps":
         raise ExportUnsupported(
@@ -90,7 +89,6 @@ def stream_tables(x: ExportInput, training: dict[str, object]) -> tuple[dict[str
             f"infinite=True, no config key) and stops at training.steps: it cannot {spec.end_of_epoch} an "
             'epoch\'s end; plan end_of_epoch "steps" with a step count',
             pointer="/dataset/end_of_epoch",
-            suggestions={"dataset.end_of_epoch": ["steps"]},
         )
     if "steps" not in training:
         raise ExportUnsupported(
