@@ -12,6 +12,7 @@ Over 300 lines: the three splitters' readers and their mistakes are one table of
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
 import random
@@ -340,8 +341,11 @@ def _ids(examples: list[Any]) -> Ids:
 
 
 def _shards(data: StreamSpec) -> list[list[int]]:
+    return _shard_ids(shard_sizes(data))
+
+
+def _shard_ids(sizes: Sequence[int]) -> list[list[int]]:
     """Shard i holds the ids offset_i .. offset_i + n_i - 1, as the plan's ids module numbers them."""
-    sizes = shard_sizes(data)
     return [list(range(a, a + n)) for a, n in zip(accumulate(sizes, initial=0), sizes, strict=False)]
 
 
@@ -371,24 +375,31 @@ def _hf_datasets(data: StreamSpec, rank: int, world: int, mistake: str | None) -
     a shard_samples list as generator shards; its shuffle (a shard permutation: buffer 1) and
     split_dataset_by_node."""
     try:
-        import datasets
         from datasets.distributed import split_dataset_by_node
     except ImportError:
         raise _missing("datasets") from None
 
-    shards = _shards(data)
-    if data.shard_samples is None:
-        ids = datasets.Dataset.from_dict({"id": list(chain.from_iterable(shards))})
-        ds = ids.to_iterable_dataset(num_shards=data.num_shards)
-    else:
-        features = datasets.Features({"id": datasets.Value("int64")})
-        ds = datasets.IterableDataset.from_generator(
-            _generate, features=features, gen_kwargs={"shards": shards}
-        )
+    ds = _hf_stream(tuple(shard_sizes(data)), data.shard_samples is None)
     if data.shuffle or mistake == "unseeded_shuffle":
         seed = _own_seed(data, rank) if mistake == "unseeded_shuffle" else data.seed
         ds = ds.shuffle(seed=seed, buffer_size=1, max_buffer_input_shards=1)
     return ds if mistake == "no_rank_split" else split_dataset_by_node(ds, rank=rank, world_size=world)
+
+
+@functools.lru_cache(maxsize=2)
+def _hf_stream(sizes: tuple[int, ...], shared_out: bool) -> Any:
+    """The stream before its shuffle and split, built once for a check's readings (the plan's
+    and its controls': datasets' shuffle and split return new datasets, never change this one)
+    and the next check of the same stream."""
+    import datasets
+
+    shards = _shard_ids(sizes)
+    if shared_out:
+        ids = datasets.Dataset.from_dict({"id": list(chain.from_iterable(shards))})
+        return ids.to_iterable_dataset(num_shards=len(sizes))
+    features = datasets.Features({"id": datasets.Value("int64")})
+    generated = datasets.IterableDataset.from_generator
+    return generated(_generate, features=features, gen_kwargs={"shards": shards})
 
 
 def _generate(shards: list[list[int]]) -> Iterator[dict[str, int]]:

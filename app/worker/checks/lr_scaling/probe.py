@@ -29,8 +29,9 @@ curves; its pieces that stand alone (gradients, updates, seeds, the noise readin
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -44,7 +45,7 @@ from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
-from app.worker.checks.lr_scaling.gradients import gradient_of
+from app.worker.checks.lr_scaling.gradients import NormSq, squared_norm_of, trainable
 from app.worker.checks.lr_scaling.noise_reading import NoiseAlong, WhyNot
 from app.worker.checks.lr_scaling.updates import Update
 from app.worker.checks.lr_scaling.verdict import Judged, LossCurve, judge
@@ -258,8 +259,7 @@ class LrScalingProbe(AfterKind[_Probe]):
         probe, work = state.probe, state.work
         module = seeded_module(work, ctx, draw)
         # Aliases of the module's weights: the update writes them, the evaluation reads the module.
-        params = [p.detach() for p in module.parameters() if p.requires_grad]
-        gradient = gradient_of(work, module, params)
+        params, gradient, written_out = trainable(work, module)
         update = Update(run.recipe, params)
         held_x, held_y = self._held_out(state, ctx)
 
@@ -274,9 +274,10 @@ class LrScalingProbe(AfterKind[_Probe]):
             with torch.no_grad(), model_code():
                 return work.referee.score(work.forward(module, held_x), held_y)
 
+        norm_sq = squared_norm_of(work, module, gradient if written_out else None)
         # The noise scale at the start, halfway (where the run spends its steps) and at the end.
         along: list[tuple[float | None, str | None]] = (
-            [self._noise_scale(ctx, state, module, run.batch_size)] if noise else []
+            [self._noise_scale(ctx, state, norm_sq, run.batch_size)] if noise else []
         )
         halfway = probe.samples // 2
         b, G = run.batch_size, probe.global_batch_size
@@ -299,7 +300,7 @@ class LrScalingProbe(AfterKind[_Probe]):
                 update.step(grads, rate)
                 consumed = (j + 1) * b
                 if len(along) == 1 and consumed >= halfway:
-                    along.append(self._noise_scale(ctx, state, module, run.batch_size))
+                    along.append(self._noise_scale(ctx, state, norm_sq, run.batch_size))
                 while points and points[0] <= consumed:
                     points.pop(0)
                     value = held_out_loss()
@@ -307,7 +308,7 @@ class LrScalingProbe(AfterKind[_Probe]):
                     diverged = value is None
         curve += [(p, None) for p in points]  # after a divergence: no loss to show
         if noise:
-            self._noise_at_end(ctx, state, module, run.batch_size, along, diverged)
+            self._noise_at_end(ctx, state, norm_sq, run.batch_size, along, diverged)
         return curve, held_out_metric()
 
     def _held_out(self, state: _Probe, ctx: Context) -> tuple[Any, Any]:
@@ -331,14 +332,13 @@ class LrScalingProbe(AfterKind[_Probe]):
             if count == 1:
                 yield x, y
                 continue
-            for k in range(count):
-                yield x[k * b : (k + 1) * b], y[k * b : (k + 1) * b]
+            yield from zip(x.split(b), y.split(b), strict=True)
 
     def _noise_at_end(
         self,
         ctx: Context,
         state: _Probe,
-        module: torch.nn.Module,
+        norm_sq: NormSq,
         small: int,
         along: list[tuple[float | None, str | None]],
         diverged: bool,
@@ -346,41 +346,41 @@ class LrScalingProbe(AfterKind[_Probe]):
         """The base run's three noise scales (and why each missing one is missing) into `state`."""
         gone = (None, "the base run diverged before it")
         along += [gone] * (2 - len(along))  # a run that diverged before halfway
-        along.append(gone if diverged else self._noise_scale(ctx, state, module, small))
+        along.append(gone if diverged else self._noise_scale(ctx, state, norm_sq, small))
         state.noise = (along[0][0], along[1][0], along[2][0])
         state.noise_why = (along[0][1], along[1][1], along[2][1])
 
     def _noise_scale(
-        self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int
+        self, ctx: Context, state: _Probe, norm_sq: NormSq, small: int
     ) -> tuple[float | None, str | None]:
         """B_simple at the module's weights: |G|^2 and tr(S) from small batches of the base
         batch (8 to 256) and the big batch they make, averaged over repeats, then divided; None
         with the reason where the estimate cannot be divided."""
         small = max(8, min(small, 256))
-        big = small * _NOISE_GROUPS
-        indices = state.stream.noise_indices(big * _NOISE_REPEATS)
+        indices = state.stream.noise_indices(small * _NOISE_GROUPS * _NOISE_REPEATS)
+        if state.work.independent_samples:  # made at once and sliced, as a run's batches are
+            x, y = self._batch(state, indices, ctx, noisy=True)
+
+            def of(lo: int, hi: int) -> float:
+                return norm_sq(x[lo:hi], y[lo:hi])
+        else:
+
+            def of(lo: int, hi: int) -> float:
+                return norm_sq(*self._batch(state, indices[lo:hi], ctx, noisy=True))
+
         with torch.enable_grad():  # halfway, the run's loop holds no_grad
-            return self._noise_of(ctx, state, module, small, indices)
+            return self._noise_of(of, small, len(indices))
 
     def _noise_of(
-        self, ctx: Context, state: _Probe, module: torch.nn.Module, small: int, indices: list[int]
+        self, squared_norm: Callable[[int, int], float], small: int, count: int
     ) -> tuple[float | None, str | None]:
-        params = [p for p in module.parameters() if p.requires_grad]
         big = small * _NOISE_GROUPS
-
-        def squared_norm(chunk: list[int]) -> float:
-            module.zero_grad(set_to_none=True)
-            x, y = self._batch(state, chunk, ctx, noisy=True)
-            grads = torch.autograd.grad(state.work.loss(module, x, y, "mean"), params, allow_unused=True)
-            return float(sum(g.double().pow(2).sum() for g in grads if g is not None))
-
         sq, trace = 0.0, 0.0
         for k in range(_NOISE_REPEATS):
-            chunk = indices[k * big : (k + 1) * big]
-            smalls = [
-                (squared_norm(chunk[i * small : (i + 1) * small]), float(small)) for i in range(_NOISE_GROUPS)
-            ]
-            estimate = step_estimate(smalls, squared_norm(chunk), big)
+            at = k * big
+            ends = [at + i * small for i in range(_NOISE_GROUPS + 1)]
+            smalls = [(squared_norm(lo, hi), float(small)) for lo, hi in itertools.pairwise(ends)]
+            estimate = step_estimate(smalls, squared_norm(at, at + big), big)
             sq += estimate.gradient_sq
             trace += estimate.trace
         if not (math.isfinite(sq) and math.isfinite(trace)):
@@ -389,7 +389,7 @@ class LrScalingProbe(AfterKind[_Probe]):
             # The unbiased |G|^2 subtracts the noise from the big batch's squared norm: near a
             # minimum the mean gradient is smaller than its noise, and the difference goes below 0.
             return None, (
-                f"the mean gradient is within its own noise ({len(indices):,} samples estimate |G|^2 "
+                f"the mean gradient is within its own noise ({count:,} samples estimate |G|^2 "
                 "at or below 0): the run is near a minimum, where B_noise grows beyond what they resolve"
             )
         if trace <= 0:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from app.core.records.plan import LearningRatePlan
-from app.worker.checks.lr_scaling.gradients import gradient_of
+from app.worker.checks.lr_scaling.gradients import squared_norm_of, trainable
 from app.worker.checks.lr_scaling.updates import Update
 from app.worker.training.reference_run import build_optimizer
 from app.worker.training.synthetic_model import half_squared_error
@@ -51,8 +51,8 @@ def test_a_run_by_hand_matches_torch_optim_and_autograd(recipe: LearningRatePlan
     theirs = work.module(torch.float64, cpu)
     optimizer = build_optimizer(recipe, theirs.parameters())
     mine = work.module(torch.float64, cpu)
-    params = [p.detach() for p in mine.parameters()]
-    gradient, update = gradient_of(work, mine, params), Update(recipe, params)
+    params, gradient, _ = trainable(work, mine)
+    update = Update(recipe, params)
     assert gradient.__name__ == "by_hand"  # the built-in model's written-out backward
     for j, (x, y) in enumerate(_batches(work, 300)):
         lr = recipe.lr * (1 - j / 300)  # a moving lr, as a schedule's
@@ -63,17 +63,26 @@ def test_a_run_by_hand_matches_torch_optim_and_autograd(recipe: LearningRatePlan
         optimizer.step()
         with torch.no_grad():
             update.step(gradient(x, y), lr)
-    assert _relative(params, [p.detach() for p in theirs.parameters()]) < 1e-12
+    ours = [p.detach() for p in mine.parameters()]  # views of the one tensor the update stepped
+    assert _relative(ours, [p.detach() for p in theirs.parameters()]) < 1e-12
 
 
 def test_any_other_model_takes_autograd() -> None:
     work = SyntheticWorkload(0)
     module = torch.nn.Sequential(torch.nn.Linear(8, 4, dtype=torch.float64))
-    params = [p.detach() for p in module.parameters()]
-    gradient = gradient_of(work, module, params)
+    _, gradient, _ = trainable(work, module)
     assert gradient.__name__ == "by_autograd"
     x, y = _batches(work, 1)[0]
     with torch.no_grad():  # as the run's loop calls it
         grads = gradient(x, y)
     half_squared_error(module(x), y).backward()  # type: ignore[no-untyped-call]
     assert _relative(list(grads), [p.grad for p in module.parameters() if p.grad is not None]) == 0
+
+
+def test_the_noise_scales_squared_norm_by_hand_is_autograds() -> None:
+    work = SyntheticWorkload(5)
+    module = work.module(torch.float64, torch.device("cpu"))
+    by_hand = squared_norm_of(work, module, trainable(work, module).gradient)
+    by_autograd = squared_norm_of(work, module, None)
+    for x, y in _batches(work, 3):
+        assert by_hand(x, y) == pytest.approx(by_autograd(x, y), rel=1e-12)
