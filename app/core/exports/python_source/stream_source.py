@@ -1,5 +1,6 @@
-"""The source text of the python skeleton of a stream plan (filled by stream_skeleton): one
-module, because it is one file a user copies."""
+"""The source text of the python skeleton of a stream plan (filled by stream_skeleton).
+
+Over 300 lines: it is one script, the file a user copies, held as one string."""
 
 STREAM_SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan of a streaming dataset.
