@@ -41,6 +41,35 @@ class ResumeGroupOut(ResponseModel):
     skip_samples: int = Field(description="The same in samples: indices of the rank's shard.")
 
 
+class ReaderResumeGroupOut(ResponseModel):
+    start: int = Field(
+        description="First global reader (rank x num_workers + worker) of the group (inclusive)."
+    )
+    stop: int = Field(description="Last global reader (exclusive).")
+    shard_in_reader: int = Field(
+        description="Shards of the reader's own list (the epoch's shard order[g::readers] for reader g) read "
+        "to the end before the checkpoint: it starts in shard order[g + shard_in_reader x readers] (shard "
+        "g + shard_in_reader x readers without shuffle); all of them when the reader is done."
+    )
+    offset: int = Field(description="Samples of that shard already consumed: the reader starts at this row.")
+    skip_samples: int = Field(
+        description="Samples of the reader's stream consumed, from the epoch's start (litdata's "
+        "num_samples_yielded of the reader)."
+    )
+    skip_micro_batches: int = Field(description="The reader's micro-batches delivered before the checkpoint.")
+
+
+class StreamResumeOut(ResponseModel):
+    readers: int = Field(description="The plan's readers (ranks x workers), which the resumed run keeps.")
+    num_workers: int = Field(
+        description="The resumed run's DataLoader workers per rank: readers / data_parallel_size (1 reads "
+        "as 0 does: the rank itself)."
+    )
+    reader_groups: list[ReaderResumeGroupOut] = Field(
+        description="Where each reader starts again, consecutive readers that start alike merged."
+    )
+
+
 class ResumeOut(ResponseModel):
     model_config = with_examples(
         {
@@ -113,4 +142,9 @@ class ResumeOut(ResponseModel):
     suggestions: dict[str, list[int]] = Field(
         description="When same_global_batches is false: the nearest values (request fields) with which it is "
         "true, each planned before it is given."
+    )
+    stream: StreamResumeOut | None = Field(
+        None,
+        description="A rank_worker stream's resume (docs/streams.md): the readers it keeps and where each "
+        "starts again; null for a map dataset.",
     )

@@ -11,6 +11,15 @@ from pydantic import Field
 from app.schemas.types import ResponseModel, with_examples
 
 
+class ShortMicroBatchOut(ResponseModel):
+    micro_batch: int = Field(
+        description="Its place in each rank's epoch, in the DataLoader's delivery order, from 0."
+    )
+    step: int = Field(description="The optimizer step of the epoch it falls in: micro_batch // accumulation.")
+    worker: int = Field(description="The DataLoader worker whose last micro-batch it is.")
+    samples: int = Field(description="Its samples, fewer than micro_batch_size.")
+
+
 class StreamRankGroupOut(ResponseModel):
     """Consecutive ranks [start, stop) with equal figures, per rank and per epoch, before the
     end-of-epoch policy."""
@@ -27,6 +36,11 @@ class StreamRankGroupOut(ResponseModel):
     micro_batch_size: int
     worker_shards: list[int] = Field(description="Per worker (one entry with num_workers 0): its shards.")
     worker_samples: list[int] = Field(description="Per worker: its samples in an epoch.")
+    short_micro_batches: list[ShortMicroBatchOut] = Field(
+        description="Each rank's short micro-batches that the epoch trains (a worker's last; under cycle and "
+        "steps those of the first pass, which recur every micro_batches): the steps whose loss scale "
+        "differs (loss_scale_formula)."
+    )
 
 
 class StreamWarningOut(ResponseModel):
@@ -52,6 +66,7 @@ class StreamOut(ResponseModel):
                     "micro_batch_size": 4,
                     "worker_shards": [2, 2],
                     "worker_samples": [512, 512],
+                    "short_micro_batches": [],
                 }
             ],
             "samples_read": 4096,
@@ -68,6 +83,8 @@ class StreamOut(ResponseModel):
             "micro_batches_per_epoch": 256,
             "leftover_micro_batches": 0,
             "train_steps": None,
+            "loss_scale_formula": "each micro-batch's mean loss x 4 (data_parallel_size) x its samples / 32 "
+            "(every micro-batch trained is full: each step holds the global batch)",
         }
     )
 
@@ -108,3 +125,7 @@ class StreamOut(ResponseModel):
         "into the next pass (steps)."
     )
     train_steps: int | None = Field(description="end_of_epoch steps: the run's optimizer steps, when given.")
+    loss_scale_formula: str | None = Field(
+        description="What each micro-batch's loss is multiplied by so that a step's averaged gradient is the "
+        "mean over the step's samples, its short micro-batches (rank_groups[].short_micro_batches) included."
+    )

@@ -13,18 +13,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-
 from fastapi.testclient import TestClient
 from support.apps import warm_client
+from support.installed import installed
 from support.polling import hold_ranks, run_check, wait_check, wait_for, wait_warm
 
 from app.contract.codec import encode
 from app.schemas.check_examples import CHECK_EXAMPLES
 from app.schemas.host import HostOut
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 # The check examples' plans (read only here), the first with a dataset: a sampler to compare.

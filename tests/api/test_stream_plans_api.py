@@ -60,6 +60,7 @@ def test_a_stream_plan_answers_its_split_in_place_of_the_sampler(client: TestCli
             "micro_batch_size": 4,
             "worker_shards": [2, 2],
             "worker_samples": [512, 512],
+            "short_micro_batches": [],
         }
     ]
     assert stream["optimizer_steps_per_epoch"] == 128
@@ -188,7 +189,12 @@ def test_a_mixed_cluster_splits_by_its_replicas_micro_batches(client: TestClient
     spec = StreamSpec(len(shards), "hf_datasets", shard_samples=shards, num_workers=2)
     core = plan_stream(spec, 3, micro, answer["gradient_accumulation_steps"])
     assert answer["stream"]["rank_groups"] == [
-        {**asdict(g), "worker_shards": list(g.worker_shards), "worker_samples": list(g.worker_samples)}
+        {
+            **asdict(g),
+            "worker_shards": list(g.worker_shards),
+            "worker_samples": list(g.worker_samples),
+            "short_micro_batches": [asdict(s) for s in g.short_micro_batches],
+        }
         for g in core.rank_groups
     ]
 
@@ -213,7 +219,6 @@ def test_what_does_not_take_a_stream_yet_refuses_it_at_the_dataset(client: TestC
     [
         ("hf_datasets", "but not across ranks"),
         ("webdataset", "same num_workers"),
-        ("rank_worker", "restart the epoch"),
     ],
 )
 def test_a_stream_plans_resume_is_refused_with_the_tools_words(
@@ -228,6 +233,48 @@ def test_a_stream_plans_resume_is_refused_with_the_tools_words(
     assert splitter != "hf_datasets" or "huggingface/datasets#7447" in problem["detail"]
 
 
+def test_a_rank_worker_resume_says_where_each_reader_starts_and_refuses_at_its_field(
+    client: TestClient,
+) -> None:
+    body = {
+        **_with(splitter="rank_worker", num_samples=200, num_shards=8),
+        "topology": {"num_nodes": 1, "gpus_per_node": 2},
+        "global_batch_size": 16,
+        "resume": {"consumed_samples": 48, "data_parallel_size": 1},
+    }
+    resume = client.post("/v1/plans", json=body).json()["resume"]
+    assert (
+        resume["optimizer_step"],
+        resume["gradient_accumulation_steps"],
+        resume["same_global_batches"],
+    ) == (3, 4, True)
+    assert resume["stream"] == {
+        "readers": 4,
+        "num_workers": 4,
+        "reader_groups": [
+            {
+                "start": 0,
+                "stop": 4,
+                "shard_in_reader": 0,
+                "offset": 12,
+                "skip_samples": 12,
+                "skip_micro_batches": 3,
+            }
+        ],
+    }
+    body["resume"] = {"consumed_samples": 50, "data_parallel_size": 1}
+    assert _refused(client, body, "/resume/consumed_samples")["suggestions"] == {
+        "resume.consumed_samples": [48, 64]
+    }
+    body["resume"] = {"consumed_samples": 48, "data_parallel_size": 3}
+    assert _refused(client, body, "/resume/data_parallel_size")["suggestions"] == {
+        "resume.data_parallel_size": [2, 4]
+    }
+    body["resume"] = {"consumed_samples": 48}
+    body["dataset"]["end_of_epoch"] = "pad"
+    assert '"drop"' in _refused(client, body, "/dataset/end_of_epoch")["detail"]
+
+
 def test_a_check_of_a_stream_plan_is_accepted_and_its_limits_refused_at_the_dataset(tmp_path: Path) -> None:
     from support.fake_runner import FakeRunner
 
@@ -235,9 +282,16 @@ def test_a_check_of_a_stream_plan_is_accepted_and_its_limits_refused_at_the_data
     from app.settings import Settings
 
     settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
-    with TestClient(create_app(settings, runner=FakeRunner()), raise_server_exceptions=False) as client:
+    with TestClient(create_app(settings, runner=FakeRunner(size=4)), raise_server_exceptions=False) as client:
         accepted = client.post("/v1/checks", json={"plan": _with()})
         too_many = client.post("/v1/checks", json={"plan": _with(num_workers=8)})
+        wider = {**_with(), "topology": {"num_nodes": 1, "gpus_per_node": 8}}
+        more_ranks = client.post("/v1/checks", json={"plan": wider})
     assert accepted.status_code == 202, accepted.text
     assert too_many.status_code == 422, too_many.text
     assert too_many.json()["errors"][0]["pointer"] == "/plan/dataset/num_workers"
+    # one process per rank: 8 ranks on a worker of 4 processes is refused at submission, not run
+    assert more_ranks.status_code == 422, more_ranks.text
+    problem = more_ranks.json()
+    assert problem["errors"][0]["pointer"] == "/plan/topology/gpus_per_node"
+    assert problem["suggestions"] == {"topology.gpus_per_node": [4]}

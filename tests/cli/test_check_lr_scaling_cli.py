@@ -1,5 +1,11 @@
-"""`batchplan check --lr-scaling SAMPLES`: the probe on a server's warm ranks (--url) and here,
-printed as one row a run and the verdict, its chart saved with --lr-chart."""
+"""`batchplan check --lr-scaling SAMPLES`: the probe on a server's warm ranks (--url), printed
+as one row a run and the verdict, its chart saved with --lr-chart.
+
+Not here as well: a check here sends the same body (app/cli/check.py's check_body) to ranks
+it starts, whose rank program runs it with the warm ranks' run_spec and nothing of its own per
+kind of check; tests/cli/test_check_cli.py's test_check_locally proves those ranks start and
+answer, and tests/cli/test_check_run_cli.py runs a check of several steps here. A probe here
+started two more cold ranks to print what the server's run prints."""
 
 from __future__ import annotations
 
@@ -42,13 +48,6 @@ def test_the_probe_on_a_server(run: Invoke, worker_server: Server, tmp_path: Pat
     assert out.exit_code == 0, out.stderr
     _assert_probe_output(out.stdout)
     assert chart.read_bytes().startswith(b"<?xml") and f"wrote {chart}" in out.stderr
-
-
-@pytest.mark.slow
-def test_the_probe_here(run: Invoke) -> None:
-    out = run("check", *PROBE, "--lr-scaling", "4096", "--lr-rules", "sqrt", "--timeout", "120")
-    assert out.exit_code == 0, out.stderr
-    _assert_probe_output(out.stdout)
 
 
 def test_a_probe_without_a_learning_rate_is_refused_at_its_field(run: Invoke) -> None:

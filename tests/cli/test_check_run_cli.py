@@ -63,15 +63,6 @@ def test_a_chart_needs_a_run(run: Invoke, worker_server: Server, tmp_path: Path)
     assert not chart.exists()
 
 
-@pytest.mark.slow
-def test_a_run_here_draws_its_own_chart(run: Invoke, tmp_path: Path) -> None:
-    chart = tmp_path / "run.svg"
-    out = run("check", *RUN, "--steps", "4", "--chart", str(chart))
-    assert out.exit_code == 0, out.stderr
-    assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 1), (3, 1)]
-    assert b"<svg" in chart.read_bytes() and b"set_epoch_missing" in chart.read_bytes()
-
-
 RESUME = ["--steps", "6", "--resume-at", "2", "--resume-replicas", "1"]
 
 
@@ -94,10 +85,15 @@ def test_a_resume_check_on_a_server_prints_its_resume(run: Invoke, worker_server
 
 
 @pytest.mark.slow
-def test_a_resume_check_here_prints_its_resume(run: Invoke) -> None:
-    out = run("check", *RUN, *RESUME)
+def test_a_resume_check_here_prints_its_resume_and_draws_its_own_chart(run: Invoke, tmp_path: Path) -> None:
+    """Here, the ranks this command starts: one run serves both (each local run starts its
+    ranks cold), the resume it prints and the chart drawn here rather than fetched."""
+    chart = tmp_path / "run.svg"
+    out = run("check", *RUN, *RESUME, "--chart", str(chart))
     assert out.exit_code == 0, out.stderr
     _resumed(out.stdout)
+    assert _steps(out.stdout) == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 1)]
+    assert b"<svg" in chart.read_bytes() and b"set_epoch_missing" in chart.read_bytes()
 
 
 def test_a_resume_check_needs_both_flags(run: Invoke) -> None:

@@ -129,12 +129,16 @@ def test_skeleton_trains_even_and_uneven_plans_under_torchrun(tmp_path: Path) ->
     # three times then; now once (6 torchruns cost 60 CPU-s of CI's two cores), beside the
     # other runs of the same skeleton under torchrun that fail on a non-zero exit
     # (test_recipe_runs.py's python cases, the token and mesh skeletons).
+    # Two plans: the even one on a factory, and an uneven split (by curves) on the skeleton's
+    # placeholders over a padded dataset. The uneven plan of accumulation 3 with AdamW ran here
+    # too; test_recipe_runs.py's python cases run that skeleton on uneven groups, accumulation
+    # and AdamW under torchrun and hold every step to the reference, which is more than this
+    # run's exit and last line showed.
     (tmp_path / "shadow").mkdir()
     (tmp_path / "shadow" / "tinyfactory.py").write_text(FACTORY)
     factory = ExportOptions(model_factory="tinyfactory:build")
     runs = {
         "even": _start(FACTORY_PLAN, tmp_path, "even", factory, ("--checkpoint", "even.pt")),
-        "uneven": _start(UNEVEN, tmp_path, "uneven"),
         "curves": _start(CURVES, tmp_path, "curves"),
     }
     outputs = {}

@@ -34,6 +34,7 @@ from support.polling import wait_for
 from support.servers import HOST, ROOT, free_port, request, running, stop, wait_until_live
 
 from app.schemas.elastic import ELASTIC_REQUEST_EXAMPLE
+from app.worker.service.limits import CPU_PROCESSES_PER_HOST, visible_gpus
 
 # ------------------------------------------------------------------ the Dockerfile
 
@@ -196,16 +197,24 @@ def test_the_api_image_command_serves_the_planner_without_torch(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_the_worker_image_is_healthy_once_its_ranks_are_warm(tmp_path: Path) -> None:
-    env = process_env("worker", tmp_path) | {"BATCHPLAN_PROCESSES_PER_HOST": "1"}
+    """With BATCHPLAN_PROCESSES_PER_HOST as the image leaves it (auto, the default): one warm
+    rank per GPU the worker sees, a few on a host without GPUs (test_processes_per_host.py
+    counts them), and /v1/host and /readyz say so. (The one test of the default's ranks: a
+    second server of that size just for them cost 10 CPU-s.)"""
+    env = process_env("worker", tmp_path)
+    env.pop("BATCHPLAN_PROCESSES_PER_HOST", None)
+    expected = visible_gpus() or CPU_PROCESSES_PER_HOST
     assert env["BATCHPLAN_JOBS_DB"] == str(tmp_path / "data" / "jobs.sqlite3")
     (tmp_path / "data").mkdir()
     port = free_port()
     log = tmp_path / "server.log"
     with running(target_argv("worker", port), env, tmp_path, log) as proc:
         wait_until_live(proc, port, log)
-        wait_for(lambda: run_healthcheck("worker", port, env) == 0, "a healthy worker", 90, log, proc=proc)
+        wait_for(lambda: run_healthcheck("worker", port, env) == 0, "a healthy worker", 120, log, proc=proc)
         status, _, ready = request(port, "GET", "/readyz")
-        assert status == 200 and ready["worker"]["ready"] is True and ready["worker"]["warm_processes"] == 1
+        assert status == 200 and ready["worker"]["ready"] is True, ready
+        assert ready["worker"]["warm_processes"] == ready["worker"]["processes_per_host"] == expected, ready
+        assert request(port, "GET", "/v1/host")[2]["processes_per_host"] == expected
     assert (tmp_path / "data" / "jobs.sqlite3").is_file()
 
 

@@ -8,18 +8,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from support.apps import warm_client
+from support.installed import installed
 from support.polling import FINISHED, hold_ranks, wait_check, wait_warm
 
 from app.logging_setup import configure_logging
 from app.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 

@@ -1,19 +1,16 @@
 """BATCHPLAN_PROCESSES_PER_HOST=auto (the default): one warm rank per GPU the worker sees, counted
-without importing torch; a few on a host without GPUs."""
+without importing torch; a few on a host without GPUs. That the default worker warms that many
+(and /v1/host and /readyz say so) is tests/ops/test_container.py's worker image test."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
-from support.polling import wait_warm
 
-from app.main import create_app
 from app.settings import Settings
 from app.worker.service.limits import CPU_PROCESSES_PER_HOST, Limits, visible_gpus
 
@@ -79,17 +76,3 @@ def test_auto_follows_cuda_visible_devices_as_torch_does() -> None:
     for listed in ("0", "", ",".join(str(i) for i in range(visible_gpus()))):
         environ = dict(os.environ, CUDA_VISIBLE_DEVICES=listed)
         assert visible_gpus(environ) == _torch_device_count(environ), listed
-
-
-@pytest.mark.slow
-def test_the_default_worker_warms_one_rank_per_gpu(tmp_path: Path) -> None:
-    """Settings() as the app and compose leave it: that many ranks warm up, and /v1/host and
-    /readyz say so."""
-    expected = visible_gpus() or CPU_PROCESSES_PER_HOST
-    settings = Settings(jobs_db=tmp_path / "jobs.sqlite3", log_level="warning")
-    assert settings.processes_per_host == "auto"
-    with TestClient(create_app(settings)) as client:
-        host = wait_warm(client, expected, timeout=120)
-        assert host["processes_per_host"] == expected, json.dumps(host)[:500]
-        ready = client.get("/readyz").json()["worker"]
-        assert ready["processes_per_host"] == expected and ready["ready"] is True

@@ -16,18 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("torch")
-
 from support.bodies import lonely_rendezvous
 from support.image_targets import process_env, target_argv
+from support.installed import installed
 from support.polling import wait_for as _wait
 from support.processes import alive as _alive
 from support.processes import descendants, session_processes, still_there
 from support.servers import HOST, ROOT, free_port, running, wait_until_live, worker_env
 from support.servers import request as _request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 EXIT_LIMIT_S = 15.0

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from support.fake_runner import FakeRunner
 
 
-@pytest.fixture
-def queued_only_client(tmp_path: Path) -> Iterator[object]:
+@pytest.fixture(scope="module")
+def queued_only_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The app with a check service that accepts and stores jobs but never runs them:
-    no rank process starts, so hostile check requests cannot allocate anything."""
+    no rank process starts, so hostile check requests cannot allocate anything. One per
+    module: its tests refuse requests before anything is stored and assert that nothing was,
+    so each finds it as the last one left it, empty; a new app per test only cost CPU."""
+    tmp_path = tmp_path_factory.mktemp("queued_only")
     from fastapi.testclient import TestClient
 
     from app.main import create_app

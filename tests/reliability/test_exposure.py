@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.installed import installed
 from support.polling import wait_check, wait_for
 from support.processes import session_processes
 from support.servers import (
@@ -27,8 +28,7 @@ from support.servers import (
     worker_env,
 )
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 WARNING = "the worker runs checks for anyone who can reach"

@@ -1,5 +1,6 @@
 """Faults with real processes: the server SIGKILLed mid-check and restarted on the same
-database, and a job database that is locked or read-only. In each the job ends with a
+database, and a job database that is locked or read-only (on the restarted server: one start
+fewer). In each the job ends with a
 clear reason, no process is left behind (scanned in /proc by session id), finished results
 are intact and the next check passes.
 
@@ -17,17 +18,19 @@ import time
 from pathlib import Path
 
 import pytest
+from support.installed import installed
 from support.polling import hold_ranks, wait_for
 from support.processes import session_processes
-from support.servers import request, serve, worker_env
+from support.servers import Server, request, serve, worker_env
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 
 
-def test_server_sigkilled_mid_check_then_restarted_on_the_same_db(tmp_path: Path) -> None:
+def test_server_sigkilled_mid_check_then_restarted_on_the_same_db_then_locked(tmp_path: Path) -> None:
+    """The restarted server then meets a locked database
+    (_locked_database_delays_then_recovers_and_jobs_end_clearly): one server start fewer."""
     db = tmp_path / "jobs.sqlite3"
     with serve(worker_env(db), tmp_path / "first.log") as first:
         first.wait_warm(2)
@@ -48,34 +51,33 @@ def test_server_sigkilled_mid_check_then_restarted_on_the_same_db(tmp_path: Path
         assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
         assert second.job(done["id"])["result"] == done["result"]  # finished results intact
         assert second.check({"plan": EVEN_2})["result"]["passed"]
+        _locked_database_delays_then_recovers_and_jobs_end_clearly(second, db)
     assert session_processes(second.process.pid) == []
 
 
-def test_locked_database_delays_then_recovers_and_jobs_end_clearly(tmp_path: Path) -> None:
-    db = tmp_path / "jobs.sqlite3"
-    with serve(worker_env(db), tmp_path / "server.log") as server:
-        server.wait_warm(2)
-        before = server.check({"plan": EVEN_2})
-        # Another connection holds an exclusive lock briefly: the request waits, then succeeds.
-        locker = sqlite3.connect(db, isolation_level=None, timeout=1)
-        locker.execute("BEGIN EXCLUSIVE")
-        time.sleep(1.0)  # the lock must be held while the request arrives
-        locker.execute("ROLLBACK")
-        after = server.check({"plan": EVEN_2})
-        assert after["result"]["passed"]
-        # Held past SQLite's busy timeout while a check is submitted: a clear 5xx/4xx problem,
-        # never a hang, and the server keeps serving.
-        locker.execute("BEGIN EXCLUSIVE")
-        started = time.monotonic()
-        # Each on a connection of its own, as the server may close one it failed a request on.
-        status, _, problem = request(server.port, "POST", "/v1/checks", {"plan": EVEN_2}, timeout=30)
-        waited = time.monotonic() - started
-        locker.execute("ROLLBACK")
-        locker.close()
-        assert status != 202 or waited < 11, (status, problem)
-        if status != 202:
-            assert status in (500, 503) and problem["detail"], problem
-        assert request(server.port, "GET", "/livez")[0] == 200
-        assert server.job(before["id"])["result"] == before["result"]
-        assert server.check({"plan": EVEN_2})["result"]["passed"]
-    assert session_processes(server.process.pid) == []
+def _locked_database_delays_then_recovers_and_jobs_end_clearly(server: Server, db: Path) -> None:
+    """Another connection locks the server's database: briefly, a check waits then runs; past
+    SQLite's busy timeout, a clear problem (never a hang) and the server serves on."""
+    before = server.check({"plan": EVEN_2})
+    # Another connection holds an exclusive lock briefly: the request waits, then succeeds.
+    locker = sqlite3.connect(db, isolation_level=None, timeout=1)
+    locker.execute("BEGIN EXCLUSIVE")
+    time.sleep(1.0)  # the lock must be held while the request arrives
+    locker.execute("ROLLBACK")
+    after = server.check({"plan": EVEN_2})
+    assert after["result"]["passed"]
+    # Held past SQLite's busy timeout while a check is submitted: a clear 5xx/4xx problem,
+    # never a hang, and the server keeps serving.
+    locker.execute("BEGIN EXCLUSIVE")
+    started = time.monotonic()
+    # Each on a connection of its own, as the server may close one it failed a request on.
+    status, _, problem = request(server.port, "POST", "/v1/checks", {"plan": EVEN_2}, timeout=30)
+    waited = time.monotonic() - started
+    locker.execute("ROLLBACK")
+    locker.close()
+    assert status != 202 or waited < 11, (status, problem)
+    if status != 202:
+        assert status in (500, 503) and problem["detail"], problem
+    assert request(server.port, "GET", "/livez")[0] == 200
+    assert server.job(before["id"])["result"] == before["result"]
+    assert server.check({"plan": EVEN_2})["result"]["passed"]

@@ -2,7 +2,8 @@
 corrupted), a file that is not batchplan's or is from a newer schema (a clear start-up error,
 the file untouched), a database locked past SQLite's busy timeout and a full disk (a clear
 error, the planner serves on, the jobs run once the database works again); and the results a
-restart keeps, with the jobs it interrupted failed."""
+restart keeps, with the jobs it interrupted failed. The cases that need a real server share
+two server lifetimes on one database rather than start five (three servers, two in-process)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from support.fake_runner import FakeRunner
-from support.polling import hold_ranks, run_check, wait_check, wait_warm
+from support.polling import hold_ranks, wait_check
 from support.processes import session_processes
-from support.servers import request, serve, worker_env
+from support.servers import Server, request, serve, worker_env
 
 from app.contract.codec import encode
 from app.contract.jobs import JobStatus
@@ -100,34 +101,6 @@ def test_an_unusable_file_is_a_clear_start_up_error_and_stays_untouched(tmp_path
 
 
 @pytest.mark.slow
-def test_two_servers_on_one_database_the_second_refuses_and_nothing_breaks(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    db = tmp_path / "jobs.sqlite3"
-    with serve(worker_env(db, 2), tmp_path / "first.log") as first:
-        first.wait_warm(2)
-        done = first.check({"plan": EVEN_2})
-        running = hold_ranks(first.client, EVEN_2, timeout=30)
-        with serve(worker_env(db, 2), tmp_path / "second.log") as second:
-            status, _, ready = request(second.port, "GET", "/readyz")
-            assert status == 503, ready
-            error = ready["worker"]["error"]
-            assert f"in use by another server (pid {first.process.pid})" in error, error
-            status, _, problem = request(second.port, "POST", "/v1/checks", {"plan": EVEN_2})
-            assert status == 503 and "in use by another server" in problem["detail"]
-            assert request(second.port, "POST", "/v1/plans", PLAN)[0] == 200
-        # The first server's jobs are as it left them: the second neither failed its running
-        # check (as a restart would) nor ran its queue.
-        assert first.client.get(running).json()["status"] == "running"
-        first.client.delete(running)
-        assert first.check({"plan": EVEN_2})["result"]["passed"]
-    assert integrity(db) == "ok"
-    with serve(worker_env(db, 2), tmp_path / "third.log") as third:  # free once the first stopped
-        third.wait_warm(2)
-        assert third.job(done["id"])["result"] == done["result"]
-    assert session_processes(third.process.pid) == []
-
-
-@pytest.mark.slow
 def test_a_queued_job_outlasts_a_database_locked_past_the_busy_timeout(tmp_path: Path) -> None:
     """The worker that took a queued job while another program held the database past SQLite's
     10 s busy timeout used to die, and with it every later job (queued until a restart)."""
@@ -163,62 +136,81 @@ def test_a_queued_job_outlasts_a_database_locked_past_the_busy_timeout(tmp_path:
 
 
 @pytest.mark.slow
-def test_a_full_disk_is_a_clear_error_and_the_planner_serves_on(tmp_path: Path) -> None:
-    """Writes that fail (the server's file size limit at 0, as a full disk fails them): a
-    submission is a 503 naming the job database, reads and plans answer, a check that ends
-    meanwhile is recorded once writes work again, and the queue then runs."""
+def test_one_database_across_servers_a_second_refuses_a_restart_keeps_and_a_full_disk(tmp_path: Path) -> None:
+    """One database's life across two server lifetimes (each start is torch's import and two
+    ranks: the cases share them). A second server on the file refuses and breaks nothing; a
+    restart keeps the finished results and fails the jobs the stop interrupted; then a full
+    disk on the restarted server (_a_full_disk_is_a_clear_error_and_the_planner_serves_on)."""
     pytest.importorskip("torch")
     db = tmp_path / "jobs.sqlite3"
-    # Its log goes nowhere: a log file could not be written either.
-    with serve(worker_env(db, 2), None) as server:
-        pid = server.process.pid
-        server.wait_warm(2)
-        done = server.check({"plan": EVEN_2})
-        holder = hold_ranks(server.client, EVEN_2, timeout=30, timeout_s=4)
-        queued = server.client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
-        limits = resource.prlimit(pid, resource.RLIMIT_FSIZE)
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
-        try:
-            refused = server.client.post("/v1/checks", json={"plan": EVEN_2})
-            assert refused.status_code == 503, refused.text
-            assert refused.headers["content-type"] == "application/problem+json"
-            assert "job database" in refused.json()["detail"] and refused.headers["retry-after"]
-            assert server.client.post("/v1/plans", json=PLAN).status_code == 200
-            assert server.job(done["id"])["result"] == done["result"]
-            time.sleep(6)  # the holder times out now; its end cannot be written
-            assert server.client.get(holder).json()["status"] == "running"
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
-        late = wait_check(server.client, holder, ("failed",), timeout=30)
-        assert "did not finish within timeout_s=4" in late["error"]
-        assert wait_check(server.client, queued, timeout=60)["result"]["passed"]
-        assert server.check({"plan": EVEN_2})["result"]["passed"]
+    with serve(worker_env(db, 2), tmp_path / "first.log") as first:
+        first.wait_warm(2)
+        done = first.check({"plan": EVEN_2})
+        running = hold_ranks(first.client, EVEN_2, timeout=30)
+        with serve(worker_env(db, 2), tmp_path / "second.log") as second:
+            status, _, ready = request(second.port, "GET", "/readyz")
+            assert status == 503, ready
+            error = ready["worker"]["error"]
+            assert f"in use by another server (pid {first.process.pid})" in error, error
+            status, _, problem = request(second.port, "POST", "/v1/checks", {"plan": EVEN_2})
+            assert status == 503 and "in use by another server" in problem["detail"]
+            assert request(second.port, "POST", "/v1/plans", PLAN)[0] == 200
+        # The first server's jobs are as it left them: the second neither failed its running
+        # check (as a restart would) nor ran its queue.
+        assert first.client.get(running).json()["status"] == "running"
+        first.client.delete(running)
+        assert first.check({"plan": EVEN_2})["result"]["passed"]
     assert integrity(db) == "ok"
-    assert session_processes(pid) == []
+    _as_a_killed_server_leaves_it(db, done["id"])
+    # Free once the first stopped. Its log goes nowhere: under the full disk below a log file
+    # could not be written either.
+    with serve(worker_env(db, 2), None) as third:
+        again = third.job(done["id"])
+        assert again["status"] == "succeeded" and again["result"] == done["result"]
+        interrupted = third.job("was-running")
+        assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
+        third.wait_warm(2)
+        assert wait_check(third.client, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
+        older = wait_check(third.client, "/v1/checks/queued-by-an-older-version", ("succeeded",))
+        assert older["result"]["passed"]
+        _a_full_disk_is_a_clear_error_and_the_planner_serves_on(third, done)
+    assert integrity(db) == "ok"
+    assert session_processes(third.process.pid) == []
 
 
-@pytest.mark.slow
-def test_results_survive_a_restart_and_interrupted_jobs_fail(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
-    db = tmp_path / "jobs.sqlite3"
-    settings = Settings(jobs_db=db, processes_per_host=2, log_level="warning")
-    with TestClient(create_app(settings)) as first:
-        wait_warm(first, 2)
-        done = run_check(first, {"plan": EVEN_2})
-    # What a server killed mid-check leaves behind: one job running, one queued.
+def _as_a_killed_server_leaves_it(db: Path, done: str) -> None:
+    """What a server killed mid-check leaves behind: one job running, one queued."""
     store = JobStore(db)
-    payload = store.get(done["id"]).submission  # type: ignore[union-attr]
+    payload = store.get(done).submission  # type: ignore[union-attr]
     store.create("was-running", payload)
     store.start("was-running")
     store.create("was-queued", payload)
     # A version before the spec was stored as an object kept it as a JSON string.
     store.create("queued-by-an-older-version", {**payload, "spec": json.dumps(payload["spec"])})
     store.close()
-    with TestClient(create_app(settings)) as second:
-        again = second.get(f"/v1/checks/{done['id']}").json()
-        assert again["status"] == "succeeded" and again["result"] == done["result"]
-        interrupted = second.get("/v1/checks/was-running").json()
-        assert interrupted["status"] == "failed" and "server stopped" in interrupted["error"]
-        wait_warm(second, 2)
-        assert wait_check(second, "/v1/checks/was-queued", ("succeeded",))["result"]["passed"]
-        assert wait_check(second, "/v1/checks/queued-by-an-older-version", ("succeeded",))["result"]["passed"]
+
+
+def _a_full_disk_is_a_clear_error_and_the_planner_serves_on(server: Server, done: dict[str, Any]) -> None:
+    """Writes that fail (the server's file size limit at 0, as a full disk fails them): a
+    submission is a 503 naming the job database, reads and plans answer, a check that ends
+    meanwhile is recorded once writes work again, and the queue then runs."""
+    pid = server.process.pid
+    holder = hold_ranks(server.client, EVEN_2, timeout=30, timeout_s=4)
+    queued = server.client.post("/v1/checks", json={"plan": EVEN_2}).headers["location"]
+    limits = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, limits[1]))
+    try:
+        refused = server.client.post("/v1/checks", json={"plan": EVEN_2})
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+        assert "job database" in refused.json()["detail"] and refused.headers["retry-after"]
+        assert server.client.post("/v1/plans", json=PLAN).status_code == 200
+        assert server.job(done["id"])["result"] == done["result"]
+        time.sleep(6)  # the holder times out now; its end cannot be written
+        assert server.client.get(holder).json()["status"] == "running"
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, limits)
+    late = wait_check(server.client, holder, ("failed",), timeout=30)
+    assert "did not finish within timeout_s=4" in late["error"]
+    assert wait_check(server.client, queued, timeout=60)["result"]["passed"]
+    assert server.check({"plan": EVEN_2})["result"]["passed"]

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.installed import installed
 from support.polling import hold_ranks, wait_check, wait_for
 from support.processes import children, fork_server, rss_and_fds, session_processes, zombies
 from support.servers import Server, serve, worker_env
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 EVEN_2 = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 16}
 # Generous for two loaded cores: a fresh fork server imports torch again before any rank warms.
@@ -126,12 +126,14 @@ def test_fork_server_killed_mid_check_says_so_and_recovers(warm: Server) -> None
 
 def test_replaced_ranks_leave_no_open_files_behind(warm: Server) -> None:
     """Each replaced rank used to keep two pipe descriptors in the server (its process
-    object's status pipe) until the garbage collector found it, 15 s or more later."""
+    object's status pipe) until the garbage collector found it, 15 s or more later. Two
+    replacements (there were five) leak four descriptors where that bug is back, past the one
+    allowed for noise."""
     server, pid = warm, warm.process.pid
     server.wait_warm(2)
     assert server.check({"plan": EVEN_2})["result"]["passed"]
     _, before = rss_and_fds(pid)
-    for _ in range(5):
+    for _ in range(2):
         victim = children(fork_server(pid) or 0)[0]
         os.kill(victim, signal.SIGKILL)
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.installed import installed
 from support.soak import Soak, SoakPlan
 from support.soak_report import render
 
-pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
-# Every fault kind once, and two more rank kills: about 60-90 s of wall time on 2 cores.
-FAULTS = ("rank", "fork_server", "flood", "rank", "sigterm", "rank", "sigkill", "flood")
+# Every fault kind once (bench/bench_soak.py repeats them): each extra one cost a rank's or a
+# server's start, CPU that proved nothing the first one had not. About 40-60 s on 2 cores.
+FAULTS = ("rank", "fork_server", "flood", "sigterm", "sigkill")
 # Two loaded cores: a restarted server, or a new fork server, imports torch again first (6 s
 # on an idle machine, up to 44 s in bench_soak's long run beside other test runs).
 RECOVERY_LIMIT_S = 90.0
@@ -42,7 +43,9 @@ def test_a_soak_of_mixed_checks_under_chaos_loses_nothing(tmp_path: Path) -> Non
     print(render(report))
 
     assert set(report.faults) == {"rank", "fork_server", "sigterm", "sigkill", "flood"}, report.faults
-    assert len(ledger.accepted) >= 40, ledger.accepted
+    # 45 on a loaded host with one flood (each flood admits about a queue's worth, 8); 40 was
+    # the bar with two floods.
+    assert len(ledger.accepted) >= 32, ledger.accepted
     assert ledger.unexpected == []
     assert all(refused >= 1 for refused in report.flood_refusals), report.flood_refusals
     assert verdict.lost == [], verdict.lost

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
-pytest.importorskip("torch")
 
 from hypothesis import settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -25,11 +24,12 @@ from schemathesis.checks import (  # noqa: E402
     response_schema_conformance,
     status_code_conformance,
 )
+from support.installed import installed  # noqa: E402
 from support.servers import Server, serve, worker_env  # noqa: E402
 
 from app.schemas.check_examples import CHECK_EXAMPLES  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, installed("torch")]
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 # Small checks, quickly refused or quickly run: whatever the fuzzer sends stays within seconds.

@@ -8,6 +8,7 @@
 - bodies:    check request bodies several tests build the same way
 - image:     the Dockerfile read as data: the final stage's CMD, HEALTHCHECK and environment
 - cli:       what the CLI tests' fixtures hand the tests
+- registered_models: the operator models the worker tests' shared warm app registers
 - parallel:  the pytest plugin that keeps tests sharing a fixture on one xdist worker, and
              what a test must do to run beside any other (`pytest -n 4`)
 

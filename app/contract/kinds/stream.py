@@ -96,7 +96,12 @@ def _refuse_with_a_stream(request: CheckRequest, spec: CheckSpec) -> None:
         (spec.workload == "tokens", "/workload", 'the tokens workload (workload "synthetic")'),
         (options.steps > 1, "/steps", "a run of several steps (steps 1: it trains every step of the epoch)"),
         (options.fit_micro_batch is not None, "/fit_micro_batch", "a micro-batch search"),
-        (options.resume is not None, "/resume", "a resume"),
+        (
+            options.resume is not None,
+            "/resume",
+            "a resume (the resume check checkpoints a sampler's run and resumes it; a rank_worker stream's "
+            "resume is answered by POST /v1/plans with resume, in resume.stream, and not run by a check)",
+        ),
         (options.lr_scaling is not None, "/lr_scaling", "an lr-scaling probe"),
         (spec.packing is not None or request.plan.packing is not None, "/plan/packing", "packed rows"),
     )

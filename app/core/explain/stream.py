@@ -54,8 +54,10 @@ def stream_sentences(stream: StreamPlan, dp: int, model_parallel: int, accumulat
         out.append(f"The last {stream.leftover_micro_batches} micro-batches of a pass {carried}.")
     if any(n % g.micro_batch_size for g in stream.rank_groups for n in g.worker_samples):
         out.append(
-            "Some micro-batches are short: scale each micro-batch's summed loss by 1 / (the samples "
-            "the whole optimizer step holds, all-reduced over the ranks) so that every sample weighs "
-            "the same, where a fixed data_parallel_size x micro_batch_size / global_batch_size would not."
+            "Some micro-batches are short (stream.rank_groups[].short_micro_batches: where each falls): "
+            "scale each micro-batch's summed loss by data_parallel_size / (the samples the whole optimizer "
+            "step holds, all-reduced over the ranks), as stream.loss_scale_formula says, so that every "
+            "sample weighs the same after DDP averages the ranks, where a fixed data_parallel_size x "
+            "micro_batch_size / global_batch_size would not."
         )
     return out

@@ -29,6 +29,32 @@ class ResumeGroup:
 
 
 @record
+class ReaderResumeGroup:
+    """Consecutive global readers [start, stop) of a rank_worker stream (reader rank x
+    num_workers + worker) that start alike: each skips the first `skip_samples` of its own
+    stream, that is its first `shard_in_reader` shards and `offset` samples of the next (its
+    shards are the epoch's shard order[g::readers], so reader g starts in shard
+    order[g + shard_in_reader x readers])."""
+
+    start: int
+    stop: int
+    shard_in_reader: int  # shards of its own it has read to the end (all of them: it is done)
+    offset: int  # samples of its next shard already consumed
+    skip_samples: int  # of its stream, from the epoch's start (as litdata's num_samples_yielded)
+    skip_micro_batches: int  # its micro-batches the DataLoader delivered before the checkpoint
+
+
+@record
+class StreamResume:
+    """A rank_worker stream's resume: the resumed run keeps the plan's readers (their shards,
+    their micro-batches), hosted by data_parallel_size ranks of `num_workers` workers each."""
+
+    readers: int
+    num_workers: int  # the resumed run's DataLoader workers per rank: readers / data_parallel_size
+    reader_groups: tuple[ReaderResumeGroup, ...]
+
+
+@record
 class EpochTail:
     """How a plan's epoch ends: its whole optimizer steps, and where in the epoch's order
     (positions of the shuffled, padded or cut index list) its last step ends."""
@@ -61,6 +87,7 @@ class ResumePlan:
     why: str | None  # when not
     # When not: the nearest values (request fields, dotted) with which it is, each re-planned.
     suggestions: dict[str, list[int]]
+    stream: StreamResume | None = None  # a stream plan's resume: where each reader starts
 
 
 @record

@@ -51,6 +51,17 @@ class StreamWarning:
 
 
 @record
+class ShortMicroBatch:
+    """A micro-batch of fewer samples than the rank's micro_batch_size, trained in the epoch: a
+    worker's last, where its stream does not fill it."""
+
+    micro_batch: int  # its place in the rank's epoch, in the DataLoader's delivery order, from 0
+    step: int  # the optimizer step of the epoch it falls in: micro_batch // accumulation
+    worker: int  # the DataLoader worker that yields it
+    samples: int
+
+
+@record
 class StreamRankGroup:
     """Consecutive data-parallel ranks [start, stop) whose figures are all equal, per rank and
     per epoch, before the end-of-epoch policy."""
@@ -64,6 +75,9 @@ class StreamRankGroup:
     micro_batch_size: int
     worker_shards: tuple[int, ...]  # per worker, in worker order (one entry with num_workers 0)
     worker_samples: tuple[int, ...]
+    # Each rank's short micro-batches of the epoch that it trains (cycle and steps: of its first
+    # pass; they recur every `micro_batches`), in delivery order.
+    short_micro_batches: tuple[ShortMicroBatch, ...] = ()
 
     @property
     def count(self) -> int:
@@ -102,3 +116,6 @@ class StreamPlan:
     micro_batches_per_epoch: int
     leftover_micro_batches: int
     train_steps: int | None  # end_of_epoch "steps": the run's optimizer steps, when given
+    # What each micro-batch's loss is multiplied by for the step's gradient to be the mean over
+    # the step's samples, short micro-batches included (set where the request's reduction is known).
+    loss_scale_formula: str | None = None

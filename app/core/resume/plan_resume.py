@@ -26,8 +26,8 @@ from app.core.records.plan import Plan
 from app.core.records.plan_request import MAX_WORLD_SIZE, PlanRequest, Topology
 from app.core.records.resume import EpochTail, ResumeGroup, ResumePlan, ResumeSpec
 from app.core.resume.layout import describe, epoch_tail, tail_difference
+from app.core.resume.stream_resume import stream_resumed
 from app.core.resume.text import resume_sentence, resume_warnings
-from app.core.split.stream.checks import refuse_resume
 
 Replan = Callable[[PlanRequest], Plan]
 TRIES = 32  # requests tried for a suggested data-parallel size
@@ -198,7 +198,7 @@ def resumed(request: PlanRequest, plan: Plan, replan: Replan, whole: Replan | No
     spec = request.resume
     assert spec is not None
     if plan.stream is not None:  # its readers' positions are not the sampler's blocks of an epoch
-        raise refuse_resume(plan.stream.splitter)
+        return stream_resumed(request, plan)
     step = _step(spec, plan)
     tail = _check_position(plan, step, spec)
     replicas = spec.data_parallel_size or plan.data_parallel_size

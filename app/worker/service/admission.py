@@ -48,6 +48,8 @@ class Admission:
                 f"checks at most {self.limits.max_replicas_per_check}",
                 "/plan/topology",
             )
+        if spec.stream is not None:
+            self._check_stream_ranks(request.plan, spec)
         self._check_memory(request.plan, spec)
         options = request.options
         nnodes = options.rendezvous.nnodes if options.rendezvous else 1
@@ -151,6 +153,22 @@ class Admission:
             pointer,
             suggestions={field_key(pointer): [fits]} if fits >= least else {},
         )
+
+    def _check_stream_ranks(self, plan: PlanRequest, spec: CheckSpec) -> None:
+        """A stream check reads each rank's share in a process of its own (the DataLoader's workers
+        fork from it): a plan of more ranks than the worker's processes cannot run. A stream
+        check runs no mesh, so its ranks are its GPUs: one node's are named by gpus_per_node."""
+        most = self.runner.size
+        if spec.data_parallel_size > most:
+            one_node = not plan.topology.listed_groups and plan.topology.node_groups[0].num_nodes == 1
+            pointer = "/plan/topology/gpus_per_node" if one_node else "/plan/topology"
+            raise SpecError(
+                f"a stream check runs one process per data-parallel rank: the plan has "
+                f"{spec.data_parallel_size} data-parallel ranks, this worker runs {most} rank processes "
+                f"(BATCHPLAN_PROCESSES_PER_HOST); check a plan of at most {most} data-parallel ranks",
+                pointer,
+                suggestions={field_key(pointer): [most]} if one_node else {},
+            )
 
     def _check_mesh(self, spec: CheckSpec, nnodes: int) -> None:
         """One warm process per mesh rank, on this host; the model must split as the mesh does."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.apps import warm_client
 from support.polling import check_result, run_check
 
 from app.contract.rank_command import torchrun_argv
@@ -40,11 +38,10 @@ TOKEN_PLAN: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    yield from warm_client(
-        tmp_path_factory, 4, models=True, log_level="warning", check_models=f"tiny_lm={FACTORY}"
-    )
+@pytest.fixture
+def client(models_worker: TestClient) -> TestClient:
+    """tests/worker/conftest.py's app: FACTORY registered as tiny_lm (beside other models)."""
+    return models_worker
 
 
 def test_the_synthetic_batch_has_uneven_lengths_and_padding() -> None:
@@ -136,7 +133,9 @@ def test_under_torchrun_through_the_same_rank_program() -> None:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    result = json.loads(next(line for line in completed.stdout.splitlines() if line.startswith("{")))
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, completed.stdout  # rank 0 alone prints the result
+    result = json.loads(lines[0])
     assert result["passed"] and result["processes"] == 2 and result["model"] == "tokens"
     assert [c["name"] for c in result["controls"] if c["detected"]] == CONTROLS
 

@@ -4,7 +4,6 @@ micro-batch search feeding a re-plan."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,8 +12,8 @@ pytest.importorskip("torch")
 
 import torch
 from fastapi.testclient import TestClient
-from support.apps import warm_client
 from support.polling import check_result
+from support.registered_models import BROKEN, EXAMPLES
 
 from app.worker.measure.memory import probe
 from app.worker.training.synthetic_model import build_model
@@ -23,32 +22,14 @@ from app.worker.zoo import example_models
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = "app.worker.example_models"
-GOOD = [
-    "mlp",
-    "batchnorm_mlp",
-    "dropout_mlp",
-    "rank_dependent_mlp",
-    "unused_parameter_mlp",
-    "quadratic",
-    "wide_mlp",
-]
-BROKEN = {
-    # A module that is not installed stops start-up (test_check_model_startup.py); one whose
-    # factory is not there is found by the ranks' probe, as the other two are.
-    "missing": f"{EXAMPLES}:no_such_factory",
-    "not_callable": f"{EXAMPLES}:FEATURES",
-    "wrong_return": f"{EXAMPLES}:quadratic_data",
-}
 FOUR = {"topology": {"num_nodes": 1, "gpus_per_node": 4}, "global_batch_size": 64, "micro_batch_size": 8}
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    registry = [f"{name}={EXAMPLES}:{name}" for name in GOOD] + [f"{n}={t}" for n, t in BROKEN.items()]
-    yield from warm_client(
-        tmp_path_factory, 4, models=True, log_level="warning", check_models=",".join(registry)
-    )
+@pytest.fixture
+def client(models_worker: TestClient) -> TestClient:
+    """tests/worker/conftest.py's app: the example models and the BROKEN entries registered
+    (with the token checks' model beside them)."""
+    return models_worker
 
 
 def problem(client: TestClient, body: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ one costs only torch.randperm's 8 bytes a sample. Peak RSS is read from /proc.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_app, warm_client
+from support.apps import warm_app
 from support.polling import run_check
 
 pytestmark = pytest.mark.slow
@@ -29,9 +28,12 @@ def imagenet(num_samples: int = IMAGENET, shuffle: bool = True) -> dict[str, Any
     return {**TWO_RANKS, "dataset": dataset}
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    yield from warm_client(tmp_path_factory, 2, timeout=60, check_timeout_s=120, log_level="warning")
+@pytest.fixture
+def client(default_worker: TestClient) -> TestClient:
+    """The session's warm server (its check limits are the defaults these tests hold to): a
+    2-rank plan runs on two of its ranks, and the memory read is each rank's growth during the
+    check, whatever ran on it before."""
+    return default_worker
 
 
 def _rank_pids(client: TestClient) -> list[int]:

@@ -110,11 +110,10 @@ RESUME_REFUSALS = {
     "webdataset": "WebDataset keeps no position in its shard lists, so its readers start them again; "
     f"{_STATEFUL}. Resume on the same ranks and workers from the loader's own state, skip the "
     "consumed shards yourself, or restart the epoch",
-    "rank_worker": "a counter-based stream (rank_worker, as Mosaic and litdata count samples) is not "
-    "resumed by this planner: restart the epoch, or resume with the stream library's own counter",
 }
 
 
 def refuse_resume(splitter: str) -> InvalidValue:
-    """Why a stream plan's `resume` is refused: each splitter's readers keep their own state."""
+    """Why a stream plan's `resume` is refused: these splitters' readers keep their own state
+    (rank_worker's resume from a count: app.core.resume.stream_resume)."""
     return InvalidValue(f"a stream plan's resume is refused: {RESUME_REFUSALS[splitter]}", pointer="/resume")

@@ -17,13 +17,13 @@ from itertools import pairwise
 
 from app.core.errors.domain import InfeasiblePlan, InvalidValue
 from app.core.records.plan import ReplicaGroup
-from app.core.records.plan_request import PackingMode, PlanRequest
-from app.core.records.stream import StreamPlan, StreamRankGroup, StreamSpec
+from app.core.records.plan_request import LossNormalization, PackingMode, PlanRequest
+from app.core.records.stream import ShortMicroBatch, StreamPlan, StreamRankGroup, StreamSpec
 from app.core.split.stream import advice
 from app.core.split.stream.checks import check_stream, refuse_empty_ranks
 from app.core.split.stream.counts import Run, rank_runs
 from app.core.split.stream.layout import total_samples
-from app.core.split.stream.policy import micro_batches, micro_batches_run, trained
+from app.core.split.stream.policy import micro_batches, micro_batches_run, short_positions, trained
 
 MicroRun = tuple[int, int, int]  # ranks [start, stop) and their micro-batch size
 
@@ -68,6 +68,33 @@ def rank_groups(runs: list[Run], micro: list[MicroRun]) -> tuple[StreamRankGroup
     return tuple(groups)
 
 
+def with_short_micro_batches(group: StreamRankGroup, accumulation: int, counted: int) -> StreamRankGroup:
+    """The group with the short micro-batches its ranks train (of the first `counted`)."""
+    shorts = tuple(
+        ShortMicroBatch(place, place // accumulation, worker, samples)
+        for place, worker, samples in short_positions(group.worker_samples, group.micro_batch_size)
+        if place < counted
+    )
+    return replace(group, short_micro_batches=shorts)
+
+
+def loss_scale_formula(groups: tuple[StreamRankGroup, ...], dp: int, batch: int, reduction: str) -> str:
+    """What each micro-batch's loss is multiplied by: the step's gradient is then the mean over
+    the samples of the step, which the short micro-batches make fewer than the global batch."""
+    head = (
+        f"each micro-batch's mean loss x {dp} (data_parallel_size) x its samples"
+        if reduction == "mean"
+        else f"each micro-batch's summed loss x {dp} (data_parallel_size)"
+    )
+    if not any(g.short_micro_batches for g in groups):
+        return f"{head} / {batch} (every micro-batch trained is full: each step holds the global batch)"
+    return (
+        f"{head} / the step's samples over all ranks: {batch} (the global batch), less, for each of "
+        f"rank_groups[].short_micro_batches in the step, micro_batch_size - samples on every rank of its "
+        f"group (or all-reduce each step's sample count, as the stream check does)"
+    )
+
+
 def plan_stream(
     spec: StreamSpec,
     data_parallel_size: int,
@@ -92,6 +119,7 @@ def plan_stream(
     leftover = runs % accumulation
     # steps has no epoch's end to skip the leftover at: it opens the next pass's first step
     counted = runs if spec.end_of_epoch == "steps" else runs - leftover
+    groups = tuple(with_short_micro_batches(g, accumulation, counted) for g in groups)
     presented = distinct = 0
     for g in groups:
         shown, kept = trained(g.worker_samples, g.micro_batch_size, counted, spec.end_of_epoch)
@@ -154,4 +182,13 @@ def request_stream(
             'a smaller batch, or end_of_epoch "steps")',
             pointer="/dataset/num_samples",
         )
-    return stream
+    if request.loss_normalization is LossNormalization.TOKEN:
+        formula = (
+            "under loss_normalization token: tokens.loss_scale_formula (the step's valid tokens, all ranks)"
+        )
+    else:
+        batch = accumulation * sum(g.micro_batch_size * g.count for g in stream.rank_groups)
+        formula = loss_scale_formula(
+            stream.rank_groups, data_parallel_size, batch, request.loss_reduction.value
+        )
+    return replace(stream, loss_scale_formula=formula)

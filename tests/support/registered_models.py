@@ -1,0 +1,30 @@
+"""The operator models the worker tests' shared warm app registers (tests/worker/conftest.py):
+the examples, three broken entries, and the token model as `tiny_lm`."""
+
+from __future__ import annotations
+
+EXAMPLES = "app.worker.example_models"
+GOOD = [
+    "mlp",
+    "batchnorm_mlp",
+    "dropout_mlp",
+    "rank_dependent_mlp",
+    "unused_parameter_mlp",
+    "quadratic",
+    "wide_mlp",
+]
+BROKEN = {
+    # A module that is not installed stops start-up (test_check_model_startup.py); one whose
+    # factory is not there is found by the ranks' probe, as the other two are.
+    "missing": f"{EXAMPLES}:no_such_factory",
+    "not_callable": f"{EXAMPLES}:FEATURES",
+    "wrong_return": f"{EXAMPLES}:quadratic_data",
+}
+TOKEN_MODEL = f"{EXAMPLES}:tiny_language_model"
+
+
+def registry() -> str:
+    """BATCHPLAN_CHECK_MODELS for all of them."""
+    entries = [f"{name}={EXAMPLES}:{name}" for name in GOOD]
+    entries += [f"{name}={target}" for name, target in BROKEN.items()]
+    return ",".join([*entries, f"tiny_lm={TOKEN_MODEL}"])
