@@ -8,7 +8,7 @@ read: when it is meant, regenerate the files and review their diff in git:
 The plans: ImageNet's recipe (SGD, warmup, 90 epochs), a plan with nothing but a batch, a mixed
 cluster split unevenly, a 2-D mesh (HSDP x tensor), the language model (tokens, Adam), a full
 recipe (AdamW, accumulation with leftover micro-batches, cosine from 0 to a floor, weight decay,
-clipping, a run shorter than its epochs), and the launch formats with their preflight.
+clipping, a run shorter than its epochs), the launch formats with their preflight, and a stream.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from support.bodies import sample_plan
 from app.core.exports.parts.export_types import ExportInput, ExportOptions, ExportUnsupported
 from app.core.exports.registry import EXPORTERS, export
 from app.schemas.examples import PLAN_EXAMPLES as EXAMPLES
+from app.schemas.examples import STREAM_PLAN_EXAMPLES
 
 GOLDEN = Path(__file__).with_name("golden") / "exports"
 UPDATE = os.environ.get("BATCHPLAN_UPDATE_GOLDEN") == "1"
@@ -69,6 +70,8 @@ PLANS: dict[str, tuple[dict[str, Any], ExportOptions, tuple[str, ...]]] = {
         ),
         (*LAUNCHERS, "python"),
     ),
+    # A stream: the python export builds its splitter, the others refuse naming it.
+    "stream": (STREAM_PLAN_EXAMPLES["stream"]["value"], ExportOptions(), tuple(EXPORTERS)),
 }
 CASES = [(plan, fmt) for plan, (_, _, formats) in PLANS.items() for fmt in formats]
 

@@ -99,6 +99,53 @@ def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> 
     assert t["optimizer"]["name"] in ("Adam", "AdamW") and t["optimizer"]["weight_decay"] == 0.0
 
 
+STREAM = {
+    "topology": {"num_nodes": 1, "gpus_per_node": 8},
+    "global_batch_size": 64,
+    "micro_batch_size": 4,
+    "sequence_length": 2048,
+    "dataset": {
+        "kind": "stream",
+        "num_shards": 64,
+        "num_samples": 100000,
+        "splitter": "hf_datasets",
+        "num_workers": 2,
+        "end_of_epoch": "steps",
+    },
+    "learning_rate": {"base_lr": 0.0003, "optimizer": "adamw", "train_steps": 1000},
+}
+
+
+@pytest.mark.skipif(not TORCHTITAN, reason="torchtitan is not installed (consumers group)")
+def test_torchtitan_runs_a_stream_as_steps(tmp_path: Path) -> None:
+    """A stream: torchtitan's loader repeats it (no key: infinite=True) for training.steps steps,
+    read by the plan's DataLoader workers; the policies it cannot follow are refused."""
+    x = export_input(STREAM)
+    path = tmp_path / "batchplan.toml"
+    path.write_text(export("torchtitan", x).text)
+    completed = subprocess.run(
+        [sys.executable, str(LOADER), str(path), str(x.plan.world_size)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    t = json.loads(completed.stdout.splitlines()[-1])
+    assert (t["steps"], t["num_workers"], t["local_batch_size"]) == (1000, 2, 4)
+    assert "the stream repeats" in path.read_text()
+    for changed, pointer, valid in (
+        ("end_of_epoch", "/dataset/end_of_epoch", "steps"),
+        ("splitter", "/dataset/splitter", "hf_datasets"),
+    ):
+        body = {
+            **STREAM,
+            "dataset": {**STREAM["dataset"], changed: "drop" if changed == "end_of_epoch" else "webdataset"},
+        }
+        with pytest.raises(ExportUnsupported) as err:
+            export("torchtitan", export_input(body))
+        assert err.value.pointer == pointer and f'{changed} "{valid}"' in err.value.detail
+
+
 def test_torchtitan_refuses_an_uneven_plan() -> None:
     with pytest.raises(ExportUnsupported, match="torchtitan"):
         export("torchtitan", export_input(plan_example("mixed")))

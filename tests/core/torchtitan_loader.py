@@ -55,6 +55,7 @@ def main(path: str, world_size: int) -> None:
                 "global_batch_size": t.global_batch_size,
                 "seq_len": t.seq_len,
                 "steps": t.steps,
+                "num_workers": t.dataloader.num_workers,
                 "batch_degree": dims.dp_replicate * dims.dp_shard,
                 "dp_replicate": dims.dp_replicate,
                 "dp_shard": dims.dp_shard,

@@ -26,6 +26,7 @@ from app.core.exports.python_source.proportional_sampler import (
 )
 from app.core.exports.python_source.resume_source import RESUME_SOURCE
 from app.core.exports.python_source.skeleton_source import render_skeleton
+from app.core.exports.python_source.stream_skeleton import export_stream_python
 
 _SKELETON = '''#!/usr/bin/env python3
 """DDP training loop for a batchplan plan.
@@ -233,6 +234,8 @@ if __name__ == "__main__":
 
 def export_python(x: ExportInput) -> Export:
     p = x.plan
+    if p.stream is not None:
+        return export_stream_python(x)
     model = model_source(x, x.request.packing is not None or needs_mesh(x))
     if x.request.packing is not None:
         return export_packed_python(x)

@@ -70,15 +70,27 @@ _FORMATS: dict[str, Exporter] = {
 }
 
 
+# The formats that write a stream plan's splitter.
+_WRITE_A_STREAM = frozenset({"python", "torchtitan"})
+# Why the Trainer's and Accelerate's own loader cannot take the plan's split stream as it is.
+_TRAINER_LOADER = (
+    " (accelerate.prepare dispatches an IterableDataset from rank 0 by default, and with "
+    "dispatch_batches=False shards it again: a stream split by split_dataset_by_node would be read "
+    "by rank 0 alone, or split twice)"
+)
+
+
 def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
     """`exporter`, which writes a sampler's loader: a stream plan (no sampler, a splitter) is
     refused at the dataset's kind rather than exported as a map-style dataset."""
 
     def run(x: ExportInput) -> Export:
-        if x.plan.stream is not None:
-            raise InvalidValue(
-                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: build "
-                "the stream as the plan's `stream` says (docs/streams.md)",
+        if x.plan.stream is not None and name not in _WRITE_A_STREAM:
+            why = _TRAINER_LOADER if name in ("hf-trainer", "accelerate") else ""
+            raise ExportUnsupported(
+                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter{why}: the "
+                "python export builds the stream as the plan's `stream` says, and the torchtitan export "
+                'writes its repeat and steps (end_of_epoch "steps"; docs/streams.md)',
                 pointer="/dataset/kind",
             )
         return exporter(x)

@@ -68,6 +68,57 @@ def lr_scheduler(lr: LearningRatePlan, warmup_field: str) -> dict[str, object]:
     return {"warmup_steps": 0, "decay_type": decay, "min_lr_factor": lr.min_lr / peak, "total_steps": last}
 
 
+def stream_tables(x: ExportInput, training: dict[str, object]) -> tuple[dict[str, object], list[str]]:
+    """A stream plan's [training.dataloader] and notes, or a refusal. torchtitan 0.2.2's training
+    loader (hf_datasets/text_datasets.py, build_text_dataloader) splits with
+    split_dataset_by_node(ds, dp_rank, dp_world_size) and always repeats its stream
+    (infinite=True, no config key; each pass set_epoch(epoch + 1)): the run ends at
+    training.steps, as end_of_epoch "steps" plans it."""
+    stream, dataset = x.plan.stream, x.request.dataset
+    assert stream is not None and dataset is not None and dataset.stream is not None
+    spec = dataset.stream
+    if spec.splitter != "hf_datasets":
+        raise ExportUnsupported(
+            "torchtitan's loader splits its stream with datasets' split_dataset_by_node, not "
+            f'{spec.splitter}: plan splitter "hf_datasets", or build the stream with the python export',
+            pointer="/dataset/splitter",
+        )
+    if spec.end_of_epoch != "steps":
+        raise ExportUnsupported(
+            "torchtitan's training loader repeats its stream for ever (build_text_dataloader's "
+            f"infinite=True, no config key) and stops at training.steps: it cannot {spec.end_of_epoch} an "
+            'epoch\'s end; plan end_of_epoch "steps" with a step count',
+            pointer="/dataset/end_of_epoch",
+        )
+    if "steps" not in training:
+        raise ExportUnsupported(
+            "a repeating stream has no end of its own: torchtitan runs training.steps optimizer steps; "
+            "give learning_rate.train_steps",
+            pointer="/learning_rate/train_steps",
+        )
+    notes = [
+        f"the stream repeats (torchtitan's training loader loops it, set_epoch(epoch + 1) each pass: no key "
+        f"to set) and the run is training.steps = {training['steps']} optimizer steps; an epoch of it is "
+        f"about {stream.optimizer_steps_per_epoch}",
+        f"split_dataset_by_node over the {x.plan.data_parallel_size} data-parallel ranks reads "
+        + (
+            "whole shards"
+            if stream.branch == "shards"
+            else "every shard on every rank, keeping 1 sample in each data-parallel rank's turn"
+        )
+        + (
+            "; shard counts that give every reader equal work: "
+            + ", ".join(map(str, stream.suggested_num_shards))
+            if stream.suggested_num_shards
+            else ""
+        ),
+        "torchtitan packs each rank's documents into rows of training.seq_len tokens: a micro-batch is "
+        "local_batch_size rows, not samples",
+        "training.dataset and training.dataset_path name your stream (load_dataset(..., streaming=True))",
+    ]
+    return {"num_workers": spec.num_workers}, notes
+
+
 def _table(name: str, values: dict[str, object]) -> list[str]:
     return [f"[{name}]", *(f"{key} = {_value(v)}" for key, v in values.items()), ""]
 
@@ -102,6 +153,10 @@ def torchtitan_tables(x: ExportInput) -> tuple[dict[str, dict[str, object]], lis
             "context_parallel_degree": parallel.context,
         },
     }
+    if p.stream is not None:
+        dataloader, stream_notes = stream_tables(x, training)
+        tables["training.dataloader"] = dataloader
+        notes += stream_notes
     notes.append(
         "torchtitan divides each step's summed token loss by its global valid-token count, "
         "whatever the plan's loss_normalization"
