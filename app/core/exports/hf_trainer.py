@@ -27,6 +27,13 @@ from app.core.exports.parts.hf_trainer_packed import (
     packed_wrong,
     require_rows,
 )
+from app.core.exports.parts.hf_trainer_stream import (
+    require_trainer_stream,
+    stream_arguments,
+    stream_loader_code,
+    stream_notes,
+    stream_wrong,
+)
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (
     lr_block,
@@ -45,6 +52,8 @@ def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
     require_data_parallel(x, "the HF Trainer's TrainingArguments")
     require_rows(x.request)
     p = x.plan
+    if p.stream is not None:
+        require_trainer_stream(x)
     lr, o = recipe(x)
     optimizer, wrong_optimizer = optimizer_arguments(x)
     schedule, wrong_lr = schedule_arguments(lr)
@@ -59,6 +68,9 @@ def training_arguments(x: ExportInput) -> tuple[dict[str, Any], list[str]]:
         **schedule,
         "seed": p.sampler.seed if p.sampler else 0,
     }
+    if p.stream is not None:
+        values |= stream_arguments(x)[0]
+        return values, wrong_optimizer + wrong_lr + stream_wrong(x)
     if lr.train_steps is not None:
         values["max_steps"] = lr.train_steps  # it overrides num_train_epochs
     elif p.sampler and p.sampler.epochs is not None:
@@ -80,7 +92,7 @@ _SAMPLE_LOSS = """
         self.model_accepts_loss_kwargs = False
 """
 
-_TRAINER = '''
+_MAP_LOADER = '''
 class PlanBatches(BatchSampler):
     """One epoch's micro-batches of the plan's sampler, up to its last whole optimizer step:
     the micro-batches left over after it are dropped, as the plan does (sampler.leftover)."""
@@ -102,10 +114,12 @@ class EpochLoader(DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         self.batch_sampler.sampler.set_epoch(epoch)
+'''
 
+_TRAINER = '''
 
 class PlanTrainer(Trainer):
-    """The Trainer with the plan's optimizer, lr schedule and sampler (see the header)."""
+    """The Trainer with the plan's optimizer, lr schedule and __DATA__ (see the header)."""
 __INIT__
     def create_optimizer(self, model=None):
         if self.optimizer is None:
@@ -119,7 +133,9 @@ __INIT__
             self.lr_scheduler = __SCHEDULER__
         return self.lr_scheduler
 
-    def get_train_dataloader(self):
+__DATALOADER__'''
+
+_MAP_DATALOADER = """    def get_train_dataloader(self):
         sampler = DistributedSampler(
             self.train_dataset, num_replicas=self.args.world_size, rank=self.args.process_index,
             shuffle=__SHUFFLE__, seed=__SEED__, drop_last=__DROP_LAST__,
@@ -127,7 +143,7 @@ __INIT__
         args = self.args
         batches = PlanBatches(sampler, args.per_device_train_batch_size, args.gradient_accumulation_steps)
         return EpochLoader(self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator)
-'''
+"""
 
 
 def _notes(x: ExportInput, values: dict[str, Any]) -> dict[str, str]:
@@ -160,6 +176,8 @@ def _notes(x: ExportInput, values: dict[str, Any]) -> dict[str, str]:
         notes["warmup_steps"] = "it reaches the peak at warmup_steps - 1: the plan's warmup + 1"
     if x.request.packing is not None:
         notes |= packed_arguments(x)[1]
+    if p.stream is not None:
+        notes |= stream_arguments(x)[1]
     return notes
 
 
@@ -172,13 +190,35 @@ def _listed(sentences: list[str]) -> list[str]:
     return out
 
 
+_MAP_IMPORTS = ["from torch.utils.data import BatchSampler, DataLoader, DistributedSampler"]
+_STREAM_IMPORTS = [
+    "from datasets.distributed import split_dataset_by_node",
+    "from torch.utils.data import DataLoader",
+]
+_STREAM_USE = [
+    "# Train with PlanTrainer(model=..., args=training_args, train_dataset=stream), stream the whole",
+    "# datasets.IterableDataset (load_dataset(..., streaming=True)): PlanTrainer splits it. training_args",
+]
+
+
+def _train_line(packed: bool) -> list[str]:
+    return [
+        "# Train with PlanTrainer(model=..., args=training_args, train_dataset="
+        + ("pack_rows(documents)). training_args" if packed else "...). training_args")
+    ]
+
+
 def export_hf_trainer(x: ExportInput) -> Export:
     values, wrong = training_arguments(x)
     p = x.plan
     _, o = recipe(x)
     notes = _notes(x, values)
     packed = x.request.packing is not None
-    code = (PACKED_CODE if packed else "") + _TRAINER
+    if p.stream is not None:
+        loader, dataloader = stream_loader_code(x, stream_arguments(x)[2])
+    else:
+        loader, dataloader = _MAP_LOADER, _MAP_DATALOADER
+    code = (PACKED_CODE if packed else "") + loader + _TRAINER.replace("__DATALOADER__", dataloader)
     token_loss = p.tokens is not None and p.tokens.loss_normalization == "token"
     for token, value in {
         "__SEQ__": py_literal(x.request.sequence_length),
@@ -189,17 +229,18 @@ def export_hf_trainer(x: ExportInput) -> Export:
         "__SHUFFLE__": py_literal(p.sampler.shuffle if p.sampler else True),
         "__SEED__": py_literal(p.sampler.seed if p.sampler else 0),
         "__DROP_LAST__": py_literal(p.sampler.drop_last if p.sampler else False),
+        "__DATA__": "stream loader" if p.stream is not None else "sampler",
     }.items():
         code = code.replace(token, value)
     header = summary(x) + leftover_sentence(x, "PlanTrainer's loader stops before them")
+    header += stream_notes(x) if p.stream is not None else []
     header += resume_notes(x, "hf-trainer")
     collator = "DataCollatorWithFlattening, " if packed else ""
     text = "\n".join(
         [
             comment(header),
             "# Launch with torchrun (see the torchrun export); the Trainer reads the world size from it.",
-            "# Train with PlanTrainer(model=..., args=training_args, train_dataset="
-            + ("pack_rows(documents)). training_args" if packed else "...). training_args"),
+            *(_STREAM_USE if p.stream is not None else _train_line(packed)),
             "# holds what TrainingArguments can say of the recipe: a plain Trainer(args=training_args)",
             "# trains with it, except that",
             *_listed(wrong),
@@ -208,7 +249,7 @@ def export_hf_trainer(x: ExportInput) -> Export:
             "import math",
             "",
             "import torch",
-            "from torch.utils.data import BatchSampler, DataLoader, DistributedSampler",
+            *(_STREAM_IMPORTS if p.stream is not None else _MAP_IMPORTS),
             f"from transformers import {collator}Trainer, TrainingArguments",
             "",
             python_call("training_args = TrainingArguments", values, notes),
