@@ -1,10 +1,11 @@
-"""The hf-trainer export of a stream plan, run by transformers' own Trainer under torchrun (2 gloo
-processes on CPU, a one-weight model): over two epochs of a real `datasets` stream, each with its
-own shard order, every rank trains exactly the micro-batches of sample ids the plan predicts
-(app.core.split.stream.ids, held to the libraries by test_stream_split). Two plans in the same
-processes: split_dataset_by_node's shards branch and its examples branch (shards that do not
-divide over the ranks), each with DataLoader workers and a shuffled shard order. A plain Trainer would
-read the stream on rank 0 alone or split it twice; PlanTrainer splits it once."""
+"""The hf-trainer and accelerate exports of a stream plan, run by transformers' own Trainer and by
+the accelerate export's train() under torchrun (the same 2 gloo processes on CPU, a one-weight
+model): over two epochs of a real `datasets` stream, each with its own shard order, every rank
+trains exactly the micro-batches of sample ids the plan predicts (app.core.split.stream.ids, held
+to the libraries by test_stream_split). Two plans in the same processes: split_dataset_by_node's
+shards branch and its examples branch (shards that do not divide over the ranks), each with
+DataLoader workers and a shuffled shard order. A plain Trainer would read the stream on rank 0
+alone or split it twice; PlanTrainer and train() split it once."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from app.core.exports.accelerate import CODE_END, CODE_START
 from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.registry import export
 from app.core.planner import plan
@@ -95,13 +97,36 @@ for path in sys.argv[1:]:
     torch.manual_seed(0)
     trainer = exported.PlanTrainer(model=OneWeight(), args=args, train_dataset=stream, data_collator=collate)
     trainer.train()
-    json.dump({"ids": seen, "steps": trainer.state.global_step}, open(f"{path}.rank{rank}.json", "w"))
+    # The accelerate export's train(), in the same processes (its Accelerator shares the state).
+    exported = {}
+    exec(open(path.replace("training_args.py", "accelerate_train.py")).read(), exported)
+    read = []
+    class Recorded(nn.Linear):
+        def forward(self, input_ids):
+            read.append(input_ids.tolist())
+            return super().forward(input_ids[:, None].float())
+    def loss_fn(output, targets):
+        return ((output - targets[:, None]) ** 2).mean()
+    def pairs(examples):
+        ids = torch.tensor([e["input_ids"] for e in examples])
+        return ids, ids.float()
+    torch.manual_seed(0)
+    exported["train"](Recorded(1, 1), stream, loss_fn, pairs)
+    done = {"ids": seen, "steps": trainer.state.global_step, "accelerate": read}
+    json.dump(done, open(f"{path}.rank{rank}.json", "w"))
 """
 
 
 def _planned(dataset: dict[str, Any]) -> tuple[PlanRequest, Any]:
     request = PlanRequestIn.model_validate({**BASE, "dataset": dataset}).to_core()
     return request, plan(request)
+
+
+def _accelerate_script(request: PlanRequest, p: Any) -> str:
+    """The training script in the accelerate export's header, uncommented."""
+    lines = export("accelerate", ExportInput(request, p)).text.splitlines()
+    start, end = lines.index(f"# {CODE_START}"), lines.index(f"# {CODE_END}")
+    return "\n".join(line[2:] if line.startswith("# ") else "" for line in lines[start + 1 : end]) + "\n"
 
 
 def _shards(sizes: list[int]) -> list[list[int]]:
@@ -121,6 +146,7 @@ def test_each_rank_trains_the_plans_samples_in_the_real_trainer(tmp_path: Path) 
         path = tmp_path / name / "training_args.py"
         path.parent.mkdir()
         path.write_text(export("hf-trainer", ExportInput(request, p)).text)
+        path.with_name("accelerate_train.py").write_text(_accelerate_script(request, p))
         spec = request.dataset.stream
         q, m = divmod(p.stream.num_samples, spec.num_shards)
         sizes = list(spec.shard_samples or [q + 1] * m + [q] * (spec.num_shards - m))
@@ -151,6 +177,7 @@ def test_each_rank_trains_the_plans_samples_in_the_real_trainer(tmp_path: Path) 
             got = json.loads(Path(f"{path}.rank{rank}.json").read_text())
             want = [list(m) for epoch in per_epoch for m in epoch[rank]]
             assert got["ids"] == want, (name, rank)
+            assert got["accelerate"] == want, (name, rank)
             assert got["steps"] == steps
         # Each epoch has its own shard order: PlanStream.set_epoch reached datasets.
         assert per_epoch[0] != per_epoch[1], name
@@ -165,8 +192,9 @@ def test_each_rank_trains_the_plans_samples_in_the_real_trainer(tmp_path: Path) 
 )
 def test_what_the_trainer_cannot_run_is_refused(change: dict[str, str], field: str, valid: str) -> None:
     request, p = _planned({**STREAMS["shards"], **change})
-    with pytest.raises(ExportUnsupported) as err:
-        export("hf-trainer", ExportInput(request, p))
-    assert err.value.pointer == f"/dataset/{field}"
-    # suggestions hold numbers: the nearest valid value is named in the detail
-    assert f'plan {field} "{valid}"' in err.value.detail
+    for fmt in ("hf-trainer", "accelerate"):
+        with pytest.raises(ExportUnsupported) as err:
+            export(fmt, ExportInput(request, p))
+        assert err.value.pointer == f"/dataset/{field}"
+        # suggestions hold numbers: the nearest valid value is named in the detail
+        assert f'plan {field} "{valid}"' in err.value.detail

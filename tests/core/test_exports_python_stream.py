@@ -150,8 +150,8 @@ def test_each_rank_trains_the_plans_samples_every_epoch(tmp_path: Path) -> None:
 
 def test_the_sampler_exports_refuse_a_stream() -> None:
     """Those that write a sampler's loader refuse, naming the exports that can (torchtitan's
-    refusals of policies other than steps: test_exports_language_models; hf-trainer's of policies
-    other than drop: test_exports_hf_trainer_stream)."""
+    refusals of policies other than steps: test_exports_language_models; hf-trainer's and
+    accelerate's of policies other than drop: test_exports_hf_trainer_stream)."""
     request, p = _planned(DATASETS["hf_datasets"])
     for fmt in EXPORTERS:
         if fmt == "python":
@@ -160,7 +160,7 @@ def test_the_sampler_exports_refuse_a_stream() -> None:
                 in export(fmt, ExportInput(request, p)).text
             )
             continue
-        if fmt in ("torchtitan", "hf-trainer"):
+        if fmt in ("torchtitan", "hf-trainer", "accelerate"):
             continue
         with pytest.raises(ExportUnsupported, match="python export builds the stream") as err:
             export(fmt, ExportInput(request, p))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from app.core.exports.parts.accelerate_stream import stream_train_code
 from app.core.exports.parts.common import (
     comment,
     num_nodes,
@@ -22,6 +23,7 @@ from app.core.exports.parts.common import (
     summary,
 )
 from app.core.exports.parts.export_types import Export, ExportInput
+from app.core.exports.parts.hf_trainer_stream import stream_notes
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import (
     lr_block,
@@ -95,13 +97,27 @@ def _loop(x: ExportInput) -> tuple[str, bool]:
     return f"for epoch in range({epochs}):", stops
 
 
+def _stream_imports() -> list[str]:
+    return [
+        "import itertools",
+        "import math",
+        "",
+        "import torch",
+        "from accelerate import Accelerator",
+        "from datasets.distributed import split_dataset_by_node",
+        "from torch.utils.data import DataLoader",
+        "",
+        "",
+    ]
+
+
 def training_code(x: ExportInput) -> list[str]:
     """The training function, as the lines the header shows (uncommented)."""
     p = x.plan
     lr, o = recipe(x)
     accumulation = p.gradient_accumulation_steps
     loop, stops = _loop(x)
-    code = _TRAIN
+    code = _TRAIN if p.stream is None else stream_train_code(x)[0]
     for token, value in {
         "__MICRO_STEPS__": _MICRO_STEPS if accumulation > 1 else "",
         "__BATCHES__": "itertools.islice(loader, micro_steps)" if accumulation > 1 else "loader",
@@ -122,17 +138,42 @@ def training_code(x: ExportInput) -> list[str]:
         "__TRAIN_STEPS__": py_literal(lr.train_steps),
     }.items():
         code = code.replace(token, value)
-    imports = [
-        *(["import itertools"] if "itertools." in code else []),
-        "import math",
-        "",
-        "import torch",
-        "from accelerate import Accelerator",
-        "from torch.utils.data import DataLoader, DistributedSampler",
-        "",
-        "",
-    ]
+    imports = (
+        _stream_imports()
+        if p.stream is not None
+        else [
+            *(["import itertools"] if "itertools." in code else []),
+            "import math",
+            "",
+            "import torch",
+            "from accelerate import Accelerator",
+            "from torch.utils.data import DataLoader, DistributedSampler",
+            "",
+            "",
+        ]
+    )
     return [CODE_START, *imports, *lr_block(x).splitlines(), "", *code.splitlines(), CODE_END]
+
+
+def _script_sentence(x: ExportInput) -> str:
+    p = x.plan
+    if p.stream is not None:
+        return (
+            "In the training script: call train(model, stream, loss_fn, collate_fn) with the whole "
+            "datasets.IterableDataset (load_dataset(..., streaming=True)). train() splits it once with "
+            "split_dataset_by_node, in a DataLoader kept out of accelerator.prepare (which reads an "
+            "IterableDataset on rank 0 alone and hands out slices, or with dispatch_batches=False splits it "
+            "again); the scheduler stays out too: a prepared scheduler steps once per process per optimizer "
+            "step."
+        )
+    return (
+        "In the training script (Accelerator(gradient_accumulation_steps="
+        f"{p.gradient_accumulation_steps}), "
+        f"DataLoader(dataset, batch_size={p.micro_batch_size}, ...) per process): call train(model, "
+        "dataset, loss_fn). The scheduler and the loader stay out of accelerator.prepare: a prepared "
+        "scheduler steps once per process per optimizer step, a prepared loader splits batches, not "
+        "samples."
+    )
 
 
 def export_accelerate(x: ExportInput) -> Export:
@@ -168,18 +209,11 @@ def export_accelerate(x: ExportInput) -> Export:
             if nodes > 1
             else []
         ),
-        *textwrap.wrap(
-            "In the training script (Accelerator(gradient_accumulation_steps="
-            f"{p.gradient_accumulation_steps}), "
-            f"DataLoader(dataset, batch_size={p.micro_batch_size}, ...) per process): call train(model, "
-            "dataset, loss_fn). The scheduler and the loader stay out of accelerator.prepare: a prepared "
-            "scheduler steps once per process per optimizer step, a prepared loader splits batches, not "
-            "samples.",
-            92,
-        ),
+        *textwrap.wrap(_script_sentence(x), 92),
         *training_code(x),
     ]
     header = summary(x) + leftover_sentence(x, "train() stops each epoch before them")
+    header += stream_notes(x, "train()") if p.stream is not None else []
     header += resume_notes(x, "accelerate")
     text = comment(header + lines) + "\n" + to_yaml(config) + "\n"
     return Export("accelerate", "application/yaml", "accelerate_config.yaml", text)

@@ -71,13 +71,7 @@ _FORMATS: dict[str, Exporter] = {
 
 
 # The formats that write a stream plan's splitter.
-_WRITE_A_STREAM = frozenset({"python", "torchtitan", "hf-trainer"})
-# Why the Trainer's and Accelerate's own loader cannot take the plan's split stream as it is.
-_TRAINER_LOADER = (
-    " (accelerate.prepare dispatches an IterableDataset from rank 0 by default, and with "
-    "dispatch_batches=False shards it again: a stream split by split_dataset_by_node would be read "
-    "by rank 0 alone, or split twice)"
-)
+_WRITE_A_STREAM = frozenset({"python", "torchtitan", "hf-trainer", "accelerate"})
 
 
 def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
@@ -86,12 +80,11 @@ def _refusing_streams(name: str, exporter: Exporter) -> Exporter:
 
     def run(x: ExportInput) -> Export:
         if x.plan.stream is not None and name not in _WRITE_A_STREAM:
-            why = _TRAINER_LOADER if name == "accelerate" else ""
             raise ExportUnsupported(
-                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter{why}: the "
-                "python export builds the stream as the plan's `stream` says, the hf-trainer export splits "
-                'it with split_dataset_by_node (end_of_epoch "drop"), and the torchtitan export writes its '
-                'repeat and steps (end_of_epoch "steps"; docs/streams.md)',
+                f"the {name} export writes a map-style dataset's sampler, not a stream's splitter: the "
+                "python export builds the stream as the plan's `stream` says, the hf-trainer and accelerate "
+                'exports split it with split_dataset_by_node (end_of_epoch "drop"), and the torchtitan '
+                'export writes its repeat and steps (end_of_epoch "steps"; docs/streams.md)',
                 pointer="/dataset/kind",
             )
         return exporter(x)

@@ -1,5 +1,6 @@
 """The hf-trainer export of a stream plan: TrainingArguments for an IterableDataset and
-PlanTrainer's loader, which splits the stream once with `datasets`' split_dataset_by_node.
+PlanTrainer's loader, which splits the stream once with `datasets`' split_dataset_by_node (the
+accelerate export's train() splits and cuts it the same way, with these refusals and counts).
 
 Left to the Trainer, the loader goes through `accelerator.prepare` (accelerate 1.16's
 prepare_data_loader): by default (dispatch_batches is None, so True for an IterableDataset)
@@ -160,7 +161,7 @@ def stream_wrong(x: ExportInput) -> list[str]:
     ]
 
 
-def stream_notes(x: ExportInput) -> list[str]:
+def stream_notes(x: ExportInput, trainer: str = "PlanTrainer") -> list[str]:
     """The header's sentences on the split, the shard advice and the loss of short micro-batches."""
     spec, stream = _spec(x), x.plan.stream
     assert stream is not None
@@ -181,7 +182,7 @@ def stream_notes(x: ExportInput) -> list[str]:
         f"{stream.dropped_samples} samples of the stream are not trained (end_of_epoch drop)",
         *(
             [
-                "PlanTrainer averages each micro-batch's loss: a worker's short last micro-batch weighs its "
+                f"{trainer} averages each micro-batch's loss: a worker's short last micro-batch weighs its "
                 "samples more than the plan's loss_scale_formula does (the python export's loop is exact)"
             ]
             if short
