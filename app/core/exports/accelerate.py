@@ -6,6 +6,7 @@ The function keeps two things away from `accelerator.prepare`: the scheduler (an
 so the warmup would end num_processes times too early) and the loader (Accelerate shards the
 batches of one loader across processes and pads the epoch's end its own way, not as the
 plan's DistributedSampler does). It drops an epoch's leftover micro-batches, as the plan does.
+A stream plan's function splits the stream once instead (parts/accelerate_stream.py).
 """
 
 from __future__ import annotations

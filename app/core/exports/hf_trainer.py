@@ -9,7 +9,8 @@ warmup, samples through Accelerate (which splits batches, not samples, and pads 
 its own way), and steps on an epoch's leftover micro-batches: the header lists what it gets
 wrong for this plan. PlanTrainer builds the plan's optimizer, its lr schedule (batchplan's own
 function), and a loader over the plan's `DistributedSampler` that stops at the epoch's last
-whole optimizer step.
+whole optimizer step; for a stream plan, a loader that splits the stream once
+(parts/hf_trainer_stream.py).
 """
 
 from __future__ import annotations
