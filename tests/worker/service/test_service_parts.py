@@ -189,8 +189,12 @@ def test_waiters_wake_on_their_jobs_finish_and_all_at_once_when_the_server_shuts
         waiters.notify("a")
         assert a.is_set() and not b.is_set()
         started = time.monotonic()
-        await waiters.wait(waiters.register("c"), 0.2)  # nobody finishes c: its time runs out
+        waiting = asyncio.create_task(waiters.wait("c", waiters.register("c"), 0.2))
+        await asyncio.sleep(0.05)
+        assert waiters.waiting() == 1  # a request waits for c now
+        await waiting  # nobody finishes c: its time runs out
         assert time.monotonic() - started >= 0.2
+        assert waiters.waiting() == 0 and len(waiters) == 2  # c's event stays until c finishes
         waiters.close()
         assert b.is_set()
         late = waiters.register("d")  # after the shutdown began: nothing will wake it, so now

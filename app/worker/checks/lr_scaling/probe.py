@@ -45,6 +45,7 @@ from app.contract.spec import CheckSpec
 from app.core.learning_rate.noise_scale import step_estimate
 from app.core.learning_rate.recipe_summary import lr_of
 from app.worker.checks.kind import AfterKind, Context, Laps
+from app.worker.checks.lr_scaling.fused import together_key, train_together
 from app.worker.checks.lr_scaling.gradients import NormSq, squared_norm_of, trainable
 from app.worker.checks.lr_scaling.noise_reading import NoiseAlong, WhyNot
 from app.worker.checks.lr_scaling.updates import Update
@@ -192,6 +193,22 @@ def share(probe: LrScalingSpec, ranks: int) -> list[list[tuple[int, int]]]:
     return out
 
 
+def _together(state: _Probe) -> list[tuple[int, tuple[int, ...]]]:
+    """This rank's runs as it trains them: the built-in model's rule runs of one seed with the
+    same batches and optimizer together (fused.py), every other run alone."""
+    everything = runs(state.probe)
+    jobs: dict[tuple[Any, ...], list[int]] = {}
+    order: list[tuple[int, tuple[Any, ...]]] = []
+    for k, i in state.mine:
+        alone = i == 0 or not isinstance(state.work, SyntheticWorkload)
+        key = (i,) if alone else ("together", *together_key(everything[i]))
+        if (k, key) not in jobs:
+            jobs[(k, key)] = []
+            order.append((k, key))
+        jobs[(k, key)].append(i)
+    return [(k, tuple(jobs[(k, key)])) for k, key in order]
+
+
 class LrScalingProbe(AfterKind[_Probe]):
     """After the first step: the base run and every rule's run, spread over the ranks."""
 
@@ -210,7 +227,20 @@ class LrScalingProbe(AfterKind[_Probe]):
 
     def plan(self, ctx: Context, state: _Probe) -> None:
         everything = runs(state.probe)
-        for k, i in state.mine:
+        for k, group in _together(state):
+            if len(group) > 1:
+                specs = [everything[i] for i in group]
+                modules = [seeded_module(state.work, ctx, k) for _ in specs]
+                batches = self._batches(ctx, state, specs[0].batch_size, k)
+                held_out = self._held_out(state, ctx)
+                probe = state.probe
+                curves = train_together(
+                    specs, modules, batches, held_out, probe.samples, probe.global_batch_size, probe.points
+                )
+                for i, curve in zip(group, curves, strict=True):
+                    state.curves[(k, i)], state.metrics[(k, i)] = curve, None
+                continue
+            i = group[0]
             curve, metric = self._train(ctx, state, everything[i], k, noise=(k, i) == (0, 0))
             state.curves[(k, i)], state.metrics[(k, i)] = curve, metric
         payload = (state.curves, (state.noise, state.noise_why), state.metrics)

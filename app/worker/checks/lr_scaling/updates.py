@@ -16,6 +16,9 @@ from app.core.records.plan import LearningRatePlan
 _DECOUPLED = ("adamw", "lamb")  # build_optimizer makes AdamW for both
 
 
+Rate = float | torch.Tensor  # one lr, or an lr per element (runs trained together: fused.py)
+
+
 class Update:
     """One run's optimizer state; `step(grads, lr)` changes `params` in place (under
     torch.no_grad(), which the caller holds for the whole run)."""
@@ -33,14 +36,14 @@ class Update:
         self.first: list[torch.Tensor] = []
         self.second: list[torch.Tensor] = []
 
-    def step(self, grads: Sequence[torch.Tensor], lr: float) -> None:
+    def step(self, grads: Sequence[torch.Tensor], lr: Rate) -> None:
         self.count += 1
         if self.adam:
             self._adam(grads, lr)
         else:
             self._sgd(grads, lr)
 
-    def _sgd(self, grads: Sequence[torch.Tensor], lr: float) -> None:
+    def _sgd(self, grads: Sequence[torch.Tensor], lr: Rate) -> None:
         first = self.count == 1
         for i, (param, raw) in enumerate(zip(self.params, grads, strict=True)):
             grad = raw.add(param, alpha=self.weight_decay) if self.weight_decay != 0 else raw
@@ -51,9 +54,12 @@ class Update:
                 else:
                     buf = self.first[i].mul_(self.momentum).add_(grad)
                 grad = grad.add(buf, alpha=self.momentum) if self.nesterov else buf
-            param.add_(grad, alpha=-lr)
+            if isinstance(lr, torch.Tensor):  # param + (-1 * grad) * lr: the same rounding
+                param.addcmul_(grad, lr, value=-1)
+            else:
+                param.add_(grad, alpha=-lr)
 
-    def _adam(self, grads: Sequence[torch.Tensor], lr: float) -> None:
+    def _adam(self, grads: Sequence[torch.Tensor], lr: Rate) -> None:
         beta1, beta2 = self.betas
         if self.count == 1:
             self.first = [torch.zeros_like(p) for p in self.params]
@@ -71,4 +77,8 @@ class Update:
                     grad = raw.add(param, alpha=self.weight_decay)
             avg.lerp_(grad, 1 - beta1)
             avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            param.addcdiv_(avg, (avg_sq.sqrt() / root).add_(self.eps), value=-step_size)
+            denom = (avg_sq.sqrt() / root).add_(self.eps)
+            if isinstance(step_size, torch.Tensor):  # addcdiv's order: (value * avg) / denom
+                param.add_(avg.mul(-step_size).div_(denom))
+            else:
+                param.addcdiv_(avg, denom, value=-step_size)

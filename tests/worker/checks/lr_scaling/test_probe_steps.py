@@ -6,11 +6,15 @@ float64 (what the probe's curves are held to against the revision that used torc
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
+from app.contract.kinds.lr_scaling import ProbeRunSpec
+from app.core.learning_rate.recipe_summary import lr_of
 from app.core.records.plan import LearningRatePlan
+from app.worker.checks.lr_scaling.fused import train_together
 from app.worker.checks.lr_scaling.gradients import squared_norm_of, trainable
 from app.worker.checks.lr_scaling.updates import Update
 from app.worker.training.reference_run import build_optimizer
@@ -86,3 +90,48 @@ def test_the_noise_scales_squared_norm_by_hand_is_autograds() -> None:
     by_autograd = squared_norm_of(work, module, None)
     for x, y in _batches(work, 3):
         assert by_hand(x, y) == pytest.approx(by_autograd(x, y), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        dataclasses.replace(SGD, momentum=0.9, max_grad_norm=0.05),
+        dataclasses.replace(SGD, optimizer="adamw", betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01),
+    ],
+    ids=["sgd_clipped", "adamw"],
+)
+def test_rule_runs_trained_together_are_each_trained_alone(recipe: LearningRatePlan) -> None:
+    """Three lrs from one initialisation on the same batches, one of them diverging: each run's
+    curve trained together equals its curve trained alone (the probe's own step) to 1e-12."""
+    work, cpu = SyntheticWorkload(7), torch.device("cpu")
+    lrs = [0.02, 0.05, 1e200]  # the last diverges, clipped or not
+    specs = [ProbeRunSpec(f"r{lr}", 8, dataclasses.replace(recipe, lr=lr, base_lr=lr)) for lr in lrs]
+    batches = _batches(work, 120)
+    held_out = work.batch(range(10_000, 10_064), torch.float64, cpu)
+    points = (0, 240, 480, 960)
+    together = train_together(
+        specs, [work.module(torch.float64, cpu) for _ in specs], iter(batches), held_out, 960, 16, points
+    )
+    assert together[2][-1][1] is None and together[0][-1][1] is not None
+    for spec, curve in zip(specs, together, strict=True):
+        module = work.module(torch.float64, cpu)
+        params, gradient, _ = trainable(work, module)
+        update = Update(spec.recipe, params)
+        with torch.no_grad():
+            alone: list[tuple[int, float | None]] = [(0, float(work.loss(module, *held_out, "mean")))]
+            for j, (x, y) in enumerate(batches):
+                grads = gradient(x, y)
+                if spec.recipe.max_grad_norm is not None:
+                    total = torch.nn.utils.get_total_norm(list(grads), 2.0)
+                    grads = [
+                        g.mul(torch.clamp(spec.recipe.max_grad_norm / (total + 1e-6), max=1.0)) for g in grads
+                    ]
+                update.step(grads, lr_of(spec.recipe, (j * 8) // 16))
+                if (j + 1) * 8 in points:
+                    value = float(work.loss(module, *held_out, "mean"))
+                    alone.append(((j + 1) * 8, value if math.isfinite(value) else None))
+        assert [p for p, _ in curve] == [p for p, _ in alone]
+        if spec.recipe.lr > 1:  # chaotic once it blows up: both must have diverged by the end
+            assert curve[-1][1] is None and alone[-1][1] is None, (curve, alone)
+            continue
+        assert [a for _, a in curve] == pytest.approx([b for _, b in alone], rel=1e-12)
