@@ -111,8 +111,9 @@ def train_together(
     update = Update(runs[0].recipe, [nets.flat])
     max_norm = runs[0].recipe.max_grad_norm
     b = runs[0].batch_size
-    curves: list[LossCurve] = [[(0, v)] for v in nets.held_out_losses(*held_out)]
-    diverged = [v is None for v in nets.held_out_losses(*held_out)]
+    start = nets.held_out_losses(*held_out)
+    curves: list[LossCurve] = [[(0, v)] for v in start]
+    diverged = [v is None for v in start]
     left = list(points[1:])
     rates, rate_step = nets.flat.new_zeros(nets.flat.shape), -1
     with torch.no_grad():
