@@ -10,7 +10,7 @@
 - cli:       what the CLI tests' fixtures hand the tests
 - registered_models: the operator models the worker tests' shared warm app registers
 - parallel:  the pytest plugin that keeps tests sharing a fixture on one xdist worker, and
-             what a test must do to run beside any other (`pytest -n 4`)
+             what a test must do to run beside any other (`pytest -n 3`)
 
 Tests import it as `support` (pytest puts tests/ on sys.path for tests/conftest.py); the
 benchmarks, run from the repository root, as `tests.support`. Modules here import each other

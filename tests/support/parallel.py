@@ -1,4 +1,4 @@
-"""How the suite runs on several pytest-xdist workers (`pytest -n 4`: `--dist loadgroup` is in
+"""How the suite runs on several pytest-xdist workers (`pytest -n 3`: `--dist loadgroup` is in
 pyproject.toml's addopts); a pytest plugin that tests/conftest.py loads, not a test module.
 
 A fixture of module or session scope is set up once per worker process that needs it, so a
