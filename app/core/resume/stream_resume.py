@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from itertools import accumulate
+from typing import TypeVar
 
 from app.core.errors.domain import InvalidValue
 from app.core.learning_rate.recipe_summary import lr_of
@@ -132,6 +133,19 @@ def _new_world(readers: int, replicas: int, micro: int, batch: int) -> tuple[int
     )
 
 
+_Group = TypeVar("_Group", ReaderResumeGroup, ResumeGroup)
+
+
+def _append_merged(groups: list[_Group], group: _Group) -> None:
+    """`group` (one reader or rank) after `groups`, or the last group stretched over it where
+    their figures are the same: consecutive equal neighbours merged, as the plan's groups are."""
+    last = groups[-1] if groups else None
+    if last and dataclasses.replace(last, start=group.start, stop=group.stop) == group:
+        groups[-1] = dataclasses.replace(last, stop=group.stop)
+    else:
+        groups.append(group)
+
+
 def _reader_groups(
     spec: StreamSpec, epoch: int, readers: int, samples: list[int], done: list[int], b: int
 ) -> tuple[ReaderResumeGroup, ...]:
@@ -143,12 +157,7 @@ def _reader_groups(
         own = [sizes[s] for s in order[g::readers]]
         k = next((i for i, end in enumerate(accumulate(own)) if end > skip), len(own))
         offset = skip - sum(own[:k])
-        group = ReaderResumeGroup(g, g + 1, k, offset, skip, done[g])
-        last = groups[-1] if groups else None
-        if last and dataclasses.replace(last, start=g, stop=g + 1) == group:
-            groups[-1] = dataclasses.replace(last, stop=g + 1)
-        else:
-            groups.append(group)
+        _append_merged(groups, ReaderResumeGroup(g, g + 1, k, offset, skip, done[g]))
     return tuple(groups)
 
 
@@ -156,14 +165,10 @@ def _rank_groups(samples: list[int], done: list[int], Kn: int, b: int) -> tuple[
     groups: list[ResumeGroup] = []
     for r in range(len(samples) // Kn):
         span = range(r * Kn, (r + 1) * Kn)
-        group = ResumeGroup(
-            r, r + 1, b, sum(done[g] for g in span), sum(min(samples[g], done[g] * b) for g in span)
+        done_span = sum(done[g] for g in span)
+        _append_merged(
+            groups, ResumeGroup(r, r + 1, b, done_span, sum(min(samples[g], done[g] * b) for g in span))
         )
-        last = groups[-1] if groups else None
-        if last and dataclasses.replace(last, start=r, stop=r + 1) == group:
-            groups[-1] = dataclasses.replace(last, stop=r + 1)
-        else:
-            groups.append(group)
     return tuple(groups)
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from app.contract.kinds.lr_scaling import ProbeRunSpec
 from app.core.learning_rate.recipe_summary import lr_of
+from app.worker.checks.lr_scaling.gradients import flat_views
 from app.worker.checks.lr_scaling.updates import Update
 from app.worker.checks.lr_scaling.verdict import LossCurve
 
@@ -50,21 +51,13 @@ class StackedNets:
         self.runs = len(modules)
         self.flat = torch.cat([b.reshape(-1) for b in blocks])
         self.grad = torch.empty_like(self.flat)
-        self.w1, self.b1, self.w2, self.b2 = self._views(self.flat, blocks)
-        self.grads = self._views(self.grad, blocks)
+        self.w1, self.b1, self.w2, self.b2 = flat_views(self.flat, blocks)
+        self.grads = flat_views(self.grad, blocks)
         # Each element's run: an lr (or a clipping factor) per run, spread over the flat tensor.
         self.run_of = torch.cat([torch.arange(self.runs).repeat_interleave(b[0].numel()) for b in blocks]).to(
             self.flat.device
         )
         self._one = torch.ones((), dtype=self.flat.dtype, device=self.flat.device)
-
-    @staticmethod
-    def _views(flat: torch.Tensor, blocks: list[torch.Tensor]) -> list[torch.Tensor]:
-        out, at = [], 0
-        for b in blocks:
-            out.append(flat[at : at + b.numel()].view_as(b))
-            at += b.numel()
-        return out
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         wide = x.expand(self.runs, *x.shape)

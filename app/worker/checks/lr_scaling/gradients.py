@@ -46,6 +46,15 @@ def trainable(work: Workload, module: nn.Module) -> Trainable:
     return Trainable([p.detach() for p in weights], by_autograd, written_out=False)
 
 
+def flat_views(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Views of `flat`, one after another, shaped as the tensors of `like`."""
+    out, at = [], 0
+    for t in like:
+        out.append(flat[at : at + t.numel()].view_as(t))
+        at += t.numel()
+    return out
+
+
 def _two_layers(weights: list[nn.Parameter]) -> tuple[list[torch.Tensor], Gradient]:
     """One flat tensor holds the four weights (the module's parameters become views of it) and
     one the four gradients, each written in place: an optimizer step is then a few operations on
@@ -54,14 +63,10 @@ def _two_layers(weights: list[nn.Parameter]) -> tuple[list[torch.Tensor], Gradie
     with torch.no_grad():
         flat = torch.cat([p.reshape(-1) for p in weights])
     grad = torch.empty_like(flat)
-    views: list[torch.Tensor] = []
-    at = 0
-    for p in weights:
-        p.data = flat[at : at + p.numel()].view_as(p)
-        views.append(grad[at : at + p.numel()].view_as(p))
-        at += p.numel()
+    for p, view in zip(weights, flat_views(flat, weights), strict=True):
+        p.data = view
     w1, b1, w2, b2 = (p.detach() for p in weights)
-    g_w1, g_b1, g_w2, g_b2 = views
+    g_w1, g_b1, g_w2, g_b2 = flat_views(grad, weights)
     w1t, w2t = w1.t(), w2.t()  # views: they follow the in-place updates
     one = torch.ones((), dtype=flat.dtype, device=flat.device)
 
