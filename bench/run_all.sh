@@ -9,8 +9,9 @@
 # --base DIR (a worktree of another revision: `git worktree add /tmp/base9c 9c82496`): each
 # script then runs under this tree and, right after it, the same script of DIR with the same
 # arguments and this venv (DIR first on PYTHONPATH), both outputs in the log, labelled; the
-# scripts that compare two trees themselves (profile_checks.py, bench_replicas.py) print the
-# ratios. About twice as long (~55 min on a quiet 2-core host).
+# scripts that compare two trees themselves (profile_checks.py, bench_replicas.py,
+# bench_lr_probe_speed.py, bench_checks_base.py, bench_instructions.py) print the ratios. About
+# 75 min on a quiet 2-core host. A script the base tree lacks runs under this tree only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=$PWD
@@ -47,9 +48,11 @@ run bench/bench_refusals.py --repeats 9
 run bench/bench_checks.py
 run bench/bench_resume_check.py
 run bench/bench_packed_check.py
+run bench/bench_stream_check.py --runs 3
 run bench/bench_load.py
 run bench/bench_models.py
 run bench/bench_throughput.py
+run bench/bench_polling.py --rounds 4
 run bench/bench_mixed_curves.py
 run bench/bench_lr_scaling.py
 run bench/bench_lr_truth.py
@@ -59,6 +62,9 @@ if [[ -n "$base" ]]; then
   # Both trees in one script, with the ratios.
   once both "$py" bench/bench_replicas.py --base "$base"
   once both "$py" bench/profile_checks.py --base "$base" --rounds 3 --runs 3
+  once both "$py" bench/bench_lr_probe_speed.py --base "$base" --rounds 2 --runs 3
+  once both "$py" bench/bench_checks_base.py --base "$base" --rounds 3
+  once both "$py" bench/bench_instructions.py --base "$(git -C "$base" rev-parse HEAD)" --stages all
 else
   once this "$py" bench/bench_replicas.py
 fi
