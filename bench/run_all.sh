@@ -3,7 +3,7 @@
 # they would time each other), each one's output whole in a log with the date, the commit and
 # the machine's load beside it. That table is regenerated from one such log.
 #
-#     bench/run_all.sh [--base DIR] [LOG]   # default bench-all-<date>.log; ~25 min on 2 cores
+#     bench/run_all.sh [--base DIR] [LOG]   # default bench-all-<date>.log; ~30 min on 2 cores
 #     SOAK_FAULTS=40 bench/run_all.sh       # the long soak (default 12 faults here)
 #
 # --base DIR (a worktree of another revision: `git worktree add /tmp/base9c 9c82496`): each
