@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from app.core.exports.parts.common import comment, require_even, summary
+from app.core.exports.parts.common import comment, require_even, require_hf_datasets_splitter, summary
 from app.core.exports.parts.export_types import Export, ExportInput, ExportUnsupported
 from app.core.exports.parts.packed_tools import torchtitan_packed_notes
 from app.core.exports.parts.training import optimizer_settings, run_length, warmup_field
@@ -77,12 +77,7 @@ def stream_tables(x: ExportInput, training: dict[str, object]) -> tuple[dict[str
     stream, dataset = x.plan.stream, x.request.dataset
     assert stream is not None and dataset is not None and dataset.stream is not None
     spec = dataset.stream
-    if spec.splitter != "hf_datasets":
-        raise ExportUnsupported(
-            "torchtitan's loader splits its stream with datasets' split_dataset_by_node, not "
-            f'{spec.splitter}: plan splitter "hf_datasets", or build the stream with the python export',
-            pointer="/dataset/splitter",
-        )
+    require_hf_datasets_splitter(x, "torchtitan's loader splits its stream")
     if spec.end_of_epoch != "steps":
         raise ExportUnsupported(
             "torchtitan's training loader repeats its stream for ever (build_text_dataloader's "

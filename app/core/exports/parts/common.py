@@ -249,6 +249,20 @@ def require_even(x: ExportInput, fmt: str, why: str) -> None:
     )
 
 
+def require_hf_datasets_splitter(x: ExportInput, splits: str) -> None:
+    """Refuse a stream that a tool's own loader would not split: `splits` says who splits it
+    ("torchtitan's loader splits its stream"), always with datasets' split_dataset_by_node."""
+    dataset = x.request.dataset
+    assert dataset is not None and dataset.stream is not None
+    splitter = dataset.stream.splitter
+    if splitter != "hf_datasets":
+        raise ExportUnsupported(
+            f"{splits} with datasets' split_dataset_by_node, not {splitter}: "
+            'plan splitter "hf_datasets", or build the stream with the python export',
+            pointer="/dataset/splitter",
+        )
+
+
 def require_data_parallel(x: ExportInput, fmt: str) -> None:
     """Refuse a model-parallel plan for a format whose every process is a data-parallel
     replica: it would run model-parallel-size times the planned batch."""

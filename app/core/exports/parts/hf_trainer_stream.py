@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.exports.parts.common import require_hf_datasets_splitter
 from app.core.exports.parts.export_types import ExportInput, ExportUnsupported
 from app.core.exports.parts.python_literal import py_literal
 from app.core.exports.parts.recipe_code import recipe
@@ -82,13 +83,8 @@ def _spec(x: ExportInput) -> StreamSpec:
 
 def require_trainer_stream(x: ExportInput) -> None:
     """Refuses what PlanTrainer's loader cannot run: another splitter, another policy."""
+    require_hf_datasets_splitter(x, "the hf-trainer export splits the stream")
     spec = _spec(x)
-    if spec.splitter != "hf_datasets":
-        raise ExportUnsupported(
-            "the hf-trainer export splits the stream with datasets' split_dataset_by_node, not "
-            f'{spec.splitter}: plan splitter "hf_datasets", or build the stream with the python export',
-            pointer="/dataset/splitter",
-        )
     if spec.end_of_epoch != "drop":
         raise ExportUnsupported(
             "the Trainer has no end-of-epoch policy for ranks of unequal counts (the first to run dry "
