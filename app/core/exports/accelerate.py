@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from app.core.exports.parts.accelerate_stream import stream_train_code
+from app.core.exports.parts.accelerate_stream import ACCUMULATE_STEP, PREPARE, stream_train_code
 from app.core.exports.parts.common import (
     comment,
     num_nodes,
@@ -41,7 +41,8 @@ from app.core.exports.parts.yaml_writer import to_yaml
 CODE_START = "---- training script ----"
 CODE_END = "---- end of training script ----"
 
-_TRAIN = '''
+_TRAIN = (
+    '''
 def train(model, dataset, loss_fn):
     """Train `model` on `dataset` (items (inputs, targets)) with the plan's recipe."""
     accelerator = Accelerator(gradient_accumulation_steps=__ACCUM__)
@@ -52,22 +53,16 @@ def train(model, dataset, loss_fn):
     )
     loader = DataLoader(dataset, batch_size=__MICRO__, sampler=sampler)  # per process
 __MICRO_STEPS__    # __NOTE__
-    optimizer = __OPTIMIZER__
-    model, optimizer = accelerator.prepare(model, optimizer)
-    # Not prepared: stepped below once per optimizer step, planned_lr(step) being step `step`'s lr.
-    scheduler = __SCHEDULER__
-__STEP_INIT__    __LOOP__
+'''
+    + PREPARE
+    + """__STEP_INIT__    __LOOP__
         sampler.set_epoch(epoch)  # reshuffles with seed + epoch
         for inputs, targets in __BATCHES__:
-            with accelerator.accumulate(model):
-                inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)
-                accelerator.backward(loss_fn(model(inputs), targets))  # divides by the accumulation
-__CLIP__                optimizer.step()  # only after the last micro-batch of a step
-                optimizer.zero_grad()
-            if accelerator.sync_gradients:
-                scheduler.step()
-__STOP__    return model
-'''
+"""
+    + ACCUMULATE_STEP
+    + """__STOP__    return model
+"""
+)
 
 _MICRO_STEPS = """\
     # The micro-batches up to the epoch's last whole optimizer step; the plan drops the rest.

@@ -8,7 +8,26 @@ from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.parts.hf_trainer_stream import epoch_micro_batches, require_trainer_stream
 from app.core.exports.parts.python_literal import py_literal
 
-TRAIN_STREAM = '''
+# train()'s optimizer and scheduler, and one micro-batch's step under accumulate(): the same
+# in the accelerate export's train() for a map-style plan (accelerate.py), so both take these.
+PREPARE = """\
+    optimizer = __OPTIMIZER__
+    model, optimizer = accelerator.prepare(model, optimizer)
+    # Not prepared: stepped below once per optimizer step, planned_lr(step) being step `step`'s lr.
+    scheduler = __SCHEDULER__
+"""
+ACCUMULATE_STEP = """\
+            with accelerator.accumulate(model):
+                inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)
+                accelerator.backward(loss_fn(model(inputs), targets))  # divides by the accumulation
+__CLIP__                optimizer.step()  # only after the last micro-batch of a step
+                optimizer.zero_grad()
+            if accelerator.sync_gradients:
+                scheduler.step()
+"""
+
+TRAIN_STREAM = (
+    '''
 def train(model, stream, loss_fn, collate_fn=None):
     """Train `model` on `stream`, the whole datasets.IterableDataset of __NUM_SHARDS__ shards, whose
     micro-batches (collate_fn's) are (inputs, targets), with the plan's recipe."""
@@ -26,27 +45,21 @@ __SHUFFLE__    # Split here, once; datasets then splits the rank's shards over i
     # plan's end_of_epoch "drop"): no rank runs dry while the others wait in an all-reduce.
     micro_batches = __MICRO_BATCHES__
     # __NOTE__
-    optimizer = __OPTIMIZER__
-    model, optimizer = accelerator.prepare(model, optimizer)
-    # Not prepared: stepped below once per optimizer step, planned_lr(step) being step `step`'s lr.
-    scheduler = __SCHEDULER__
-    step = 0
+'''
+    + PREPARE
+    + """    step = 0
     for epoch in range(__EPOCHS__):
         stream.set_epoch(epoch)  # orders the shards (shuffle) by seed and epoch
         count = micro_batches[min(epoch, len(micro_batches) - 1)]
         for inputs, targets in itertools.islice(loader, count):
-            with accelerator.accumulate(model):
-                inputs, targets = inputs.to(accelerator.device), targets.to(accelerator.device)
-                accelerator.backward(loss_fn(model(inputs), targets))  # divides by the accumulation
-__CLIP__                optimizer.step()  # only after the last micro-batch of a step
-                optimizer.zero_grad()
-            if accelerator.sync_gradients:
-                scheduler.step()
-                step += 1
+"""
+    + ACCUMULATE_STEP
+    + """                step += 1
                 if step == __TRAIN_STEPS__:  # the run's last optimizer step
                     return model
     return model
-'''
+"""
+)
 
 _SHUFFLE = """\
     # The shard order only, the same on every rank: a larger buffer also mixes samples within a
