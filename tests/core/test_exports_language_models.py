@@ -59,10 +59,9 @@ TORCHTITAN = importlib.util.find_spec("torchtitan") is not None
 LOADER = Path(__file__).with_name("torchtitan_loader.py")
 
 
-@pytest.mark.skipif(not TORCHTITAN, reason="torchtitan is not installed (consumers group)")
-@pytest.mark.parametrize("name", list(BODIES))
-def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> None:
-    x = export_input(BODIES[name])
+def _torchtitan_reads(x: ExportInput, tmp_path: Path) -> dict[str, Any]:
+    """The torchtitan export of `x` as torchtitan's own config loader reads it (LOADER, in a
+    process of its own): the fields it prints."""
     path = tmp_path / "batchplan.toml"
     path.write_text(export("torchtitan", x).text)
     completed = subprocess.run(
@@ -72,7 +71,14 @@ def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> 
         check=False,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
-    t = json.loads(completed.stdout.splitlines()[-1])
+    return dict(json.loads(completed.stdout.splitlines()[-1]))
+
+
+@pytest.mark.skipif(not TORCHTITAN, reason="torchtitan is not installed (consumers group)")
+@pytest.mark.parametrize("name", list(BODIES))
+def test_torchtitans_config_loader_reads_the_plan(name: str, tmp_path: Path) -> None:
+    x = export_input(BODIES[name])
+    t = _torchtitan_reads(x, tmp_path)
     assert "site-packages/torchtitan/config/manager.py" in t["torchtitan_file"]
     p, seq = x.plan, x.request.sequence_length
     assert (t["local_batch_size"], t["global_batch_size"], t["seq_len"]) == (
@@ -121,18 +127,9 @@ def test_torchtitan_runs_a_stream_as_steps(tmp_path: Path) -> None:
     """A stream: torchtitan's loader repeats it (no key: infinite=True) for training.steps steps,
     read by the plan's DataLoader workers; the policies it cannot follow are refused."""
     x = export_input(STREAM)
-    path = tmp_path / "batchplan.toml"
-    path.write_text(export("torchtitan", x).text)
-    completed = subprocess.run(
-        [sys.executable, str(LOADER), str(path), str(x.plan.world_size)],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    t = json.loads(completed.stdout.splitlines()[-1])
+    t = _torchtitan_reads(x, tmp_path)
     assert (t["steps"], t["num_workers"], t["local_batch_size"]) == (1000, 2, 4)
-    assert "the stream repeats" in path.read_text()
+    assert "the stream repeats" in export("torchtitan", x).text
     for changed, pointer, valid in (
         ("end_of_epoch", "/dataset/end_of_epoch", "steps"),
         ("splitter", "/dataset/splitter", "hf_datasets"),
