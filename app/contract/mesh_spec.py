@@ -19,8 +19,9 @@ SYNTHETIC_HIDDEN = 16
 SYNTHETIC_LAYERS = 3
 
 # Why a check refuses context parallel, as torch 2.13 on CPU/gloo behaves
-# (tests/worker/checks/mesh/context_parallel_repro.py, run by test_mesh_checks.py): the forward runs and
-# matches whole attention, the backward has no sharding rule.
+# (tests/worker/checks/mesh/context_parallel_repro.py; test_mesh_checks.py runs it on another torch
+# release and holds its cause, DTensor's registry, on every run): the forward runs and matches
+# whole attention, the backward has no sharding rule.
 CONTEXT_PARALLEL_REFUSAL = (
     "context parallel cannot train on this worker: torch 2.13 on CPU runs context_parallel's "
     "forward (ring attention over scaled_dot_product_attention), but its backward raises "

@@ -1,5 +1,5 @@
 """The operator models the worker tests' shared warm app registers (tests/worker/conftest.py):
-the examples, three broken entries, and the token model as `tiny_lm`."""
+the examples, three broken entries, the token model as `tiny_lm` and the mesh model as `mesh_mlp`."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ BROKEN = {
     "wrong_return": f"{EXAMPLES}:quadratic_data",
 }
 TOKEN_MODEL = f"{EXAMPLES}:tiny_language_model"
+MESH_MODEL = "app.worker.example_mesh_models:mesh_mlp"  # a factory with parallelize() beside it
 
 
 def registry() -> str:
     """BATCHPLAN_CHECK_MODELS for all of them."""
     entries = [f"{name}={EXAMPLES}:{name}" for name in GOOD]
     entries += [f"{name}={target}" for name, target in BROKEN.items()]
-    return ",".join([*entries, f"tiny_lm={TOKEN_MODEL}"])
+    return ",".join([*entries, f"tiny_lm={TOKEN_MODEL}", f"mesh_mlp={MESH_MODEL}"])

@@ -1,7 +1,9 @@
 """The worker tests' shared warm app with operator models registered (support/registered_models.py):
-4 warm ranks, every model built, for tests/worker/service/test_check_models.py and
-tests/worker/checks/test_token_check.py. One app for both: each module's own cost four cold
-ranks and their model builds."""
+4 warm ranks, every model built, for tests/worker/service/test_check_models.py,
+tests/worker/checks/test_token_check.py, tests/worker/checks/mesh/test_mesh_checks.py and
+tests/worker/checks/run/test_run_checks.py. One app for them all: each module's own cost four
+cold ranks and their model builds. Its checks may take 240 s (a run of several steps on a busy
+host)."""
 
 from __future__ import annotations
 
@@ -22,4 +24,6 @@ def models_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClie
     from support.apps import warm_client
     from support.registered_models import registry
 
-    yield from warm_client(tmp_path_factory, 4, models=True, log_level="warning", check_models=registry())
+    yield from warm_client(
+        tmp_path_factory, 4, models=True, log_level="warning", check_models=registry(), check_timeout_s=240
+    )

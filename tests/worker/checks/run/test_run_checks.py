@@ -1,13 +1,13 @@
 """Checks of several optimizer steps on real gloo ranks: the plan's recipe trained through its
 sampler across epochs, held step by step against the single-process reference run
 (app.worker.training.reference_run), with the run-level controls detected where they change
-the run. One app with four warm ranks serves the module; every dataset is a few global batches.
+the run. The worker tests' shared app with four warm ranks serves the module
+(tests/worker/conftest.py); every dataset is a few global batches.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ import pytest
 pytest.importorskip("torch")
 
 from fastapi.testclient import TestClient
-from support.apps import warm_client
 from support.bodies import RUN_RECIPE, fast_and_slow
 from support.polling import check_result, hold_ranks, run_check
 
@@ -30,9 +29,9 @@ RUN_CONTROL_NAMES = {c.name for c in RUN_CONTROLS}
 FOUR = {"num_nodes": 1, "gpus_per_node": 4}
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    yield from warm_client(tmp_path_factory, 4, log_level="warning", check_timeout_s=240)
+@pytest.fixture
+def client(models_worker: TestClient) -> TestClient:
+    return models_worker
 
 
 def run_result(client: TestClient, plan: dict[str, Any], steps: int, **options: Any) -> dict[str, Any]:
