@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.parallel import IN_PROCESS_TRAINERS
 
 from app.core.errors.domain import InvalidValue
 from app.core.exports.parts.export_types import ExportInput, ExportOptions
@@ -41,6 +42,7 @@ def _documents(total: int) -> list[list[int]]:
 
 
 @pytest.mark.slow  # transformers takes seconds to import; the 3 steps well under a second
+@IN_PROCESS_TRAINERS
 def test_the_trainers_num_items_in_batch_is_the_plans_target_count(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from export_helpers import call_kwargs, export_input
+from support.parallel import IN_PROCESS_TRAINERS
 
 from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
@@ -31,6 +32,7 @@ from app.core.learning_rate.recipe_summary import lr_of
 
 pytestmark = [
     pytest.mark.slow,  # transformers takes seconds to import; each run about 1 s
+    IN_PROCESS_TRAINERS,
     # warmup_stable_decay with num_stable_steps 0, as the export means it (hf_trainer_args.py)
     pytest.mark.filterwarnings("ignore:Both num_training_steps and num_stable_steps"),
 ]

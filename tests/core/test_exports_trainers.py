@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from consumer_bodies import EVEN, refuses_model_parallel
 from export_helpers import call_kwargs, export_input
+from support.parallel import IN_PROCESS_TRAINERS
 
 from app.core.exports.parts.export_types import ExportInput
 from app.core.exports.registry import export
 from app.core.learning_rate.recipe_summary import lr_of
 
-pytestmark = pytest.mark.slow  # each tool takes seconds to import
+pytestmark = [pytest.mark.slow, IN_PROCESS_TRAINERS]  # each tool takes seconds to import
 
 
 # ----------------------------------------------------------------------------- HF Trainer

@@ -41,6 +41,9 @@ from typing import Any
 import pytest
 
 SHARED_SCOPES = {"module", "package", "session"}
+# The tests that import transformers' Trainer or Lightning into the worker process itself (about
+# 4.5 CPU-s each, once per worker that imports it): one worker runs them all.
+IN_PROCESS_TRAINERS = pytest.mark.xdist_group("in_process_trainers")
 UNITS_FILE = "batchplan_units"  # the key in xdist's workerinput: where the units are written
 UNIT = pytest.StashKey[str]()
 _UNITS_PATH = pytest.StashKey[Path]()
