@@ -2,8 +2,8 @@
 processes) trains a toy for 2 epochs with the plan's recipe (warmup, a decay, weight decay and
 clipping on), as its export says, and every optimizer step's lr, every step's loss and the
 final parameters must be the single-process reference run's (app.worker.training.reference_run)
-to 1e-10 relative. One torchrun per tool runs its plans one after another (start-up is most of
-the time).
+to 1e-10 relative. One torchrun runs the plans of every tool that needs its number of processes,
+one after another (start-up is most of the time): python's on 3, the three trainers' on 2.
 
 Each run is also held against references that differ from the plan in one setting (no
 clipping, no weight decay, the lr without its warmup): those must be told apart, so the
@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,21 +118,26 @@ def _weights(p: Plan) -> list[float]:
     return [g.loss_scale / p.data_parallel_size for g in p.replica_groups for _ in range(g.start, g.stop)]  # type: ignore[operator]
 
 
-def _launch(tool: str, tmp_path: Path) -> dict[str, Plan]:
-    """One torchrun for the tool's plans; the plans by case name."""
+# The tools whose plans run on the same number of processes: one torchrun each.
+LAUNCHES = [("python",), ("hf-trainer", "accelerate", "lightning")]
+
+
+def _launch(tools: tuple[str, ...], tmp_path: Path) -> dict[str, dict[str, Plan]]:
+    """One torchrun for the tools' plans; the plans by tool and case name."""
     cases, plans = [], {}
-    for name, body in PLANS[tool].items():
-        x = export_input(body)
-        path = tmp_path / f"{name}_{EXPORT_NAMES.get(tool, tool + '.txt')}"
-        path.write_text(export(tool, x).text)
-        plans[name] = x.plan
-        assert x.plan.sampler is not None
-        num_samples = body["dataset"]["num_samples"]  # type: ignore[index]
-        cases.append(
-            {"name": name, "export": str(path), "num_samples": num_samples, "weights": _weights(x.plan)}
-        )
+    for tool in tools:
+        plans[tool] = {}
+        for name, body in PLANS[tool].items():
+            x = export_input(body)
+            path = tmp_path / f"{tool}-{name}_{EXPORT_NAMES.get(tool, tool + '.txt')}"
+            path.write_text(export(tool, x).text)
+            plans[tool][name] = x.plan
+            assert x.plan.sampler is not None
+            num_samples = body["dataset"]["num_samples"]  # type: ignore[index]
+            case = {"tool": tool, "name": f"{tool}-{name}", "export": str(path), "num_samples": num_samples}
+            cases.append({**case, "weights": _weights(x.plan)})
     (tmp_path / "cases.json").write_text(json.dumps(cases))
-    processes = {p.data_parallel_size for p in plans.values()}
+    processes = {p.data_parallel_size for by_name in plans.values() for p in by_name.values()}
     assert len(processes) == 1
     # The skeleton must run without this project: a package named `app` that refuses to load
     # comes first on its path (tests/support stays reachable for the toy).
@@ -154,7 +160,6 @@ def _launch(tool: str, tmp_path: Path) -> dict[str, Plan]:
         "--nproc-per-node",
         str(processes.pop()),
         str(TESTS / "support" / "recipe_runner.py"),
-        tool,
         str(tmp_path / "cases.json"),
         str(tmp_path),
     ]
@@ -175,6 +180,30 @@ def _launch(tool: str, tmp_path: Path) -> dict[str, Plan]:
             proc.wait()
     assert proc.returncode == 0, out[-6000:]
     return plans
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[dict[str, Plan], Path]]:
+    """`launched(tool)`: the tool's plans by case name and the folder of their results, from its
+    torchrun, started on the first test that asks (a failed one fails each test that asks)."""
+    done: dict[tuple[str, ...], tuple[dict[str, dict[str, Plan]], Path] | Exception] = {}
+
+    def get(tool: str) -> tuple[dict[str, Plan], Path]:
+        tools = next(group for group in LAUNCHES if tool in group)
+        if tools not in done:
+            folder = tmp_path_factory.mktemp("-".join(tools))
+            try:
+                done[tools] = (_launch(tools, folder), folder)
+            except Exception as failed:
+                done[tools] = failed
+                raise
+        outcome = done[tools]
+        if isinstance(outcome, Exception):
+            raise AssertionError(f"the torchrun of {', '.join(tools)} failed") from outcome
+        plans, folder = outcome
+        return plans[tool], folder
+
+    return get
 
 
 def _reference(p: Plan, tool: str) -> ReferenceRun:
@@ -198,10 +227,12 @@ def _changed(p: Plan, **changes: Any) -> Plan:
 
 
 @pytest.mark.parametrize("tool", list(PLANS))
-def test_the_tools_run_follows_the_plans_recipe(tool: str, tmp_path: Path) -> None:
-    plans = _launch(tool, tmp_path)
+def test_the_tools_run_follows_the_plans_recipe(
+    tool: str, launched: Callable[[str], tuple[dict[str, Plan], Path]]
+) -> None:
+    plans, folder = launched(tool)
     for name, p in plans.items():
-        got = torch.load(tmp_path / f"{name}.pt")
+        got = torch.load(folder / f"{tool}-{name}.pt")
         ref = _reference(p, tool)
         assert p.learning_rate is not None and len(ref.steps) == p.learning_rate.train_steps
         assert len(got["steps"]) == len(ref.steps), (name, got["steps"])

@@ -1,12 +1,14 @@
 """The torchrun program of tests/core/test_recipe_runs.py: trains the toy (support/recipe_toys.py)
-with one tool, as its export says, for each case in turn, and writes what happened.
+for each case in turn, with the case's tool as its export says, and writes what happened.
 
-    torchrun --nproc-per-node N recipe_runner.py TOOL CASES.json OUT_DIR
+    torchrun --nproc-per-node N recipe_runner.py CASES.json OUT_DIR
 
-Each case names an export file, the toy's sample count and this rank's loss weight. The export
-is used as a person would: the python skeleton with build_model, build_dataset and loss_fn
-replaced; the HF Trainer export's training_args and PlanTrainer; the accelerate export's
-train() cut out of its header; the lightning export's Trainer (on CPU) and its two hooks.
+Each case names its tool, an export file, the toy's sample count and this rank's loss weight.
+The export is used as a person would: the python skeleton with build_model, build_dataset and
+loss_fn replaced; the HF Trainer export's training_args and PlanTrainer; the accelerate export's
+train() cut out of its header; the lightning export's Trainer (on CPU) and its two hooks. The
+cases of several tools may share one torchrun (its start-up is most of a run's cost): each
+tool finds the process group the first one made, as a second run of the same tool does.
 Rank 0 saves, per case, each optimizer step's lr and loss (over the global batch, as the plan
 weighs it) and the final parameters, to OUT_DIR/<case>.pt.
 """
@@ -107,7 +109,7 @@ def _lightning(case: dict[str, Any], net: nn.Module, recorder: Recorder) -> None
 TOOLS = {"python": _python, "hf-trainer": _hf_trainer, "accelerate": _accelerate, "lightning": _lightning}
 
 
-def run_case(tool: str, case: dict[str, Any], out: Path) -> None:
+def run_case(case: dict[str, Any], out: Path) -> None:
     net = build_model()
     steps: list[dict[str, float]] = []
 
@@ -124,20 +126,20 @@ def run_case(tool: str, case: dict[str, Any], out: Path) -> None:
     recorder = Recorder(case["weights"][rank])
     handle = register_optimizer_step_post_hook(after_step)
     try:
-        TOOLS[tool](case, net, recorder)
+        TOOLS[case["tool"]](case, net, recorder)
     finally:
         handle.remove()
     if rank == 0:
         params = {k: v.detach().clone() for k, v in net.named_parameters()}
         torch.save({"steps": steps, "params": params}, out / f"{case['name']}.pt")
-        print(f"{tool} {case['name']}: {len(steps)} optimizer steps", flush=True)
+        print(f"{case['tool']} {case['name']}: {len(steps)} optimizer steps", flush=True)
 
 
 def main() -> None:
-    tool, cases, out = sys.argv[1], json.loads(Path(sys.argv[2]).read_text()), Path(sys.argv[3])
+    cases, out = json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2])
     torch.set_num_threads(1)
     for case in cases:
-        run_case(tool, case, out)
+        run_case(case, out)
     # Free DDP's hold on the group while Python is alive, then leave together (the skeleton
     # destroys its own group at the end of each run).
     gc.collect()
