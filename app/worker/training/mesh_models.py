@@ -20,6 +20,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import _redistribute as dtensor_redistribute
+from torch.distributed.tensor import debug as dtensor_debug
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from app.contract.targets import FactoryError, resolve
@@ -93,6 +95,22 @@ def forget_meshes() -> None:
     _modules.clear()
     _meshes.clear()
     _meshes_of.clear()
+    _forget_dtensor_caches()
+
+
+def _forget_dtensor_caches() -> None:
+    """DTensor caches each op's output sharding (in Python and in its C++ fast path) and each
+    redistribution's planner by their specs, and a DeviceMesh equals any mesh of the same ranks,
+    shape and names, whatever group it was built on: an answer cached on a torn-down group's
+    mesh sent a later check's collectives to groups that are gone ("Could not resolve the
+    process group registered under the name 3": an HSDP check, a check on other ranks, then a
+    run on the HSDP mesh). torch names these clears private; older releases lack some."""
+    for clear in (
+        getattr(dtensor_debug, "_clear_sharding_prop_cache", None),
+        getattr(dtensor_redistribute, "clear_redistribute_planner_cache", None),
+    ):
+        if clear is not None:
+            clear()
 
 
 def data_parallel_mesh(mesh: DeviceMesh, sizes: dict[str, int]) -> DeviceMesh | None:

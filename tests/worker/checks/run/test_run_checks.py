@@ -189,6 +189,22 @@ def test_a_mesh_plan_runs_on_its_mesh(client: TestClient, parallelism: dict[str,
     assert result["mesh"] is not None and epochs(result) == [0, 0, 1, 1]
 
 
+def test_a_mesh_run_after_checks_on_other_groups_runs_on_its_own_groups(client: TestClient) -> None:
+    """DTensor caches shardings by mesh, and a mesh equals any mesh of the same shape built on
+    another group (mesh_models._forget_dtensor_caches): an HSDP check, a run on two ranks, one
+    on four, then a run on the HSDP mesh once failed ("Could not resolve the process group
+    registered under the name 3") and cost the ranks."""
+    hsdp = {"data_parallel_shard": 2}
+    one_step = {"topology": FOUR, "micro_batch_size": 3, "gradient_accumulation_steps": 2}
+    one_step["parallelism"] = hsdp
+    assert check_result(client, {"plan": {**one_step, "dataset": {"num_samples": 100, "seed": 5}}})["passed"]
+    two = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 12, "micro_batch_size": 2}
+    run_result(client, {**two, "dataset": {"num_samples": 37, "seed": 3}, "learning_rate": RUN_RECIPE}, 3)
+    for parallelism in ({"data_parallel_shard": 4}, hsdp):
+        result = run_result(client, {**one_step, "parallelism": parallelism, "learning_rate": RUN_RECIPE}, 4)
+        assert result["mesh"] is not None and epochs(result) == [0, 0, 1, 1]
+
+
 def test_a_wrong_combination_is_a_422_never_a_one_step_check(client: TestClient) -> None:
     cases = [
         # a run longer than the recipe's
