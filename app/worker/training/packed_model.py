@@ -97,9 +97,7 @@ def _rows(stream: Any, rows: int, sequence_length: int) -> list[list[int]]:
 def _collate(pieces: list[list[int]]) -> MicroBatch:
     from transformers import DataCollatorWithFlattening
 
-    batch = DataCollatorWithFlattening(return_tensors="pt")(  # type: ignore[no-untyped-call]
-        [{"input_ids": p} for p in pieces]
-    )
+    batch = DataCollatorWithFlattening(return_tensors="pt")([{"input_ids": p} for p in pieces])
     return {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
 
 
