@@ -257,7 +257,10 @@ def test_an_idle_rank_that_dies_is_replaced(client: TestClient) -> None:
         host = client.get("/v1/host").json()
         return victim not in {p["pid"] for p in host["processes"]} and host["warm_processes"] == 4
 
-    wait_for(replaced, "the dead rank to be replaced", 10)
+    # A replacement is forked warm, but on two cores kept busy by the rest of the suite it has
+    # taken more than 10 s (the pool's own warm-up limit is 15 s a try): this holds that it is
+    # replaced, not how fast.
+    wait_for(replaced, "the dead rank to be replaced", 60)
 
 
 def test_queue_full_is_429_and_cancel_works_queued_and_running(client: TestClient) -> None:

@@ -17,6 +17,11 @@ import pytest
 if TYPE_CHECKING:
     import schemathesis
 
+# About 75 s of CPU on one worker (one unit: the module's schema fixture): slow, so that
+# pytest-xdist hands it out among the first (support/parallel.py), not last, when the other
+# workers have nothing left to run beside it.
+pytestmark = pytest.mark.slow
+
 # One test per operation, named at collection from the committed OpenAPI snapshot, which
 # tests/api/test_openapi_snapshot.py holds byte-for-byte to the app's document (and the
 # fixture below to the operations the app serves). Neither the app nor schemathesis is built
