@@ -174,18 +174,22 @@ def test_a_token_plan_counts_each_steps_valid_tokens(client: TestClient) -> None
     assert [s["valid_tokens"] for s in samples["trajectory"]] == [None] * 4
 
 
-@pytest.mark.parametrize(
-    "parallelism", [{"data_parallel_shard": 4}, {"data_parallel_shard": 2}, {"tensor": 2}, {"pipeline": 2}]
-)
-def test_a_mesh_plan_runs_on_its_mesh(client: TestClient, parallelism: dict[str, int]) -> None:
-    plan = {
+def mesh_plan(parallelism: dict[str, int], **more: Any) -> dict[str, Any]:
+    """Four GPUs in micro-batches of 3, accumulation 2, on the mesh `parallelism` makes."""
+    return {
         "topology": FOUR,
         "micro_batch_size": 3,
         "gradient_accumulation_steps": 2,
         "parallelism": parallelism,
-        "learning_rate": RUN_RECIPE,
+        **more,
     }
-    result = run_result(client, plan, 4)
+
+
+@pytest.mark.parametrize(
+    "parallelism", [{"data_parallel_shard": 4}, {"data_parallel_shard": 2}, {"tensor": 2}, {"pipeline": 2}]
+)
+def test_a_mesh_plan_runs_on_its_mesh(client: TestClient, parallelism: dict[str, int]) -> None:
+    result = run_result(client, mesh_plan(parallelism, learning_rate=RUN_RECIPE), 4)
     assert result["mesh"] is not None and epochs(result) == [0, 0, 1, 1]
 
 
@@ -195,13 +199,11 @@ def test_a_mesh_run_after_checks_on_other_groups_runs_on_its_own_groups(client: 
     on four, then a run on the HSDP mesh once failed ("Could not resolve the process group
     registered under the name 3") and cost the ranks."""
     hsdp = {"data_parallel_shard": 2}
-    one_step = {"topology": FOUR, "micro_batch_size": 3, "gradient_accumulation_steps": 2}
-    one_step["parallelism"] = hsdp
-    assert check_result(client, {"plan": {**one_step, "dataset": {"num_samples": 100, "seed": 5}}})["passed"]
+    assert check_result(client, {"plan": mesh_plan(hsdp, dataset={"num_samples": 100, "seed": 5})})["passed"]
     two = {"topology": {"num_nodes": 1, "gpus_per_node": 2}, "global_batch_size": 12, "micro_batch_size": 2}
     run_result(client, {**two, "dataset": {"num_samples": 37, "seed": 3}, "learning_rate": RUN_RECIPE}, 3)
     for parallelism in ({"data_parallel_shard": 4}, hsdp):
-        result = run_result(client, {**one_step, "parallelism": parallelism, "learning_rate": RUN_RECIPE}, 4)
+        result = run_result(client, mesh_plan(parallelism, learning_rate=RUN_RECIPE), 4)
         assert result["mesh"] is not None and epochs(result) == [0, 0, 1, 1]
 
 
