@@ -42,7 +42,7 @@ import pytest
 
 SHARED_SCOPES = {"module", "package", "session"}
 # The tests that import transformers' Trainer or Lightning into the worker process itself (about
-# 4.5 CPU-s each, once per worker that imports it): one worker runs them all.
+# 5 CPU-s each over torch, once per worker that imports it): one worker runs them all.
 IN_PROCESS_TRAINERS = pytest.mark.xdist_group("in_process_trainers")
 UNITS_FILE = "batchplan_units"  # the key in xdist's workerinput: where the units are written
 UNIT = pytest.StashKey[str]()
